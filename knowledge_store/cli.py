@@ -1,0 +1,216 @@
+"""The ``groundwork`` command.
+
+    groundwork ingest [--sources DIR ...] [--data-dir DIR] [--json]
+    groundwork status [--data-dir DIR] [--json] [--history]
+    groundwork sample-corpus DIR
+
+``ingest`` materialises the Dagster ingestion assets headless (the same assets
+and checks the UI runs; recorded in ``$DAGSTER_HOME`` when it is set) and prints
+the sync summary.  Exit codes: 0 ok, 1 a run or asset check failed, 2 bad usage
+or a store problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+from knowledge_store.errors import GroundworkError
+from knowledge_store.settings import Settings
+
+
+def format_table(rows: Sequence[dict[str, object]], columns: Sequence[str], max_width: int = 48) -> str:
+    """A plain aligned text table (no dependency, readable in any terminal)."""
+    if not rows:
+        return "  (none)"
+
+    def cell(value: object) -> str:
+        text = "" if value is None else str(value)
+        text = text.replace("\n", " ")
+        return text if len(text) <= max_width else text[: max_width - 1] + "…"
+
+    cells = [[cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = ["  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines.append("  " + "  ".join("-" * w for w in widths))
+    lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
+    return "\n".join(lines)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, object] = {}
+    if getattr(args, "data_dir", None):
+        overrides["data_dir"] = args.data_dir
+    if getattr(args, "sources", None):
+        overrides["sources"] = ":".join(args.sources)
+    return Settings(**overrides)
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    import dagster as dg
+
+    from knowledge_store.ingest.sync_runs import get_sync_run
+    from knowledge_store.status import store_status
+    from knowledge_store.store import store_connection
+    from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
+    from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource
+
+    settings = _settings(args)
+    for folder in settings.sources:
+        if not folder.expanduser().is_dir():
+            print(f"error: --sources {folder}: not a folder", file=sys.stderr)
+            return 2
+    store = KnowledgeStoreResource(
+        data_dir=str(settings.data_dir), sources=":".join(str(p) for p in settings.sources) or None
+    )
+    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    started = time.perf_counter()
+    result = dg.materialize(
+        [*INGESTION_ASSETS, *INGESTION_CHECKS],
+        resources={"store": store, "model": EmbeddingModelResource()},
+        instance=instance,
+        tags={"groundwork/trigger": "cli"},
+        raise_on_error=False,
+    )
+    seconds = time.perf_counter() - started
+    checks = {
+        evaluation.check_name: evaluation.passed for evaluation in result.get_asset_check_evaluations()
+    }
+    stage_metadata = {
+        event.asset_key.to_user_string(): {
+            key: getattr(value, "value", value) for key, value in event.materialization.metadata.items()
+            if key in ("duration_s", "documents_parsed", "chunks_created", "embeddings_computed", "embeddings_reused",
+                       "pages", "pages_per_minute", "chunks_per_second", "snapshot_version", "chunks_indexed")
+        }
+        for event in result.get_asset_materialization_events()
+    }
+    if not result.success:
+        failure = next((e for e in result.all_events if e.is_failure), None)
+        message = failure.message if failure is not None else "run failed"
+        if args.json:
+            print(json.dumps({"success": False, "error": message, "dagster_run_id": result.run_id}, indent=2))
+        else:
+            print(f"ingest FAILED (dagster run {result.run_id}): {message}", file=sys.stderr)
+        return 1
+    with store_connection(settings.store_path, read_only=True) as conn:
+        run = get_sync_run(conn, result.run_id)
+    status = store_status(settings, include_history=False)
+    failures = [f for f in status["ingestion_failures"]]
+    report = {
+        "success": True,
+        "dagster_run_id": result.run_id,
+        "summary": run["summary"],
+        **{k: run[k] for k in ("added", "updated", "removed", "unchanged", "failed", "chunks_created",
+                               "embeddings_computed", "embeddings_reused", "snapshot_version")},
+        "documents_indexed": status["index_snapshot"]["document_count"] if status["index_snapshot"] else 0,
+        "chunks_indexed": status["index_snapshot"]["chunk_count"] if status["index_snapshot"] else 0,
+        "seconds": round(seconds, 2),
+        "stages": stage_metadata,
+        "checks": checks,
+        "open_failures": failures,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(f"sync: {run['summary']}")
+        print(
+            f"index snapshot {report['snapshot_version']}: {report['documents_indexed']} documents, "
+            f"{report['chunks_indexed']} chunks; {run['embeddings_computed']} embeddings computed, "
+            f"{run['embeddings_reused']} reused; {seconds:.1f} s"
+        )
+        print("checks: " + ", ".join(f"{name} {'ok' if ok else 'FAILED'}" for name, ok in sorted(checks.items())))
+        if failures:
+            print(f"\nopen ingestion failures ({len(failures)}):")
+            print(format_table(failures, ["path", "stage", "kind", "reason"], max_width=90))
+    return 0 if all(checks.values()) else 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from knowledge_store.status import store_status
+
+    settings = _settings(args)
+    status = store_status(settings, include_history=args.history)
+    if args.json:
+        print(json.dumps(status, indent=2, default=str))
+        return 0
+    counts = status["counts"]
+    snapshot = status["index_snapshot"]
+    print(f"data dir: {status['data_dir']}")
+    print("\nsources:")
+    print(format_table(status["sources"], ["name", "kind", "location", "active_documents", "last_synced_at"], 60))
+    print("\ndocuments:")
+    print(format_table(status["documents"], ["title", "relative_path", "version", "status", "doc_type", "page_count", "chunks"], 40))
+    print(
+        f"\ncounts: {counts['active_documents']} active documents, {counts['pending_versions']} pending, "
+        f"{counts['superseded_versions']} superseded, {counts['deleted_documents']} deleted, "
+        f"{counts['failed_versions']} failed; {counts['active_chunks']} active chunks "
+        f"({counts['all_chunks']} stored), {counts['embeddings']} embeddings"
+    )
+    if snapshot:
+        print(
+            f"index: snapshot {snapshot['snapshot_version']} ({snapshot['file']}), {snapshot['document_count']} documents, "
+            f"{snapshot['chunk_count']} chunks, published {snapshot['created_at']}"
+        )
+    else:
+        print("index: not published yet (run `groundwork ingest`)")
+    if status["last_sync"]:
+        last = status["last_sync"]
+        print(f"last sync: {last['status']} at {last['started_at']}: {last['summary'] or '(in progress)'}")
+    print(f"\ningestion failures ({len(status['ingestion_failures'])} open):")
+    print(format_table(status["ingestion_failures"], ["path", "stage", "kind", "reason", "last_seen_at"], 80))
+    return 0
+
+
+def cmd_sample_corpus(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from knowledge_store.sample_corpus import write_sample_corpus
+
+    paths = write_sample_corpus(Path(args.target))
+    for path in paths:
+        print(path)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="groundwork", description="Groundwork: grounded retrieval with citations.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ingest = sub.add_parser("ingest", help="sync the sources and publish a new index snapshot")
+    ingest.add_argument("--sources", nargs="+", metavar="DIR", help="folders to ingest (default: GROUNDWORK_SOURCES or the sample corpus)")
+    ingest.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
+    ingest.add_argument("--json", action="store_true", help="machine-readable output")
+    ingest.set_defaults(func=cmd_ingest)
+
+    status = sub.add_parser("status", help="sources, documents with versions, counts and failures")
+    status.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
+    status.add_argument("--history", action="store_true", help="include superseded and deleted versions")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=cmd_status)
+
+    sample = sub.add_parser("sample-corpus", help="write the generated sample documents to a folder")
+    sample.add_argument("target")
+    sample.set_defaults(func=cmd_sample_corpus)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except GroundworkError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # pydantic ValidationError for bad settings, etc.
+        if type(error).__name__ == "ValidationError":
+            print(f"error: invalid setting: {error}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

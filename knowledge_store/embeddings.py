@@ -1,0 +1,180 @@
+"""The embedding model and its tokenizer, loaded from a local folder only.
+
+The chunker measures chunks with the model's *own* WordPiece tokenizer (the
+fast ``tokenizers`` file shipped with the model), so "at most 254 content
+tokens" means exactly what the model will see.  The model itself is loaded
+lazily: parsing and chunking never pay for torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from knowledge_store.errors import ConfigError
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+class TokenCounter:
+    """Counts word-pieces exactly as the embedding model's tokenizer does (no special tokens)."""
+
+    def __init__(self, model_path: Path) -> None:
+        from tokenizers import Tokenizer
+
+        tokenizer_file = Path(model_path) / "tokenizer.json"
+        if not tokenizer_file.is_file():
+            raise ConfigError("model_path", str(model_path), "no tokenizer.json in the model folder")
+        self._tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        self._tokenizer.no_truncation()
+        self._tokenizer.no_padding()
+
+    def count(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        if not texts:
+            return []
+        return [len(e.ids) for e in self._tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """The longest prefix of ``text`` that fits in ``max_tokens`` word-pieces, cut at a word boundary."""
+        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        if len(encoding.ids) <= max_tokens:
+            return text
+        if max_tokens <= 0:
+            return ""
+        end = encoding.offsets[max_tokens - 1][1]
+        # never end inside a word: back off to the last whitespace if there is one
+        cut = text.rfind(" ", 0, end + 1)
+        if cut > 0 and text[end:end + 1] not in ("", " "):
+            end = cut
+        return text[:end].rstrip()
+
+    def split_offsets(self, text: str, max_tokens: int) -> list[tuple[int, int]]:
+        """Character spans covering ``text`` with at most ``max_tokens`` word-pieces each.
+
+        Used only for a single unit (one enormous sentence or code line) that
+        cannot fit a chunk on its own; spans end at whitespace where possible.
+        """
+        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        offsets = encoding.offsets
+        spans: list[tuple[int, int]] = []
+        start_token = 0
+        start_char = 0
+        while start_token < len(offsets):
+            end_token = min(start_token + max_tokens, len(offsets))
+            if end_token < len(offsets):
+                # back off to a token that starts a new word (preceded by whitespace)
+                candidate = end_token
+                while candidate > start_token + max_tokens // 2:
+                    begin = offsets[candidate][0]
+                    if begin > 0 and text[begin - 1].isspace():
+                        break
+                    candidate -= 1
+                if candidate > start_token + max_tokens // 2:
+                    end_token = candidate
+                end_char = offsets[end_token][0]
+            else:
+                end_char = len(text)
+            spans.append((start_char, end_char))
+            start_char = end_char
+            start_token = end_token
+        return spans
+
+
+@lru_cache(maxsize=4)
+def token_counter(model_path: str) -> TokenCounter:
+    return TokenCounter(Path(model_path))
+
+
+def model_id_for(model_path: Path) -> str:
+    """A short, stable identity of the model weights' configuration.
+
+    Embeddings are cached per (content_hash, model_id): pointing the settings at
+    a different model can never mix its vectors with the old ones.
+    """
+    model_path = Path(model_path)
+    digest = hashlib.sha256()
+    for name in ("config.json", "modules.json", "sentence_bert_config.json"):
+        file = model_path / name
+        if file.is_file():
+            digest.update(file.read_bytes())
+    weights = model_path / "model.safetensors"
+    if weights.is_file():
+        digest.update(str(weights.stat().st_size).encode())
+    name = model_path.name if model_path.name != "model" else model_path.parent.name
+    return f"{name}:{digest.hexdigest()[:12]}"
+
+
+class Embedder:
+    """Sentence-transformers model loaded from a path, L2-normalised float32 output.
+
+    Loading is lazy and thread-safe; ``torch_threads`` is set deliberately
+    because on this shared 2-core machine an unbounded thread pool turns a
+    17 ms query embedding into 500 ms whenever another process runs.
+    """
+
+    def __init__(self, model_path: Path, batch_size: int = 32, torch_threads: int = 1, dim: int = 384) -> None:
+        self.model_path = Path(model_path)
+        self.batch_size = batch_size
+        self.torch_threads = torch_threads
+        self.dim = dim
+        self._model = None
+        self._lock = threading.Lock()
+        if not (self.model_path / "config.json").is_file():
+            raise ConfigError("model_path", str(model_path), "not a sentence-transformers model folder (no config.json)")
+        self.model_id = model_id_for(self.model_path)
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def _load(self):
+        with self._lock:
+            if self._model is None:
+                import torch
+                from sentence_transformers import SentenceTransformer
+
+                torch.set_num_threads(self.torch_threads)
+                model = SentenceTransformer(str(self.model_path), device="cpu", local_files_only=True)
+                produced = model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension") else model.get_sentence_embedding_dimension()
+                if produced != self.dim:
+                    raise ConfigError("model_path", str(self.model_path), f"model produces {produced}-d vectors, expected {self.dim}")
+                self._model = model
+        return self._model
+
+    @property
+    def max_seq_length(self) -> int:
+        return int(self._load().max_seq_length)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        model = self._load()
+        vectors = model.encode(
+            texts,
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def describe_model(model_path: Path) -> dict[str, object]:
+    """Facts about the model folder for metadata and status output."""
+    model_path = Path(model_path)
+    info: dict[str, object] = {"path": str(model_path), "model_id": model_id_for(model_path)}
+    config = model_path / "sentence_bert_config.json"
+    if config.is_file():
+        info.update(json.loads(config.read_text()))
+    return info

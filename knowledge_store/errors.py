@@ -1,0 +1,84 @@
+"""Typed errors.  Each carries the offending input so a failure row or an API
+response can say exactly what was wrong, in plain words, without a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class GroundworkError(Exception):
+    """Base class for every error this package raises on purpose."""
+
+
+class IngestionError(GroundworkError):
+    """A file could not be ingested.  ``kind`` is a stable machine-readable
+    label stored in the ingestion-failures table; ``reason`` is the sentence a
+    person reads."""
+
+    kind = "ingestion_error"
+
+    def __init__(self, path: str | Path, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class EmptyFileError(IngestionError):
+    kind = "empty"
+
+
+class OversizeFileError(IngestionError):
+    kind = "oversize"
+
+
+class UnsupportedTypeError(IngestionError):
+    kind = "unsupported_type"
+
+
+class WrongExtensionError(IngestionError):
+    kind = "wrong_extension"
+
+
+class PasswordProtectedError(IngestionError):
+    kind = "password_protected"
+
+
+class CorruptFileError(IngestionError):
+    kind = "corrupt"
+
+
+class NoTextError(IngestionError):
+    """Parsing worked but there is no text to index (e.g. every page scanned)."""
+
+    kind = "no_text"
+
+
+class StoreError(GroundworkError):
+    """The DuckDB store is missing, locked or inconsistent."""
+
+
+class StoreLockedError(StoreError):
+    def __init__(self, path: str | Path, detail: str) -> None:
+        self.path = str(path)
+        super().__init__(
+            f"{self.path} is being written by another process (a sync is probably running); "
+            f"retry when it finishes. DuckDB said: {detail}"
+        )
+
+
+class IndexNotBuiltError(StoreError):
+    def __init__(self, index_dir: str | Path) -> None:
+        self.index_dir = str(index_dir)
+        super().__init__(
+            f"no published index snapshot in {self.index_dir}; run `groundwork ingest` "
+            "or materialise the assets in Dagster first"
+        )
+
+
+class ConfigError(GroundworkError):
+    """A setting has a value that cannot work; names the setting and the value."""
+
+    def __init__(self, setting: str, value: object, reason: str) -> None:
+        self.setting = setting
+        self.value = value
+        super().__init__(f"{setting}={value!r}: {reason}")

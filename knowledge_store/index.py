@@ -1,0 +1,174 @@
+"""Index snapshots: immutable DuckDB files that queries read.
+
+Layout under ``<data_dir>/index/``::
+
+    snapshot-000007.duckdb   chunks (+ embedding FLOAT[384]) of ACTIVE versions,
+                             the fts BM25 index over them, documents, meta
+    CURRENT.json             {"snapshot_version": 7, "file": "snapshot-000007.duckdb", ...}
+
+A snapshot is written under a temporary name, checkpointed, fsynced and
+renamed; only then is ``CURRENT.json`` replaced (write-temp + ``os.replace``,
+atomic on POSIX).  A reader therefore sees either the old snapshot or the new
+one, never a half-built one, and a run killed with -9 at any point leaves the
+previous snapshot published.  The vector index (HNSW) is never persisted: the
+vss extension keeps no crash-recovery log for it, so readers build it in
+memory from the stored embeddings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import duckdb
+
+from knowledge_store.errors import IndexNotBuiltError, StoreError
+from knowledge_store.store import EMBEDDING_DIM, load_extensions
+
+POINTER = "CURRENT.json"
+FTS_FIELDS = ("title", "section", "text")
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    snapshot_version: int
+    file: str
+    created_at: str
+    chunk_count: int
+    document_count: int
+    fingerprint: str
+    model_id: str
+
+    def path(self, index_dir: Path) -> Path:
+        return Path(index_dir) / self.file
+
+
+def snapshot_file_name(version: int) -> str:
+    return f"snapshot-{version:06d}.duckdb"
+
+
+def read_pointer(index_dir: Path) -> SnapshotInfo:
+    """The published snapshot; raises IndexNotBuiltError when there is none."""
+    pointer = Path(index_dir) / POINTER
+    try:
+        data = json.loads(pointer.read_text())
+    except FileNotFoundError as error:
+        raise IndexNotBuiltError(index_dir) from error
+    except json.JSONDecodeError as error:  # cannot happen with os.replace, but say so if it does
+        raise StoreError(f"{pointer} is not valid JSON: {error}") from error
+    return SnapshotInfo(**data)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_pointer(index_dir: Path, info: SnapshotInfo) -> None:
+    index_dir = Path(index_dir)
+    tmp = index_dir / f".{POINTER}.tmp"
+    with open(tmp, "w") as handle:
+        json.dump(asdict(info), handle, indent=2)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, index_dir / POINTER)
+    _fsync_dir(index_dir)
+
+
+SNAPSHOT_CHUNKS_SQL = f"""
+    SELECT
+        c.chunk_id, c.doc_id, c.version, c.chunk_index, c.text, c.title,
+        array_to_string(c.section_path, ' > ') AS section, c.section_path,
+        d.source_id, c.source_path, c.url, c.page_start, c.page_end, c.anchor,
+        c.char_start, c.char_end, c.token_count, c.content_hash, d.doc_type,
+        d.metadata, coalesce(d.modified_at, d.valid_from) AS last_updated,
+        e.embedding::FLOAT[{EMBEDDING_DIM}] AS embedding
+    FROM chunks c
+    JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version AND d.status = 'active'
+    JOIN embeddings e ON e.content_hash = c.content_hash AND e.model_id = ?
+    ORDER BY c.doc_id, c.chunk_index
+"""
+
+SNAPSHOT_DOCUMENTS_SQL = """
+    SELECT doc_id, version, source_id, relative_path, path, url, title, doc_type, checksum, size_bytes,
+           modified_at, valid_from, paginated, page_count, metadata
+    FROM documents WHERE status = 'active'
+"""
+
+
+def build_snapshot(store: duckdb.DuckDBPyConnection, index_dir: Path, info: SnapshotInfo) -> Path:
+    """Write snapshot ``info.snapshot_version`` from the store's active versions and return its path.
+
+    The caller publishes it with ``write_pointer`` once it is complete.
+    """
+    index_dir = Path(index_dir)
+    index_dir.mkdir(parents=True, exist_ok=True)
+    final = index_dir / info.file
+    tmp = index_dir / f".{info.file}.tmp"
+    for leftover in (tmp, Path(f"{tmp}.wal")):
+        leftover.unlink(missing_ok=True)
+    store.execute(f"ATTACH '{tmp}' AS snap")
+    try:
+        store.execute(f"CREATE TABLE snap.chunks AS {SNAPSHOT_CHUNKS_SQL}", [info.model_id])
+        store.execute(f"CREATE TABLE snap.documents AS {SNAPSHOT_DOCUMENTS_SQL}")
+        store.execute("CREATE TABLE snap.meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+        store.execute(
+            "INSERT INTO snap.meta VALUES " + ", ".join(["(?, ?)"] * 6),
+            ["snapshot_version", str(info.snapshot_version), "created_at", info.created_at,
+             "fingerprint", info.fingerprint, "model_id", info.model_id,
+             "chunk_count", str(info.chunk_count), "fts_fields", ",".join(FTS_FIELDS)],
+        )
+    finally:
+        store.execute("DETACH snap")
+    snap = duckdb.connect(str(tmp))
+    try:
+        load_extensions(snap, "fts")
+        # the fts index does not follow table changes; a snapshot is built once, so build it last
+        fields = ", ".join(f"'{f}'" for f in FTS_FIELDS)
+        snap.execute(
+            f"PRAGMA create_fts_index('chunks', 'chunk_id', {fields}, stemmer = 'porter', "
+            "stopwords = 'english', ignore = '(\\.|[^a-z0-9_])+', strip_accents = 1, lower = 1, overwrite = 1)"
+        )
+        snap.execute("CHECKPOINT")
+    finally:
+        snap.close()
+    with open(tmp, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, final)
+    _fsync_dir(index_dir)
+    return final
+
+
+def open_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> tuple[duckdb.DuckDBPyConnection, SnapshotInfo]:
+    """Open the published (or given) snapshot read-only with fts loaded."""
+    info = info or read_pointer(index_dir)
+    path = info.path(index_dir)
+    if not path.exists():
+        raise StoreError(f"published snapshot {path} is missing; re-run `groundwork ingest`")
+    conn = duckdb.connect(str(path), read_only=True)
+    load_extensions(conn, "fts")
+    return conn, info
+
+
+def retire_old_snapshots(index_dir: Path, keep: int, current_version: int) -> list[str]:
+    """Delete all but the ``keep`` newest snapshot files (never the current one).
+
+    Open readers of a deleted file keep working on POSIX until they reopen.
+    """
+    index_dir = Path(index_dir)
+    files = sorted(index_dir.glob("snapshot-*.duckdb"), reverse=True)
+    removed: list[str] = []
+    for path in files[keep:]:
+        if path.name == snapshot_file_name(current_version):
+            continue
+        path.unlink(missing_ok=True)
+        Path(f"{path}.wal").unlink(missing_ok=True)
+        removed.append(path.name)
+    for stale in index_dir.glob(".snapshot-*.tmp*"):
+        stale.unlink(missing_ok=True)
+    return removed

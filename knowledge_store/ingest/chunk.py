@@ -1,0 +1,169 @@
+"""Stage 3: chunk parsed versions.
+
+Works from the stored pages and blocks, not the file, so changing the chunk
+settings re-chunks every document on the next sync without re-parsing
+(``documents.chunker_signature`` records which settings made the chunks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from knowledge_store.chunking import SECTION_SEPARATOR, ChunkDraft, ChunkingConfig, chunk_document
+from knowledge_store.documents import Block, Page, ParsedDocument
+from knowledge_store.embeddings import TokenCounter
+from knowledge_store.ingest.failures import record_failure
+from knowledge_store.ingest.sync_runs import add_counts
+from knowledge_store.settings import Settings
+from knowledge_store.store import store_connection, transaction, utcnow
+
+
+@dataclass
+class ChunkResult:
+    documents: int = 0
+    chunks: int = 0
+    empty_documents: int = 0
+    seconds: float = 0.0
+    token_counts: list[int] = field(default_factory=list)
+    preview: list[dict[str, object]] = field(default_factory=list)
+
+    @property
+    def token_stats(self) -> dict[str, float]:
+        if not self.token_counts:
+            return {"min": 0, "median": 0, "max": 0}
+        return {
+            "min": min(self.token_counts),
+            "median": float(statistics.median(self.token_counts)),
+            "max": max(self.token_counts),
+        }
+
+
+def chunking_config(settings: Settings) -> ChunkingConfig:
+    return ChunkingConfig(
+        size_tokens=settings.chunk_size_tokens,
+        max_tokens=settings.chunk_max_tokens,
+        overlap_tokens=settings.chunk_overlap_tokens,
+        min_tokens=settings.chunk_min_tokens,
+        header_max_tokens=settings.header_max_tokens,
+    )
+
+
+def chunk_id_for(doc_id: str, version: int, chunk_index: int, content_hash: str) -> str:
+    """Stable id from content and position: re-running a sync reproduces it exactly."""
+    return hashlib.sha256(f"{doc_id}|{version}|{chunk_index}|{content_hash}".encode()).hexdigest()[:32]
+
+
+def load_parsed(conn, doc_id: str, version: int, title: str, doc_type: str, paginated: bool) -> ParsedDocument:
+    pages = [
+        Page(page_number=n, text=t, has_text_layer=h)
+        for n, t, h in conn.execute(
+            "SELECT page_number, text, has_text_layer FROM pages WHERE doc_id = ? AND version = ? ORDER BY page_number",
+            [doc_id, version],
+        ).fetchall()
+    ]
+    blocks = [
+        Block(kind=k, text=t, page_number=p, char_start=s, char_end=e, section_path=tuple(sp or ()), anchor=a, heading_level=h)
+        for p, k, t, s, e, sp, a, h in conn.execute(
+            "SELECT page_number, kind, text, char_start, char_end, section_path, anchor, heading_level "
+            "FROM blocks WHERE doc_id = ? AND version = ? ORDER BY block_index",
+            [doc_id, version],
+        ).fetchall()
+    ]
+    return ParsedDocument(title=title or "", doc_type=doc_type or "", pages=pages, blocks=blocks, paginated=bool(paginated))
+
+
+def _frame(doc: dict, drafts: list[ChunkDraft]) -> pd.DataFrame:
+    now = utcnow()
+    paginated = bool(doc["paginated"])
+    return pd.DataFrame(
+        {
+            "chunk_id": [chunk_id_for(doc["doc_id"], doc["version"], d.chunk_index, d.content_hash) for d in drafts],
+            "doc_id": doc["doc_id"],
+            "version": doc["version"],
+            "chunk_index": [d.chunk_index for d in drafts],
+            "text": [d.text for d in drafts],
+            "embed_text": [d.embed_text for d in drafts],
+            "title": doc["title"],
+            "source_path": doc["path"],
+            "url": [_link(doc["url"], d, paginated) for d in drafts],
+            "page_start": pd.array([d.page_start if paginated else None for d in drafts], dtype="Int64"),
+            "page_end": pd.array([d.page_end if paginated else None for d in drafts], dtype="Int64"),
+            "section_path": [list(d.section_path) for d in drafts],
+            "anchor": [d.anchor for d in drafts],
+            "char_start": [d.char_start for d in drafts],
+            "char_end": [d.char_end for d in drafts],
+            "token_count": [d.token_count for d in drafts],
+            "content_hash": [d.content_hash for d in drafts],
+            "block_kinds": [d.block_kinds for d in drafts],
+            "created_at": now,
+        }
+    )
+
+
+def _link(base_url: str, draft: ChunkDraft, paginated: bool) -> str:
+    """The link a citation opens: the page for PDFs, the heading anchor otherwise."""
+    if paginated:
+        return f"{base_url}#page={draft.page_start}"
+    if draft.anchor:
+        return f"{base_url}#{draft.anchor}"
+    return base_url
+
+
+def chunk_parsed(settings: Settings, counter: TokenCounter, sync_run_id: str) -> ChunkResult:
+    """Chunk every parsed pending version, and re-chunk active ones made with other settings."""
+    config = chunking_config(settings)
+    signature = config.signature
+    result = ChunkResult()
+    started = time.perf_counter()
+    with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+        cursor = conn.execute(
+            "SELECT doc_id, version, title, doc_type, paginated, path, url, source_id, checksum FROM documents "
+            "WHERE status IN ('pending', 'active') AND parsed_at IS NOT NULL "
+            "AND (chunker_signature IS NULL OR chunker_signature <> ?) ORDER BY path",
+            [signature],
+        )
+        columns = [d[0] for d in cursor.description]
+        todo = [dict(zip(columns, row)) for row in cursor.fetchall()]
+        for doc in todo:
+            parsed = load_parsed(conn, doc["doc_id"], doc["version"], doc["title"], doc["doc_type"], doc["paginated"])
+            drafts = chunk_document(parsed, counter, config)
+            with transaction(conn):
+                conn.execute("DELETE FROM chunks WHERE doc_id = ? AND version = ?", [doc["doc_id"], doc["version"]])
+                if drafts:
+                    frame = _frame(doc, drafts)
+                    conn.register("chunks_df", frame)
+                    conn.execute(
+                        "INSERT INTO chunks SELECT chunk_id, doc_id, version, chunk_index, text, embed_text, title, "
+                        "source_path, url, page_start, page_end, section_path::VARCHAR[], anchor, char_start, char_end, "
+                        "token_count, content_hash, block_kinds::VARCHAR[], created_at FROM chunks_df"
+                    )
+                    conn.unregister("chunks_df")
+                else:
+                    result.empty_documents += 1
+                    record_failure(
+                        conn, path=doc["path"], stage="chunk", kind="no_text",
+                        reason="the document parsed but contains no indexable text",
+                        sync_run_id=sync_run_id, source_id=doc["source_id"], doc_id=doc["doc_id"], checksum=doc["checksum"],
+                    )
+                conn.execute(
+                    "UPDATE documents SET chunker_signature = ? WHERE doc_id = ? AND version = ?",
+                    [signature, doc["doc_id"], doc["version"]],
+                )
+            result.documents += 1
+            result.chunks += len(drafts)
+            result.token_counts.extend(d.token_count for d in drafts)
+            for draft in drafts[:2]:
+                if len(result.preview) < 10:
+                    result.preview.append(
+                        {"title": (doc["title"] or "")[:40], "section": SECTION_SEPARATOR.join(draft.section_path)[:50],
+                         "pages": f"{draft.page_start}-{draft.page_end}" if doc["paginated"] else "",
+                         "tokens": draft.token_count, "text": draft.text[:80].replace("\n", " ")}
+                    )
+        add_counts(conn, sync_run_id, chunks_created=result.chunks)
+    result.seconds = time.perf_counter() - started
+    return result

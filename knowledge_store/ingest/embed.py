@@ -1,0 +1,88 @@
+"""Stage 4: embed every chunk text that has no vector yet for this model.
+
+The cache key is ``(content_hash, model_id)``: text that did not change is
+never embedded twice, across versions, documents and runs.  The store is
+closed while the model runs and vectors are written in batches, so a kill
+loses at most one batch and the next run resumes from the cache.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+
+from knowledge_store.embeddings import Embedder
+from knowledge_store.ingest.sync_runs import add_counts
+from knowledge_store.settings import Settings
+from knowledge_store.store import store_connection, transaction, utcnow
+
+
+@dataclass
+class EmbedResult:
+    computed: int = 0
+    reused: int = 0
+    seconds: float = 0.0
+    model_seconds: float = 0.0
+    model_id: str = ""
+
+    @property
+    def chunks_per_second(self) -> float:
+        return self.computed / self.model_seconds if self.model_seconds else 0.0
+
+
+def embed_missing(settings: Settings, embedder: Embedder, sync_run_id: str) -> EmbedResult:
+    result = EmbedResult(model_id=embedder.model_id)
+    started = time.perf_counter()
+    with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+        # chunks of versions that are waiting to go live, or live ones re-chunked
+        wanted = conn.execute(
+            """
+            SELECT c.content_hash, any_value(c.embed_text), bool_or(e.content_hash IS NOT NULL)
+            FROM chunks c
+            JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version
+            LEFT JOIN embeddings e ON e.content_hash = c.content_hash AND e.model_id = ?
+            WHERE d.status IN ('pending', 'active')
+            GROUP BY c.content_hash ORDER BY c.content_hash
+            """,
+            [embedder.model_id],
+        ).fetchall()
+        reused_pending = conn.execute(
+            """
+            SELECT count(*) FROM chunks c JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version
+            JOIN embeddings e ON e.content_hash = c.content_hash AND e.model_id = ?
+            WHERE d.status = 'pending'
+            """,
+            [embedder.model_id],
+        ).fetchone()[0]
+    missing = [(h, t) for h, t, have in wanted if not have]
+    result.reused = int(reused_pending)
+    batch = settings.write_batch_chunks
+    for offset in range(0, len(missing), batch):
+        part = missing[offset:offset + batch]
+        model_started = time.perf_counter()
+        vectors = embedder.embed([t for _, t in part])
+        result.model_seconds += time.perf_counter() - model_started
+        frame = pd.DataFrame(
+            {
+                "content_hash": [h for h, _ in part],
+                "model_id": embedder.model_id,
+                "embedding": list(vectors),
+                "created_at": utcnow(),
+            }
+        )
+        with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn, transaction(conn):
+            conn.register("emb_df", frame)
+            conn.execute(
+                f"INSERT OR IGNORE INTO embeddings SELECT content_hash, model_id, embedding::FLOAT[{embedder.dim}], "
+                "created_at FROM emb_df"
+            )
+            conn.unregister("emb_df")
+            add_counts(conn, sync_run_id, embeddings_computed=len(part))
+        result.computed += len(part)
+    if result.reused:
+        with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+            add_counts(conn, sync_run_id, embeddings_reused=result.reused)
+    result.seconds = time.perf_counter() - started
+    return result

