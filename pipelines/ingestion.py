@@ -6,7 +6,6 @@ and reports what it did as metadata.  The asset checks sit next to the assets
 they check.
 """
 
-from __future__ import annotations
 
 import dagster as dg
 
@@ -27,14 +26,14 @@ GROUP = "ingestion"
 def _run_id(store: KnowledgeStoreResource, context: dg.AssetExecutionContext) -> str:
     settings = store.settings()
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
-        return current_sync_run(conn, context.run_id)
+        return current_sync_run(conn, context.run.run_id)
 
 
 @dg.asset(group_name=GROUP, kinds={"duckdb"}, description="Files in the source folders, hashed and recorded as document versions.")
 def raw_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreResource) -> dg.MaterializeResult:
     settings = store.settings()
     trigger = context.run.tags.get("groundwork/trigger", "dagster")
-    result = record_sources(settings, sync_run_id=context.run_id, trigger=trigger)
+    result = record_sources(settings, sync_run_id=context.run.run_id, trigger=trigger)
     context.log.info(
         f"sources scanned: {result.files_seen} files, {result.added} new, {result.updated} changed, "
         f"{result.removed} removed, {result.unchanged} unchanged, {result.failed} refused"

@@ -5,7 +5,6 @@ Dagster UI, ``groundwork ingest`` and the tests configure one thing the same way
 tests override ``data_dir``/``sources`` explicitly.
 """
 
-from __future__ import annotations
 
 from functools import lru_cache
 

@@ -7,7 +7,6 @@ The daily schedule is a safety net (and applies the retention purge); it is
 OFF by default - switch it on in the UI or with ``dagster schedule start``.
 """
 
-from __future__ import annotations
 
 import hashlib
 import os
@@ -42,7 +41,7 @@ def source_fingerprint(folders: list) -> tuple[str, int]:
     return digest.hexdigest()[:32], count
 
 
-def build_sensor(job: dg.UnresolvedAssetJobDefinition, interval_s: int) -> dg.SensorDefinition:
+def build_sensor(job, interval_s: int) -> dg.SensorDefinition:
     @dg.sensor(
         name="source_files_changed",
         job=job,
@@ -74,7 +73,7 @@ def build_sensor(job: dg.UnresolvedAssetJobDefinition, interval_s: int) -> dg.Se
     return source_files_changed
 
 
-def build_schedule(job: dg.UnresolvedAssetJobDefinition) -> dg.ScheduleDefinition:
+def build_schedule(job) -> dg.ScheduleDefinition:
     return dg.ScheduleDefinition(
         name="daily_resync",
         job=job,

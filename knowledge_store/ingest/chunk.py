@@ -12,7 +12,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-import pandas as pd
+import pyarrow as pa
 
 from knowledge_store.chunking import SECTION_SEPARATOR, ChunkDraft, ChunkingConfig, chunk_document
 from knowledge_store.documents import Block, Page, ParsedDocument
@@ -77,30 +77,31 @@ def load_parsed(conn, doc_id: str, version: int, title: str, doc_type: str, pagi
     return ParsedDocument(title=title or "", doc_type=doc_type or "", pages=pages, blocks=blocks, paginated=bool(paginated))
 
 
-def _frame(doc: dict, drafts: list[ChunkDraft]) -> pd.DataFrame:
+def _frame(doc: dict, drafts: list[ChunkDraft]) -> pa.Table:
     now = utcnow()
     paginated = bool(doc["paginated"])
-    return pd.DataFrame(
+    n = len(drafts)
+    return pa.table(
         {
             "chunk_id": [chunk_id_for(doc["doc_id"], doc["version"], d.chunk_index, d.content_hash) for d in drafts],
-            "doc_id": doc["doc_id"],
-            "version": doc["version"],
+            "doc_id": [doc["doc_id"]] * n,
+            "version": [doc["version"]] * n,
             "chunk_index": [d.chunk_index for d in drafts],
             "text": [d.text for d in drafts],
             "embed_text": [d.embed_text for d in drafts],
-            "title": doc["title"],
-            "source_path": doc["path"],
+            "title": pa.array([doc["title"]] * n, type=pa.string()),
+            "source_path": [doc["path"]] * n,
             "url": [_link(doc["url"], d, paginated) for d in drafts],
-            "page_start": pd.array([d.page_start if paginated else None for d in drafts], dtype="Int64"),
-            "page_end": pd.array([d.page_end if paginated else None for d in drafts], dtype="Int64"),
-            "section_path": [list(d.section_path) for d in drafts],
-            "anchor": [d.anchor for d in drafts],
+            "page_start": pa.array([d.page_start if paginated else None for d in drafts], type=pa.int32()),
+            "page_end": pa.array([d.page_end if paginated else None for d in drafts], type=pa.int32()),
+            "section_path": pa.array([list(d.section_path) for d in drafts], type=pa.list_(pa.string())),
+            "anchor": pa.array([d.anchor for d in drafts], type=pa.string()),
             "char_start": [d.char_start for d in drafts],
             "char_end": [d.char_end for d in drafts],
             "token_count": [d.token_count for d in drafts],
             "content_hash": [d.content_hash for d in drafts],
-            "block_kinds": [d.block_kinds for d in drafts],
-            "created_at": now,
+            "block_kinds": pa.array([d.block_kinds for d in drafts], type=pa.list_(pa.string())),
+            "created_at": pa.array([now] * n, type=pa.timestamp("us")),
         }
     )
 

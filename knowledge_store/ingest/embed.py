@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import pandas as pd
+import pyarrow as pa
 
 from knowledge_store.embeddings import Embedder
 from knowledge_store.ingest.sync_runs import add_counts
@@ -64,12 +64,12 @@ def embed_missing(settings: Settings, embedder: Embedder, sync_run_id: str) -> E
         model_started = time.perf_counter()
         vectors = embedder.embed([t for _, t in part])
         result.model_seconds += time.perf_counter() - model_started
-        frame = pd.DataFrame(
+        frame = pa.table(
             {
                 "content_hash": [h for h, _ in part],
-                "model_id": embedder.model_id,
-                "embedding": list(vectors),
-                "created_at": utcnow(),
+                "model_id": [embedder.model_id] * len(part),
+                "embedding": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), embedder.dim),
+                "created_at": pa.array([utcnow()] * len(part), type=pa.timestamp("us")),
             }
         )
         with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn, transaction(conn):

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
+import pyarrow as pa
 
 from knowledge_store.documents import ParsedDocument
 from knowledge_store.errors import IngestionError
@@ -50,10 +50,11 @@ def write_parsed(conn, doc_id: str, version: int, parsed: ParsedDocument) -> Non
     """Replace the pages and blocks of one version (idempotent) and fill its document fields."""
     conn.execute("DELETE FROM pages WHERE doc_id = ? AND version = ?", [doc_id, version])
     conn.execute("DELETE FROM blocks WHERE doc_id = ? AND version = ?", [doc_id, version])
-    pages = pd.DataFrame(
+    n_pages = len(parsed.pages)
+    pages = pa.table(
         {
-            "doc_id": doc_id,
-            "version": version,
+            "doc_id": [doc_id] * n_pages,
+            "version": [version] * n_pages,
             "page_number": [p.page_number for p in parsed.pages],
             "text": [p.text for p in parsed.pages],
             "has_text_layer": [p.has_text_layer for p in parsed.pages],
@@ -63,19 +64,20 @@ def write_parsed(conn, doc_id: str, version: int, parsed: ParsedDocument) -> Non
     conn.execute("INSERT INTO pages SELECT doc_id, version, page_number, text, has_text_layer FROM pages_df")
     conn.unregister("pages_df")
     if parsed.blocks:
-        blocks = pd.DataFrame(
+        n_blocks = len(parsed.blocks)
+        blocks = pa.table(
             {
-                "doc_id": doc_id,
-                "version": version,
-                "block_index": range(len(parsed.blocks)),
+                "doc_id": [doc_id] * n_blocks,
+                "version": [version] * n_blocks,
+                "block_index": list(range(n_blocks)),
                 "page_number": [b.page_number for b in parsed.blocks],
                 "kind": [b.kind for b in parsed.blocks],
                 "text": [b.text for b in parsed.blocks],
                 "char_start": [b.char_start for b in parsed.blocks],
                 "char_end": [b.char_end for b in parsed.blocks],
-                "section_path": [list(b.section_path) for b in parsed.blocks],
-                "anchor": [b.anchor for b in parsed.blocks],
-                "heading_level": pd.array([b.heading_level for b in parsed.blocks], dtype="Int64"),
+                "section_path": pa.array([list(b.section_path) for b in parsed.blocks], type=pa.list_(pa.string())),
+                "anchor": pa.array([b.anchor for b in parsed.blocks], type=pa.string()),
+                "heading_level": pa.array([b.heading_level for b in parsed.blocks], type=pa.int32()),
             }
         )
         conn.register("blocks_df", blocks)
