@@ -56,8 +56,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from knowledge_store.ingest.sync_runs import get_sync_run
     from knowledge_store.status import store_status
     from knowledge_store.store import store_connection
-    from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
-    from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource
+    from pipelines.definitions import INGEST_JOB_NAME, build_definitions
+    from pipelines.resources import KnowledgeStoreResource
 
     settings = _settings(args)
     for folder in settings.sources:
@@ -69,11 +69,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     )
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     started = time.perf_counter()
-    result = dg.materialize(
-        [*INGESTION_ASSETS, *INGESTION_CHECKS],
-        resources={"store": store, "model": EmbeddingModelResource()},
+    job = build_definitions(store=store).resolve_job_def(INGEST_JOB_NAME)
+    result = job.execute_in_process(
         instance=instance,
-        tags={"groundwork/trigger": "cli"},
+        tags={"groundwork/trigger": "cli", "groundwork/job": "ingest"},
+        run_config={"loggers": {"console": {"config": {"log_level": "DEBUG" if args.verbose else "WARNING"}}}},
         raise_on_error=False,
     )
     seconds = time.perf_counter() - started
@@ -184,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--sources", nargs="+", metavar="DIR", help="folders to ingest (default: GROUNDWORK_SOURCES or the sample corpus)")
     ingest.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
     ingest.add_argument("--json", action="store_true", help="machine-readable output")
+    ingest.add_argument("--verbose", action="store_true", help="show Dagster's event log")
     ingest.set_defaults(func=cmd_ingest)
 
     status = sub.add_parser("status", help="sources, documents with versions, counts and failures")

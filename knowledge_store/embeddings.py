@@ -145,12 +145,23 @@ class Embedder:
                 from sentence_transformers import SentenceTransformer
 
                 torch.set_num_threads(self.torch_threads)
+                try:  # the weight-loading progress bar is noise in logs and CLIs
+                    from transformers.utils import logging as hf_logging
+
+                    hf_logging.disable_progress_bar()
+                except ImportError:  # pragma: no cover
+                    pass
                 model = SentenceTransformer(str(self.model_path), device="cpu", local_files_only=True)
                 produced = model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension") else model.get_sentence_embedding_dimension()
                 if produced != self.dim:
                     raise ConfigError("model_path", str(self.model_path), f"model produces {produced}-d vectors, expected {self.dim}")
                 self._model = model
         return self._model
+
+    def load(self) -> "Embedder":
+        """Load the model now (so timings of ``embed`` measure inference only)."""
+        self._load()
+        return self
 
     @property
     def max_seq_length(self) -> int:

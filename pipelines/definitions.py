@@ -9,6 +9,8 @@ from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource
 from pipelines.sensors import INGEST_JOB_NAME, build_schedule, build_sensor
 
+__all__ = ["INGEST_JOB_NAME", "build_definitions", "defs", "ingest_job"]
+
 ingest_job = dg.define_asset_job(
     name=INGEST_JOB_NAME,
     selection=dg.AssetSelection.groups("ingestion"),

@@ -57,6 +57,8 @@ def embed_missing(settings: Settings, embedder: Embedder, sync_run_id: str) -> E
             [embedder.model_id],
         ).fetchone()[0]
     missing = [(h, t) for h, t, have in wanted if not have]
+    if missing and hasattr(embedder, "load"):
+        embedder.load()  # model load time is not inference time
     result.reused = int(reused_pending)
     batch = settings.write_batch_chunks
     for offset in range(0, len(missing), batch):

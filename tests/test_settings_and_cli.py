@@ -1,0 +1,92 @@
+"""Settings from the environment and the groundwork command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from knowledge_store.errors import ConfigError
+from knowledge_store.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_sources_are_colon_separated_in_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("GROUNDWORK_SOURCES", f"{tmp_path}/a:{tmp_path}/b")
+    monkeypatch.setenv("GROUNDWORK_CHUNK_SIZE_TOKENS", "150")
+    settings = Settings()
+    assert settings.sources == [tmp_path / "a", tmp_path / "b"]
+    assert settings.chunk_size_tokens == 150
+
+
+def test_default_corpus_is_the_sample_documents_and_project_docs(tmp_path):
+    settings = Settings(data_dir=tmp_path)
+    assert settings.uses_default_corpus
+    assert settings.source_dirs[0] == (tmp_path / "sample_corpus").resolve()
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("chunk_max_tokens", 300), ("chunk_size_tokens", 254 + 1), ("chunk_overlap_tokens", 150)],
+)
+def test_impossible_chunk_settings_are_refused_naming_the_setting(field, value):
+    with pytest.raises(Exception) as info:
+        Settings(**{field: value})
+    assert field in str(info.value)
+
+
+def test_config_error_carries_setting_and_value():
+    error = ConfigError("chunk_max_tokens", 300, "too big")
+    assert error.setting == "chunk_max_tokens" and error.value == 300
+
+
+def groundwork(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "knowledge_store.cli", *args],
+        env={**os.environ, **env}, capture_output=True, text=True, cwd=ROOT, timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_cli_ingest_and_status_report_the_sync(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "guide.md").write_text("# Guide\n\n## Reset\n\nHold the button for ten seconds to reset the hub.\n")
+    (docs / "broken.pdf").write_text("not a pdf at all")
+    env = {"GROUNDWORK_DATA_DIR": str(tmp_path / "data"), "DAGSTER_HOME": ""}
+    env.pop("DAGSTER_HOME")
+    first = groundwork("ingest", "--sources", str(docs), "--json", env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    report = json.loads(first.stdout)
+    assert report["summary"] == "1 added, 0 updated, 0 removed, 0 unchanged, 1 failed"
+    assert report["documents_indexed"] == 1 and report["chunks_indexed"] >= 1
+    assert all(report["checks"].values()) and len(report["checks"]) == 4
+    assert [f["kind"] for f in report["open_failures"]] == ["wrong_extension"]
+
+    status = groundwork("status", "--json", env=env)
+    assert status.returncode == 0, status.stderr
+    data = json.loads(status.stdout)
+    assert data["counts"]["active_documents"] == 1
+    assert data["index_snapshot"]["snapshot_version"] == 1
+    assert data["documents"][0]["relative_path"] in {"broken.pdf", "guide.md"}
+    assert data["ingestion_failures"][0]["path"].endswith("broken.pdf")
+
+    text = groundwork("status", env=env)
+    assert "ingestion failures (1 open)" in text.stdout and "guide.md" in text.stdout
+
+
+def test_cli_rejects_a_source_that_is_not_a_folder(tmp_path):
+    result = groundwork("ingest", "--sources", str(tmp_path / "nope"), env={"GROUNDWORK_DATA_DIR": str(tmp_path)})
+    assert result.returncode == 2
+    assert "not a folder" in result.stderr
+
+
+def test_status_without_a_store_says_what_to_do(tmp_path):
+    result = groundwork("status", env={"GROUNDWORK_DATA_DIR": str(tmp_path / "empty")})
+    assert result.returncode == 2
+    assert "groundwork ingest" in result.stderr
