@@ -130,6 +130,12 @@ def arrow_table(M: np.ndarray, active: np.ndarray):
     )
 
 
+def duckdb_mem_mb(con) -> float:
+    return sum(
+        r[0] for r in con.execute("SELECT memory_usage_bytes FROM duckdb_memory()").fetchall()
+    ) / 1e6
+
+
 def plan_ops(con, sql: str, params) -> list[str]:
     import re
 
@@ -274,7 +280,8 @@ def w_duck_exact(p: dict) -> dict:
         f"SELECT id FROM t WHERE active "
         f"ORDER BY array_cosine_similarity(emb, ?::FLOAT[{DIM}]) DESC LIMIT {k}"
     )
-    out: dict = {"load_s": load_s, "mem_mb": r1 - r0, "modes": {}, "plans": {}}
+    out: dict = {"load_s": load_s, "mem_mb": r1 - r0, "duckdb_mem_mb": duckdb_mem_mb(con),
+                 "modes": {}, "plans": {}}
     for name, s in (("unfiltered", sql), ("filter active", sql_f)):
         out["plans"][name] = plan_ops(con, s, [Q[0].tolist()])
         t, ids = timed_queries(
@@ -318,6 +325,7 @@ def w_vss(p: dict) -> dict:
         "SELECT approx_memory_usage, count, levels FROM pragma_hnsw_index_info()"
     ).fetchone()
     out["index_approx_mb"] = info[0] / 1e6
+    out["duckdb_mem_mb"] = duckdb_mem_mb(con) + out["index_approx_mb"]
     out["duckdb_memory_mb"] = {
         r[0]: r[1] / 1e6
         for r in con.execute(
@@ -442,12 +450,13 @@ def w_llamaindex(p: dict) -> dict:
     for s in range(0, len(nodes), 10_000):
         store.add(nodes[s : s + 10_000])
     out["load_s"] = time.perf_counter() - t0
+    out["load_peak_mem_mb"] = rss_mb() - r0
     del nodes
     import gc
 
     gc.collect()
-    r2 = rss_mb()
-    out["mem_mb"] = r2 - r1
+    out["mem_mb"] = rss_mb() - r0  # incl. what Python kept after freeing the nodes
+    out["duckdb_mem_mb"] = duckdb_mem_mb(con)
     out["node_objects_mem_mb"] = r1 - r0
 
     flt = MetadataFilters(filters=[MetadataFilter(key="active", value=1)])
@@ -625,6 +634,9 @@ def main() -> None:
                                 "n_queries": args.queries, "base_path": str(base_p),
                                 "queries_path": str(q_p)}, threads=2)
         print("  ", {k_: v for k_, v in embed_info.items()}, flush=True)
+        (cache / "embed_info.json").write_text(json.dumps(embed_info))
+    elif (cache / "embed_info.json").exists():
+        embed_info = json.loads((cache / "embed_info.json").read_text())
     B = np.load(base_p)
     Q = np.load(q_p)
 
@@ -660,7 +672,7 @@ def main() -> None:
             if "ids" in m and gt is not None:
                 g = gt_f if ("active" in mode) else gt
                 row["recall"], row["short"] = recall(m["ids"], g[: len(m["ids"])], k)
-            for key in ("build_s", "load_s", "mem_mb"):
+            for key in ("build_s", "load_s", "mem_mb", "duckdb_mem_mb", "load_peak_mem_mb"):
                 if key in res:
                     row[key] = res[key]
             rows.append(row)
@@ -707,6 +719,10 @@ def main() -> None:
                 res = run_worker("llamaindex", {**common, "threads": 2,
                                                 "max_queries": args.li_max_queries}, threads=2)
                 extras["li_notes"] = res.get("notes")
+                extras.setdefault("li_mem", []).append(
+                    f"N={n} run {run}: add() {res['load_s']:.1f} s; RSS peak during load "
+                    f"+{res['load_peak_mem_mb']:.0f} MB (TextNode objects alone +{res['node_objects_mem_mb']:.0f} MB); "
+                    f"duckdb_memory() after load {res['duckdb_mem_mb']:.0f} MB")
                 add_rows(run, n, "llamaindex", 2, res, d["gt"], d["gt_f"])
 
     total = time.perf_counter() - t_start
@@ -734,13 +750,15 @@ def write_md(path, rows, extras, data, minfo, args, real_top1, embed_info, total
              f"sentence-transformers {minfo['sentence-transformers']}")
     if extras.get("blas"):
         L.append(f"- BLAS: {'; '.join(extras['blas'])}")
-    L.append(f"- load average at start: {', '.join(f'{x:.2f}' for x in minfo['loadavg_start'])} "
-             "(shared machine: other processes may have been running)\n")
+    L.append(f"- load average at start: {', '.join(f'{x:.2f}' for x in minfo['loadavg_start'])}, at end: "
+             f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} (shared 2-core machine: other processes "
+             "were running, see run-to-run differences)\n")
     L.append("## Setup\n")
     L.append(f"- Base: {args.base_docs} SciFact abstracts (title + text) embedded with all-MiniLM-L6-v2 (real model, "
              f"L2-normalised 384-d float32); queries: first {args.queries} SciFact queries embedded with the same model.")
     if embed_info:
-        L.append(f"  (embedding the base docs took {embed_info['doc_embed_s']:.0f} s with 2 torch threads.)")
+        L.append(f"  (embedding the {embed_info['docs']} base docs took {embed_info['doc_embed_s']:.0f} s with "
+                 "2 torch threads, batch 32; cached between runs.)")
     L.append("- Corpus of N vectors: `(1-w)*base_i + w*base_j + sigma*noise`, re-normalised, w ~ U(0,0.3), "
              "sigma ~ U(0.01,0.04) per vector.")
     for n, d in data.items():
@@ -755,7 +773,8 @@ def write_md(path, rows, extras, data, minfo, args, real_top1, embed_info, total
     L.append(f"- Every measurement was run {len(runs)} times (fresh processes, incl. index builds); "
              "p50/p95/p99 are from run 1, the run-2 columns check stability.\n")
     L.append("## Results (latency in ms per query)\n")
-    hdr = ["N", "method", "thr", "mode", "build/load s", "mem MB", "p50", "p95", "p99", f"recall@{k}", "short"]
+    hdr = ["N", "method", "thr", "mode", "build/load s", "RSS MB", "DuckDB MB", "p50", "p95", "p99",
+           f"recall@{k}", "short"]
     for rr in runs[1:]:
         hdr += [f"p50 r{rr}", f"p95 r{rr}"]
     L.append("| " + " | ".join(hdr) + " |")
@@ -770,6 +789,7 @@ def write_md(path, rows, extras, data, minfo, args, real_top1, embed_info, total
             bl = f"{build:.1f}"
         cells = [str(key[0]), key[1], str(key[2]), key[3], bl,
                  f"{r1['mem_mb']:.0f}" if "mem_mb" in r1 else "",
+                 f"{r1['duckdb_mem_mb']:.0f}" if "duckdb_mem_mb" in r1 else "",
                  f"{r1['p50']:.2f}", f"{r1['p95']:.2f}", f"{r1['p99']:.2f}",
                  f"{r1['recall']:.3f}" if "recall" in r1 else "",
                  f"{r1['short']:.0%}" if "short" in r1 else ""]
@@ -778,9 +798,13 @@ def write_md(path, rows, extras, data, minfo, args, real_top1, embed_info, total
             cells += [f"{o['p50']:.2f}" if o else "", f"{o['p95']:.2f}" if o else ""]
         L.append("| " + " | ".join(cells) + " |")
     L.append("")
-    L.append("mem MB = RSS delta of the worker process for holding the vectors (NumPy/torch: the matrix; "
-             "DuckDB: table + index; LlamaIndex: table after `add()`). Build/load s: NumPy = none; DuckDB = "
-             "CREATE TABLE from Arrow (+ CREATE INDEX for vss); LlamaIndex = `store.add()` of all nodes.\n")
+    L.append("RSS MB = RSS delta of the worker process for holding the vectors (NumPy/torch: the matrix; "
+             "DuckDB: CREATE TABLE from Arrow (+ CREATE INDEX); LlamaIndex: from before building the TextNode "
+             "objects to after `add()` and freeing them, i.e. what the process keeps). DuckDB MB = "
+             "`duckdb_memory()` total (+ `pragma_hnsw_index_info` approx_memory_usage for vss): what DuckDB "
+             "itself accounts for; the rest of the RSS delta is allocator retention from the load. "
+             "Build/load s: NumPy = none; DuckDB = CREATE TABLE from Arrow (+ CREATE INDEX for vss); "
+             "LlamaIndex = `store.add()` of all nodes in 10k batches.\n")
     for n in data:
         if f"vss_mem_{n}" in extras:
             L.append(f"### vss details N={n}\n")
@@ -796,7 +820,7 @@ def write_md(path, rows, extras, data, minfo, args, real_top1, embed_info, total
             L.append("")
     if extras.get("li_notes"):
         L.append("### LlamaIndex store notes\n")
-        for note in extras["li_notes"]:
+        for note in extras["li_notes"] + extras.get("li_mem", []):
             L.append(f"- {note}")
         L.append("")
     path.parent.mkdir(parents=True, exist_ok=True)
