@@ -67,7 +67,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     store = KnowledgeStoreResource(
         data_dir=str(settings.data_dir), sources=":".join(str(p) for p in settings.sources) or None
     )
-    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    home = os.environ.get("DAGSTER_HOME")
+    if home:  # record the run where `dagster dev` will show it
+        os.makedirs(home, exist_ok=True)
+        instance = dg.DagsterInstance.get()
+    else:
+        instance = dg.DagsterInstance.ephemeral()
     started = time.perf_counter()
     job = build_definitions(store=store).resolve_job_def(INGEST_JOB_NAME)
     result = job.execute_in_process(

@@ -10,6 +10,7 @@ they check.
 import dagster as dg
 
 from knowledge_store.index import open_snapshot
+from knowledge_store.ingest.failures import open_failures
 from knowledge_store.ingest.chunk import chunk_parsed, chunking_config
 from knowledge_store.ingest.embed import embed_missing
 from knowledge_store.ingest.parse import parse_pending
@@ -130,6 +131,8 @@ def search_index(context: dg.AssetExecutionContext, store: KnowledgeStoreResourc
     settings = store.settings()
     result = publish_index(settings, model.embedder().model_id, _run_id(store, context))
     summary = result.sync_run.get("summary", "")
+    with store_connection(settings.store_path, read_only=True) as conn:
+        failures = open_failures(conn)
     context.log.info(
         f"sync: {summary}; snapshot {result.snapshot_version} "
         f"({'built' if result.snapshot_built else 'unchanged'}), {result.chunk_count} chunks"
@@ -146,6 +149,8 @@ def search_index(context: dg.AssetExecutionContext, store: KnowledgeStoreResourc
             "purged_documents": result.purged_documents,
             "build_duration_s": round(result.build_seconds, 3),
             "duration_s": round(result.seconds, 3),
+            "open_ingestion_failures": len(failures),
+            "failures": markdown_table([{k: f[k] for k in ("path", "stage", "kind", "reason")} for f in failures]),
             "retired_snapshots": dg.MetadataValue.json(result.retired),
             "sync_run": dg.MetadataValue.json({k: str(v) for k, v in result.sync_run.items() if k != "details"}),
         }

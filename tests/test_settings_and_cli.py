@@ -58,8 +58,7 @@ def test_cli_ingest_and_status_report_the_sync(tmp_path):
     docs.mkdir()
     (docs / "guide.md").write_text("# Guide\n\n## Reset\n\nHold the button for ten seconds to reset the hub.\n")
     (docs / "broken.pdf").write_text("not a pdf at all")
-    env = {"GROUNDWORK_DATA_DIR": str(tmp_path / "data"), "DAGSTER_HOME": ""}
-    env.pop("DAGSTER_HOME")
+    env = {"GROUNDWORK_DATA_DIR": str(tmp_path / "data"), "DAGSTER_HOME": str(tmp_path / "dagster_home")}
     first = groundwork("ingest", "--sources", str(docs), "--json", env=env)
     assert first.returncode == 0, first.stderr[-3000:]
     report = json.loads(first.stdout)
@@ -67,6 +66,7 @@ def test_cli_ingest_and_status_report_the_sync(tmp_path):
     assert report["documents_indexed"] == 1 and report["chunks_indexed"] >= 1
     assert all(report["checks"].values()) and len(report["checks"]) == 4
     assert [f["kind"] for f in report["open_failures"]] == ["wrong_extension"]
+    assert (tmp_path / "dagster_home").is_dir()  # the run is recorded where `dagster dev` shows it
 
     status = groundwork("status", "--json", env=env)
     assert status.returncode == 0, status.stderr
