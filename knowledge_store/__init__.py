@@ -1,0 +1,29 @@
+"""Groundwork's library: ingestion into a versioned DuckDB store, hybrid retrieval with citations.
+
+Import cost is kept low: heavy pieces (torch, DuckDB snapshots) load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["retrieve_knowledge", "RetrievalEngine", "Settings"]
+
+
+def retrieve_knowledge(intent: str, message: str, metadata: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+    """See ``knowledge_store.support_tool.retrieve_knowledge``."""
+    from knowledge_store.support_tool import retrieve_knowledge as _retrieve
+
+    return _retrieve(intent, message, metadata, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RetrievalEngine":
+        from knowledge_store.retrieval.engine import RetrievalEngine
+
+        return RetrievalEngine
+    if name == "Settings":
+        from knowledge_store.settings import Settings
+
+        return Settings
+    raise AttributeError(name)

@@ -2,8 +2,11 @@
 
 Layout under ``<data_dir>/index/``::
 
-    snapshot-000007.duckdb   chunks (+ embedding FLOAT[384]) of ACTIVE versions,
-                             the fts BM25 index over them, documents, meta
+    snapshot-000007.duckdb   chunks (+ embedding FLOAT[384]) of active versions and of
+                             superseded ones still retained (column ``status``; queries
+                             see active only unless asked), the fts BM25 index over them,
+                             ``bm25_postings`` (the fts term index aggregated for fast
+                             in-memory scoring), documents, meta
     CURRENT.json             {"snapshot_version": 7, "file": "snapshot-000007.duckdb", ...}
 
 A snapshot is written under a temporary name, checkpointed, fsynced and
@@ -86,12 +89,12 @@ SNAPSHOT_CHUNKS_SQL = f"""
         array_to_string(c.section_path, ' > ') AS section, c.section_path,
         d.source_id, c.source_path, c.url, c.page_start, c.page_end, c.anchor,
         c.char_start, c.char_end, c.token_count, c.content_hash, d.doc_type,
-        d.metadata, coalesce(d.modified_at, d.valid_from) AS last_updated,
+        d.metadata, coalesce(d.modified_at, d.valid_from) AS last_updated, d.status,
         e.embedding::FLOAT[{EMBEDDING_DIM}] AS embedding
     FROM chunks c
-    JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version AND d.status = 'active'
+    JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version AND d.status IN ('active', 'superseded')
     JOIN embeddings e ON e.content_hash = c.content_hash AND e.model_id = ?
-    ORDER BY c.doc_id, c.chunk_index
+    ORDER BY d.status, c.doc_id, c.version, c.chunk_index
 """
 
 SNAPSHOT_DOCUMENTS_SQL = """
@@ -116,6 +119,7 @@ def build_snapshot(store: duckdb.DuckDBPyConnection, index_dir: Path, info: Snap
     try:
         store.execute(f"CREATE TABLE snap.chunks AS {SNAPSHOT_CHUNKS_SQL}", [info.model_id])
         store.execute(f"CREATE TABLE snap.documents AS {SNAPSHOT_DOCUMENTS_SQL}")
+        store.execute("CREATE TABLE snap.sources AS SELECT source_id, name, kind, location FROM sources")
         store.execute("CREATE TABLE snap.meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
         store.execute(
             "INSERT INTO snap.meta VALUES " + ", ".join(["(?, ?)"] * 6),
@@ -133,6 +137,11 @@ def build_snapshot(store: duckdb.DuckDBPyConnection, index_dir: Path, info: Snap
         snap.execute(
             f"PRAGMA create_fts_index('chunks', 'chunk_id', {fields}, stemmer = 'porter', "
             "stopwords = 'english', ignore = '(\\.|[^a-z0-9_])+', strip_accents = 1, lower = 1, overwrite = 1)"
+        )
+        # (termid, docid, tf) postings, aggregated once here so readers load them in one scan
+        snap.execute(
+            "CREATE TABLE bm25_postings AS SELECT termid::INTEGER AS termid, docid::INTEGER AS docid, "
+            "count(*)::INTEGER AS tf FROM fts_main_chunks.terms GROUP BY ALL ORDER BY termid, docid"
         )
         snap.execute("CHECKPOINT")
     finally:

@@ -10,7 +10,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from knowledge_store.errors import ConfigError
@@ -61,6 +61,29 @@ class Settings(BaseSettings):
     lock_timeout_s: float = Field(30.0, ge=0, description="How long to wait for the store's write lock.")
     sensor_interval_s: int = Field(60, ge=10, description="How often the Dagster sensor looks for changed files.")
 
+    # ---- retrieval (issue 3)
+    default_k: int = Field(5, ge=1, le=100, description="Passages returned when a query does not say.")
+    default_alpha: float = Field(0.5, ge=0, le=1, description="Fusion weight: 0 = pure BM25, 1 = pure vector (chosen by measurement, docs/EVALUATION.md).")
+    default_fusion: str = Field("weighted", pattern="^(weighted|rrf)$", description="weighted (min-max) or rrf.")
+    rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
+    candidate_pool: int = Field(100, ge=10, le=2000, description="Top hits taken from each of BM25 and vector before fusion.")
+    default_reranker: str = Field("none", pattern="^(none|mmr|feedback|cross-encoder)$")
+    reranker_timeout_s: float = Field(3.0, gt=0, description="A reranker slower than this falls back to the fused order.")
+    min_relevance: float = Field(0.35, ge=0, le=1, description="Best relevance under this = 'no relevant content found'.")
+    mmr_lambda: float = Field(0.7, ge=0, le=1, description="MMR trade-off: 1 = relevance only, 0 = diversity only.")
+    feedback_similarity: float = Field(0.8, ge=0, le=1, description="Past queries at least this similar (cosine) lend their feedback.")
+    feedback_weight: float = Field(0.3, ge=0, description="How far one unit of net feedback moves a passage's score.")
+    cross_encoder_path: Path | None = Field(None, description="Local sentence-transformers CrossEncoder folder for the cross-encoder reranker.")
+    snippet_chars: int = Field(150, ge=40, le=1000)
+    query_torch_threads: int = Field(1, ge=1, description="Torch threads for query embedding in the serving process.")
+    search_threads: int = Field(1, ge=1, description="BLAS threads for vector search (1 is fastest under load).")
+    llm_base_url: str | None = Field(None, description="OpenAI-compatible endpoint for generated answers; unset = extractive answers only.")
+    llm_model: str | None = Field(None)
+    llm_api_key: SecretStr | None = Field(None)
+    support_floor: float = Field(0.7, ge=0, le=1, description="retrieve_knowledge: minimum relevance_score of a source.")
+    support_budget_ms: int = Field(100, ge=1, description="retrieve_knowledge: hard time budget.")
+    query_log_retention_days: float = Field(90.0, ge=0)
+
     @field_validator("sources", mode="before")
     @classmethod
     def _split_sources(cls, value: object) -> object:
@@ -89,6 +112,10 @@ class Settings(BaseSettings):
     @property
     def index_dir(self) -> Path:
         return self.data_dir / "index"
+
+    @property
+    def logs_path(self) -> Path:
+        return self.data_dir / "logs.duckdb"
 
     @property
     def sample_corpus_dir(self) -> Path:

@@ -215,21 +215,25 @@ def embeddings_are_unit_384(store: KnowledgeStoreResource) -> dg.AssetCheckResul
 def index_matches_active_chunks(store: KnowledgeStoreResource) -> dg.AssetCheckResult:
     settings = store.settings()
     with store_connection(settings.store_path, read_only=True) as conn:
-        active = conn.execute(
-            "SELECT count(*) FROM chunks c JOIN documents d USING (doc_id, version) WHERE d.status = 'active'"
-        ).fetchone()[0]
+        active, retained = conn.execute(
+            "SELECT count(*) FILTER (WHERE d.status = 'active'), count(*) FILTER (WHERE d.status = 'superseded') "
+            "FROM chunks c JOIN documents d USING (doc_id, version)"
+        ).fetchone()
     snap, info = open_snapshot(settings.index_dir)
     try:
-        indexed = snap.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        indexed_active, indexed_all = snap.execute(
+            "SELECT count(*) FILTER (WHERE status = 'active'), count(*) FROM chunks"
+        ).fetchone()
         in_fts = snap.execute("SELECT count(*) FROM fts_main_chunks.docs").fetchone()[0]
         with_vectors = snap.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0]
     finally:
         snap.close()
-    passed = active == indexed == in_fts == with_vectors
+    passed = active == indexed_active and indexed_all == in_fts == with_vectors == active + retained
     return _check(
-        passed, abs(active - indexed), "snapshot rows = fts docs = vectors = active chunks in the store",
-        active_chunks=active, snapshot_rows=indexed, fts_documents=in_fts, vectors=with_vectors,
-        snapshot_version=info.snapshot_version,
+        passed, abs(active - indexed_active) + abs(active + retained - indexed_all),
+        "snapshot active rows = active chunks in the store; every row (active + retained superseded) in fts and with a vector",
+        active_chunks=active, superseded_chunks_retained=retained, snapshot_active_rows=indexed_active,
+        snapshot_rows=indexed_all, fts_documents=in_fts, vectors=with_vectors, snapshot_version=info.snapshot_version,
     )
 
 

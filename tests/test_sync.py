@@ -64,7 +64,7 @@ def active_chunk_count(settings: Settings) -> int:
 def snapshot_count(settings: Settings) -> int:
     conn, _ = open_snapshot(settings.index_dir)
     try:
-        return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        return conn.execute("SELECT count(*) FROM chunks WHERE status = 'active'").fetchone()[0]
     finally:
         conn.close()
 

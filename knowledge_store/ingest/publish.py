@@ -110,8 +110,10 @@ def purge_expired(conn, retention_days: float) -> tuple[int, int]:
 def active_fingerprint(conn, model_id: str) -> tuple[str, int, int]:
     row = conn.execute(
         """
-        SELECT coalesce(sha256(string_agg(c.chunk_id, ',' ORDER BY c.chunk_id)), ''), count(*), count(DISTINCT c.doc_id)
-        FROM chunks c JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version AND d.status = 'active'
+        SELECT coalesce(sha256(string_agg(c.chunk_id || d.status, ',' ORDER BY c.chunk_id)), ''),
+               count(*) FILTER (WHERE d.status = 'active'), count(DISTINCT c.doc_id) FILTER (WHERE d.status = 'active')
+        FROM chunks c JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version
+        WHERE d.status IN ('active', 'superseded')
         """
     ).fetchone()
     return f"{row[0][:32]}:{model_id}", int(row[1]), int(row[2])
@@ -130,13 +132,13 @@ def publish_index(settings: Settings, model_id: str, sync_run_id: str) -> Publis
             """
             SELECT count(*) FROM chunks c JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version
             LEFT JOIN embeddings e ON e.content_hash = c.content_hash AND e.model_id = ?
-            WHERE d.status = 'active' AND e.content_hash IS NULL
+            WHERE d.status IN ('active', 'superseded') AND e.content_hash IS NULL
             """,
             [model_id],
         ).fetchone()[0]
         if missing:
             raise StoreError(
-                f"{missing} active chunks have no embedding for model {model_id}; materialise the embeddings asset first"
+                f"{missing} active or retained chunks have no embedding for model {model_id}; materialise the embeddings asset first"
             )
         fingerprint, chunk_count, document_count = active_fingerprint(conn, model_id)
         result.chunk_count, result.document_count = chunk_count, document_count

@@ -1,0 +1,1 @@
+"""The query side: snapshot reading, hybrid search, fusion, rerankers, citations, answers."""

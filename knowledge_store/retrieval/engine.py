@@ -1,0 +1,386 @@
+"""The retrieval engine: hybrid search -> fusion -> rerank -> citations -> answer -> query log.
+
+LlamaIndex extension points do the work (``HybridRetriever`` is a
+``BaseRetriever``; rerankers are ``BaseNodePostprocessor``s;
+``as_query_engine()`` is a ``RetrieverQueryEngine`` whose source nodes carry the
+citation fields).  ``RetrievalEngine.search`` runs the same pieces step by step
+so it can time each one, keep the pre- and post-rerank orders, and log them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+from knowledge_store.embeddings import Embedder
+from knowledge_store.errors import GroundworkError
+from knowledge_store.retrieval.answer import Answer, LLMAnswerer, extractive_answer
+from knowledge_store.retrieval.citations import Citation, build_citations
+from knowledge_store.retrieval.filters import MaskCache, SearchFilters
+from knowledge_store.retrieval.fusion import fuse_scores, relevance
+from knowledge_store.retrieval.rerankers import (
+    RERANKERS,
+    CrossEncoderReranker,
+    FeedbackReranker,
+    MMRReranker,
+    RerankerUnavailable,
+    run_reranker,
+)
+from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, SnapshotManager
+from knowledge_store.retrieval.types import SearchHit
+from knowledge_store.settings import Settings
+
+MAX_QUERY_CHARS = 2000
+NO_RESULTS = "No relevant content found."
+
+
+class QueryValidationError(GroundworkError):
+    """A query parameter is out of range; names the field and the value."""
+
+    def __init__(self, field_name: str, value: object, reason: str) -> None:
+        self.field = field_name
+        self.value = value
+        super().__init__(f"{field_name}: {reason} (got {value!r})")
+
+
+@dataclass
+class SearchRequest:
+    query: str
+    k: int
+    alpha: float
+    fusion: str
+    reranker: str
+    filters: SearchFilters
+    min_relevance: float
+    answer: str = "extractive"  # extractive | llm | none
+    client: str = "python"
+
+
+@dataclass
+class SearchResponse:
+    retrieval_request_id: str
+    query: str
+    results: list[Citation]
+    answer: Answer | None
+    coverage: str
+    latency_ms: dict[str, float]
+    reranker_status: str
+    snapshot_version: int
+    params: dict[str, Any]
+    message: str | None = None
+    hits: list[SearchHit] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "retrieval_request_id": self.retrieval_request_id,
+            "query": self.query,
+            "results": [
+                {
+                    **c.model_dump(),
+                    "section": c.section,
+                    "pages": c.pages,
+                }
+                for c in self.results
+            ],
+            "answer": self.answer.model_dump() if self.answer else None,
+            "coverage": self.coverage,
+            "message": self.message,
+            "latency_ms": self.latency_ms,
+            "reranker_status": self.reranker_status,
+            "snapshot_version": self.snapshot_version,
+            "params": self.params,
+        }
+
+
+@dataclass
+class HybridCandidates:
+    """Fused candidates of one query, before reranking."""
+
+    snapshot: LoadedSnapshot
+    query_vector: np.ndarray
+    hits: list[SearchHit]
+    timings: dict[str, float]
+    unknown_terms: list[str]
+
+
+def coverage_label(best_relevance: float, floor: float) -> str:
+    """Coarse confidence for people and agents: how well the best passage matches."""
+    if best_relevance < floor:
+        return "none"
+    if best_relevance >= 0.75:
+        return "high"
+    if best_relevance >= 0.55:
+        return "medium"
+    return "low"
+
+
+def hit_to_node(hit: SearchHit, embedding: np.ndarray | None) -> NodeWithScore:
+    node = TextNode(
+        id_=hit.chunk_id,
+        text=hit.text,
+        embedding=embedding.tolist() if embedding is not None else None,
+        metadata={
+            "chunk_id": hit.chunk_id, "doc_id": hit.doc_id, "version": hit.version, "title": hit.title,
+            "section": hit.section, "pages": hit.pages, "url": hit.url, "content_hash": hit.content_hash,
+            "bm25_score": hit.bm25_score, "vector_score": hit.vector_score, "bm25_rank": hit.bm25_rank,
+            "vector_rank": hit.vector_rank, "fused_score": hit.score, "relevance": hit.relevance,
+        },
+        excluded_embed_metadata_keys=["chunk_id", "content_hash", "bm25_score", "vector_score", "bm25_rank",
+                                      "vector_rank", "fused_score", "relevance"],
+        excluded_llm_metadata_keys=["chunk_id", "content_hash", "bm25_score", "vector_score", "bm25_rank",
+                                    "vector_rank", "fused_score", "relevance", "url"],
+    )
+    return NodeWithScore(node=node, score=hit.score)
+
+
+class RetrievalEngine:
+    """Thread-safe; one per process.  Picks up new index snapshots without a restart."""
+
+    def __init__(self, settings: Settings | None = None, embedder: Embedder | None = None, query_log: Any = None) -> None:
+        self.settings = settings or Settings()
+        self.embedder = embedder or Embedder(
+            self.settings.model_path, batch_size=8, torch_threads=self.settings.query_torch_threads,
+            dim=self.settings.embedding_dim,
+        )
+        self.snapshots = SnapshotManager(self.settings.index_dir)
+        self.masks = MaskCache()
+        self._query_log = query_log
+        self._log_lock = threading.Lock()
+        self._rerankers: dict[str, Any] = {}
+        self._limit_threads()
+
+    def _limit_threads(self) -> None:
+        try:
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(limits=self.settings.search_threads, user_api="blas")
+        except Exception:  # noqa: BLE001 - thread limits are an optimisation
+            pass
+
+    # ---------------------------------------------------------------- plumbing
+    @property
+    def query_log(self):
+        if self._query_log is None:
+            with self._log_lock:
+                if self._query_log is None:
+                    from knowledge_store.query_log import QueryLog
+
+                    self._query_log = QueryLog(self.settings.logs_path)
+        return self._query_log
+
+    def warm_up(self) -> None:
+        """Load the model and the snapshot now rather than on the first query."""
+        self.embedder.load()
+        self.embedder.embed(["warm up"])
+        self.snapshots.current()
+
+    def reranker(self, name: str):
+        if name == "none":
+            return None
+        if name in self._rerankers:
+            return self._rerankers[name]
+        if name == "mmr":
+            reranker = MMRReranker(lambda_mult=self.settings.mmr_lambda)
+        elif name == "feedback":
+            reranker = FeedbackReranker(
+                feedback_source=self._feedback_rows, embed=self.embedder.embed,
+                similarity=self.settings.feedback_similarity, weight=self.settings.feedback_weight,
+            )
+        elif name == "cross-encoder":
+            if not self.settings.cross_encoder_path:
+                raise RerankerUnavailable("cross-encoder reranker needs GROUNDWORK_CROSS_ENCODER_PATH (a local CrossEncoder folder)")
+            reranker = CrossEncoderReranker(model_path=str(self.settings.cross_encoder_path))
+        else:
+            raise QueryValidationError("reranker", name, f"must be one of {', '.join(RERANKERS)}")
+        self._rerankers[name] = reranker
+        return reranker
+
+    def _feedback_rows(self) -> list[dict[str, Any]]:
+        return self.query_log.feedback_with_queries()
+
+    def request(
+        self,
+        query: str,
+        k: int | None = None,
+        alpha: float | None = None,
+        fusion: str | None = None,
+        reranker: str | None = None,
+        filters: SearchFilters | dict | None = None,
+        min_relevance: float | None = None,
+        answer: str = "extractive",
+        client: str = "python",
+    ) -> SearchRequest:
+        """Validate and complete a request with the settings' defaults."""
+        s = self.settings
+        if not isinstance(query, str) or not query.strip():
+            raise QueryValidationError("query", query, "must be a non-empty string")
+        if len(query) > MAX_QUERY_CHARS:
+            raise QueryValidationError("query", f"{len(query)} characters", f"must be at most {MAX_QUERY_CHARS} characters")
+        k = s.default_k if k is None else k
+        if not isinstance(k, int) or not 1 <= k <= 100:
+            raise QueryValidationError("k", k, "must be an integer from 1 to 100")
+        alpha = s.default_alpha if alpha is None else alpha
+        if not 0.0 <= float(alpha) <= 1.0:
+            raise QueryValidationError("alpha", alpha, "must be between 0 (pure BM25) and 1 (pure vector)")
+        fusion = fusion or s.default_fusion
+        if fusion not in ("weighted", "rrf"):
+            raise QueryValidationError("fusion", fusion, "must be 'weighted' or 'rrf'")
+        reranker = reranker or s.default_reranker
+        if reranker not in RERANKERS:
+            raise QueryValidationError("reranker", reranker, f"must be one of {', '.join(RERANKERS)}")
+        if answer not in ("extractive", "llm", "none"):
+            raise QueryValidationError("answer", answer, "must be 'extractive', 'llm' or 'none'")
+        if isinstance(filters, dict):
+            try:
+                filters = SearchFilters(**filters)
+            except Exception as error:  # pydantic ValidationError -> a field-named message
+                raise QueryValidationError("filters", filters, str(error).splitlines()[0]) from error
+        floor = s.min_relevance if min_relevance is None else min_relevance
+        return SearchRequest(query=query.strip(), k=k, alpha=float(alpha), fusion=fusion, reranker=reranker,
+                             filters=filters or SearchFilters(), min_relevance=float(floor), answer=answer, client=client)
+
+    # ---------------------------------------------------------------- the work
+    def candidates(self, request: SearchRequest, pool_size: int) -> HybridCandidates:
+        """Hybrid retrieval: BM25 and vector over the filtered snapshot, fused, best ``pool_size`` kept."""
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        query_vector = self.embedder.embed([request.query])[0]
+        t1 = time.perf_counter()
+        snapshot = self.snapshots.current()
+        terms = snapshot.query_terms(request.query)
+        bm25, coverage_mass = snapshot.bm25_scores(terms)
+        t2 = time.perf_counter()
+        vector = snapshot.vector_scores(query_vector)
+        t3 = time.perf_counter()
+        mask = self.masks.mask(snapshot, request.filters)
+        fused = fuse_scores(bm25, vector, mask, request.alpha, self.settings.candidate_pool, request.fusion, self.settings.rrf_k)
+        rows = fused.rows[:pool_size]
+        total = terms.total_weight
+        rel = relevance(fused.vector[:pool_size], coverage_mass[rows] / total if total > 0 else np.zeros(len(rows)))
+        hits = snapshot.hits_for_rows(rows.tolist())
+        for i, hit in enumerate(hits):
+            hit.score = float(fused.fused[i])
+            hit.bm25_score = float(fused.bm25[i])
+            hit.vector_score = float(fused.vector[i])
+            hit.bm25_rank = int(fused.bm25_rank[i]) or None
+            hit.vector_rank = int(fused.vector_rank[i]) or None
+            hit.fused_rank = i + 1
+            hit.relevance = float(rel[i])
+        t4 = time.perf_counter()
+        timings.update(embed=(t1 - t0) * 1000, bm25=(t2 - t1) * 1000, vector=(t3 - t2) * 1000, fuse=(t4 - t3) * 1000)
+        return HybridCandidates(snapshot, query_vector, hits, timings, terms.unknown)
+
+    def search(self, query: str, log: bool = True, **params: Any) -> SearchResponse:
+        """Answer one query with cited passages; every call is logged (unless ``log=False``)."""
+        started = time.perf_counter()
+        request = params.pop("request", None) or self.request(query, **params)
+        reranker = self.reranker(request.reranker)
+        pool_size = max(request.k * 4, 20) if reranker is not None else request.k
+        found = self.candidates(request, pool_size)
+        timings = found.timings
+        best = max((h.relevance for h in found.hits), default=0.0)
+        coverage = coverage_label(best, request.min_relevance)
+        status = "none"
+        message = None
+        final: list[SearchHit] = []
+        t_rerank = time.perf_counter()
+        if coverage == "none":
+            message = NO_RESULTS
+        else:
+            by_id = {h.chunk_id: h for h in found.hits}
+            embeddings = found.snapshot.embeddings
+            nodes = [hit_to_node(h, embeddings[h.row] if reranker is not None else None) for h in found.hits]
+            bundle = QueryBundle(query_str=request.query, embedding=found.query_vector.tolist())
+            reranked, status = run_reranker(reranker, nodes, bundle, self.settings.reranker_timeout_s)
+            for node in reranked[: request.k]:
+                hit = by_id[node.node.node_id]
+                if status == "ok":
+                    hit.rerank_score = float(node.score) if node.score is not None else None
+                final.append(hit)
+        t_format = time.perf_counter()
+        citations = build_citations(final, request.query, self.settings.snippet_chars)
+        answer = self._answer(request, final) if final else (Answer(text=NO_RESULTS, citations=[], method="extractive") if request.answer != "none" else None)
+        done = time.perf_counter()
+        timings.update(rerank=(t_format - t_rerank) * 1000, format=(done - t_format) * 1000, total=(done - started) * 1000)
+        timings = {k: round(v, 3) for k, v in timings.items()}
+        params_out = {
+            "k": request.k, "alpha": request.alpha, "fusion": request.fusion, "reranker": request.reranker,
+            "filters": request.filters.model_dump(exclude_defaults=True), "min_relevance": request.min_relevance,
+            "answer": request.answer,
+        }
+        response = SearchResponse(
+            retrieval_request_id="", query=request.query, results=citations, answer=answer, coverage=coverage,
+            latency_ms=timings, reranker_status=status, snapshot_version=found.snapshot.info.snapshot_version,
+            params=params_out, message=message, hits=final,
+        )
+        response.retrieval_request_id = self._log(request, found.hits, final, response) if log else ""
+        return response
+
+    def _answer(self, request: SearchRequest, hits: list[SearchHit]) -> Answer | None:
+        if request.answer == "none":
+            return None
+        if request.answer == "llm":
+            s = self.settings
+            if not (s.llm_base_url and s.llm_model):
+                raise QueryValidationError("answer", "llm", "no LLM configured (set GROUNDWORK_LLM_BASE_URL and GROUNDWORK_LLM_MODEL)")
+            answerer = LLMAnswerer(s.llm_base_url, s.llm_model, s.llm_api_key.get_secret_value() if s.llm_api_key else None)
+            return answerer.answer(request.query, hits)
+        return extractive_answer(request.query, hits)
+
+    def _log(self, request: SearchRequest, pre: list[SearchHit], post: list[SearchHit], response: SearchResponse) -> str:
+        """Append to the query log; never lets a logging problem fail the query."""
+        try:
+            from knowledge_store.query_log import QueryLogRecord
+
+            record = QueryLogRecord(
+                query=request.query,
+                client=request.client,
+                params=response.params,
+                results_pre=[
+                    {"chunk_id": h.chunk_id, "doc_id": h.doc_id, "content_hash": h.content_hash, "rank": h.fused_rank,
+                     "score": h.score, "bm25_score": h.bm25_score, "vector_score": h.vector_score,
+                     "relevance": h.relevance}
+                    for h in pre
+                ],
+                results_post=[
+                    {"chunk_id": h.chunk_id, "content_hash": h.content_hash, "rank": i + 1, "score": h.score,
+                     "rerank_score": h.rerank_score}
+                    for i, h in enumerate(post)
+                ],
+                latency_ms=response.latency_ms,
+                reranker_status=response.reranker_status,
+                coverage=response.coverage,
+                snapshot_version=response.snapshot_version,
+            )
+            return self.query_log.append(record)
+        except Exception:  # noqa: BLE001 - logging must never break retrieval
+            import uuid
+
+            return uuid.uuid4().hex
+
+    # -------------------------------------------------------------- LlamaIndex
+    def as_retriever(self, **params: Any):
+        from knowledge_store.retrieval.llama import HybridRetriever
+
+        return HybridRetriever(self, **params)
+
+    def as_query_engine(self, reranker: str | None = None, **params: Any):
+        """A LlamaIndex ``RetrieverQueryEngine``: hybrid retriever + reranker + extractive synthesizer."""
+        from llama_index.core.query_engine import RetrieverQueryEngine
+
+        from knowledge_store.retrieval.llama import ExtractiveSynthesizer
+
+        name = reranker or self.settings.default_reranker
+        postprocessors = [p for p in [self.reranker(name)] if p is not None]
+        k = params.get("k") or self.settings.default_k
+        retriever = self.as_retriever(**{**params, "k": max(k * 4, 20) if postprocessors else k})
+        return RetrieverQueryEngine(
+            retriever=retriever,
+            response_synthesizer=ExtractiveSynthesizer(top_k=k),
+            node_postprocessors=postprocessors,
+        )

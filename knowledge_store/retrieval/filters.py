@@ -1,0 +1,114 @@
+"""Query filters, applied as a boolean mask over the snapshot's rows.
+
+Filters are evaluated once per *document* (there are few) and broadcast to its
+chunks, so a filter costs microseconds and - unlike a post-filter on an
+approximate index - never returns fewer than k results when k exist.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections import OrderedDict
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
+
+
+class SearchFilters(BaseModel):
+    """Restrict a query. Every given field must match (AND); list values are OR within the field.
+
+    - ``sources``: source names or ids (``groundwork status`` lists them).
+    - ``doc_ids``: document ids.
+    - ``paths``: file paths: absolute, relative to their source, or a glob
+      (``manuals/*.pdf``) - "answer only from this document/chapter".
+    - ``metadata``: document metadata (Markdown front matter, PDF/DOCX properties),
+      e.g. ``{"product": "aurora-hub"}``; a list-valued field (``tags``) matches
+      when it contains the value; comparison is case-insensitive.
+    - ``include_superseded``: also search versions replaced by a newer one
+      (kept until the retention purge); default latest only.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    sources: list[str] = Field(default_factory=list)
+    doc_ids: list[str] = Field(default_factory=list)
+    paths: list[str] = Field(default_factory=list)
+    metadata: dict[str, str | list[str]] = Field(default_factory=dict)
+    include_superseded: bool = False
+
+    @field_validator("sources", "doc_ids", "paths", mode="before")
+    @classmethod
+    def _listify(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.sources or self.doc_ids or self.paths or self.metadata or self.include_superseded)
+
+    def key(self) -> str:
+        return self.model_dump_json()
+
+
+def _matches_metadata(doc_meta: dict, wanted: dict[str, str | list[str]]) -> bool:
+    lowered = {str(k).lower(): v for k, v in doc_meta.items()}
+    for key, expected in wanted.items():
+        actual = lowered.get(key.lower())
+        if actual is None:
+            return False
+        options = [expected] if isinstance(expected, str) else list(expected)
+        options = [str(o).lower() for o in options]
+        values = actual if isinstance(actual, list) else [actual]
+        if not any(str(v).lower() in options for v in values):
+            return False
+    return True
+
+
+def _matches_path(doc: dict, patterns: list[str]) -> bool:
+    path, relative = doc["path"], doc["relative_path"]
+    for pattern in patterns:
+        if pattern in (path, relative) or path.endswith("/" + pattern.lstrip("/")):
+            return True
+        if fnmatch.fnmatch(relative, pattern) or fnmatch.fnmatch(path, pattern):
+            return True
+    return False
+
+
+def document_matches(doc: dict, filters: SearchFilters) -> bool:
+    if filters.sources and doc["source_name"] not in filters.sources and doc["source_id"] not in filters.sources:
+        return False
+    if filters.doc_ids and doc["doc_id"] not in filters.doc_ids:
+        return False
+    if filters.paths and not _matches_path(doc, filters.paths):
+        return False
+    if filters.metadata and not _matches_metadata(doc["metadata"], filters.metadata):
+        return False
+    return True
+
+
+class MaskCache:
+    """Masks per (snapshot version, filter) - the same filter on the same snapshot is free."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._cache: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
+
+    def mask(self, snapshot: LoadedSnapshot, filters: SearchFilters | None) -> np.ndarray:
+        filters = filters or SearchFilters()
+        key = (snapshot.info.snapshot_version, filters.key())
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        base = np.ones(snapshot.size, dtype=bool) if filters.include_superseded else snapshot.active.copy()
+        if not (filters.sources or filters.doc_ids or filters.paths or filters.metadata):
+            mask = base
+        else:
+            allowed = np.array([document_matches(doc, filters) for doc in snapshot.documents], dtype=bool)
+            mask = base & (allowed[snapshot.doc_index] if len(allowed) else np.zeros(snapshot.size, dtype=bool))
+        mask.setflags(write=False)
+        self._cache[key] = mask
+        if len(self._cache) > self.size:
+            self._cache.popitem(last=False)
+        return mask

@@ -1,0 +1,109 @@
+"""Score fusion for hybrid retrieval, as plain functions over NumPy arrays.
+
+Two methods:
+- ``weighted``: min-max normalise each method's scores over the candidate pool,
+  then ``alpha * vector + (1 - alpha) * bm25`` (alpha 0 = pure BM25, 1 = pure vector).
+  Every candidate has *both* raw scores (both are computed for all rows), so a
+  chunk found by only one method is not arbitrarily zeroed in the other.
+- ``rrf``: reciprocal-rank fusion, ``sum 1 / (rrf_k + rank)`` over the two ranked
+  lists (a method that did not rank a chunk in its top pool contributes nothing).
+  ``alpha`` weights the two lists here too (0.5 = classic unweighted RRF * 0.5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Fused:
+    rows: np.ndarray  # candidate rows, best first
+    fused: np.ndarray  # fused score per candidate (same order)
+    bm25: np.ndarray  # raw BM25 per candidate
+    vector: np.ndarray  # raw cosine per candidate
+    bm25_rank: np.ndarray  # 1-based rank in the BM25 list, 0 = not in its pool
+    vector_rank: np.ndarray  # 1-based rank in the vector list, 0 = not in its pool
+
+
+def top_rows(scores: np.ndarray, mask: np.ndarray | None, n: int, positive_only: bool = False) -> np.ndarray:
+    """Indices of the ``n`` best scores among rows allowed by ``mask``, best first."""
+    if mask is not None:
+        candidates = np.flatnonzero(mask & (scores > 0)) if positive_only else np.flatnonzero(mask)
+    else:
+        candidates = np.flatnonzero(scores > 0) if positive_only else np.arange(len(scores))
+    if len(candidates) == 0:
+        return candidates
+    values = scores[candidates]
+    if len(candidates) > n:
+        part = np.argpartition(-values, n - 1)[:n]
+        candidates, values = candidates[part], values[part]
+    order = np.lexsort((candidates, -values))  # score desc, then row asc for stable ties
+    return candidates[order]
+
+
+def minmax(values: np.ndarray) -> np.ndarray:
+    """Scale to [0, 1]; a constant vector maps to 1 where positive (all equally good), else 0."""
+    if len(values) == 0:
+        return values.astype(np.float64)
+    lo, hi = float(values.min()), float(values.max())
+    if hi - lo < 1e-12:
+        return np.where(values > 0, 1.0, 0.0)
+    return (values - lo) / (hi - lo)
+
+
+def fuse_scores(
+    bm25_scores: np.ndarray,
+    vector_scores: np.ndarray,
+    mask: np.ndarray | None,
+    alpha: float,
+    pool: int,
+    method: str = "weighted",
+    rrf_k: int = 60,
+) -> Fused:
+    """Fuse full-corpus BM25 and vector score arrays into one ranked candidate list."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha={alpha!r}: must be between 0 and 1")
+    if method not in ("weighted", "rrf"):
+        raise ValueError(f"fusion={method!r}: must be 'weighted' or 'rrf'")
+    bm25_top = top_rows(bm25_scores, mask, pool, positive_only=True) if alpha < 1.0 else np.zeros(0, dtype=np.int64)
+    vector_top = top_rows(vector_scores, mask, pool) if alpha > 0.0 else np.zeros(0, dtype=np.int64)
+    rows = np.unique(np.concatenate([bm25_top, vector_top])).astype(np.int64)
+    n_rows = len(bm25_scores)
+    bm25_rank_all = np.zeros(n_rows, dtype=np.int64)
+    vector_rank_all = np.zeros(n_rows, dtype=np.int64)
+    bm25_rank_all[bm25_top] = np.arange(1, len(bm25_top) + 1)
+    vector_rank_all[vector_top] = np.arange(1, len(vector_top) + 1)
+    b = bm25_scores[rows].astype(np.float64)
+    v = vector_scores[rows].astype(np.float64)
+    if method == "weighted":
+        fused = alpha * minmax(v) + (1.0 - alpha) * minmax(b)
+    else:
+        br, vr = bm25_rank_all[rows], vector_rank_all[rows]
+        fused = (1.0 - alpha) * np.where(br > 0, 1.0 / (rrf_k + br), 0.0) + alpha * np.where(vr > 0, 1.0 / (rrf_k + vr), 0.0)
+    order = np.lexsort((rows, -fused))
+    rows = rows[order]
+    return Fused(
+        rows=rows,
+        fused=fused[order],
+        bm25=b[order],
+        vector=v[order],
+        bm25_rank=bm25_rank_all[rows],
+        vector_rank=vector_rank_all[rows],
+    )
+
+
+def relevance(cosine: np.ndarray, coverage: np.ndarray, cos_floor: float = 0.2, cos_ceiling: float = 0.7) -> np.ndarray:
+    """Absolute 0-1 relevance of a passage to a query, comparable across queries.
+
+    Fused scores are relative to one query's candidates, so they cannot say
+    "nothing here is relevant".  This can: the mean of
+    - semantic match: cosine rescaled so ``cos_floor`` (unrelated text for
+      MiniLM) maps to 0 and ``cos_ceiling`` (a paraphrase) to 1, and
+    - lexical coverage: the idf-weighted share of the query's informative
+      terms that the passage contains (terms the corpus has never seen count
+      as missing, so questions about absent topics score low).
+    """
+    semantic = np.clip((cosine - cos_floor) / (cos_ceiling - cos_floor), 0.0, 1.0)
+    return 0.5 * semantic + 0.5 * np.clip(coverage, 0.0, 1.0)

@@ -1,0 +1,305 @@
+"""An index snapshot loaded for serving: BM25 postings and the vector matrix in memory.
+
+Why not ``fts_main_chunks.match_bm25`` per query: the fts macro is evaluated once
+per row (it is correlated on the document name), and at 100k chunks a single
+15-word query exhausted 24 GB of RAM on this machine.  The fts extension still
+does the work that defines BM25 here - tokenising, stemming, stopwords, the
+term dictionary, document frequencies and lengths - and the snapshot stores its
+term index aggregated (``bm25_postings``).  The reader scores with exactly the
+fts formula (k1 = 1.2, b = 0.75, idf = log10((N - df + 0.5) / (df + 0.5) + 1)) in
+NumPy; ``tests/test_retrieval.py`` checks the scores equal ``match_bm25``'s.
+
+Vectors: exact cosine by one matrix-vector product over L2-normalised float32
+rows (see docs/ARCHITECTURE.md for the measurements behind this choice).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from knowledge_store.index import SnapshotInfo, open_snapshot, read_pointer
+from knowledge_store.retrieval.types import SearchHit
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+@dataclass
+class QueryTerms:
+    """The fts view of a query: stemmed terms found in the dictionary, and the rest."""
+
+    termids: np.ndarray
+    idf: np.ndarray
+    known: list[str]
+    unknown: list[str]
+
+    @property
+    def total_weight(self) -> float:
+        """idf mass of the whole query; unknown terms weigh as much as the rarest term."""
+        return float(self.idf.sum()) + len(self.unknown) * (float(self.idf.max()) if len(self.idf) else 1.0)
+
+
+@dataclass
+class LoadedSnapshot:
+    info: SnapshotInfo
+    path: Path
+    conn: object  # duckdb connection, read-only; only used through cursors
+    chunk_ids: list[str]
+    row_of: dict[str, int]
+    doc_ids: np.ndarray  # object array, per row
+    doc_index: np.ndarray  # int32 per row: index into ``documents``
+    active: np.ndarray  # bool per row
+    content_hashes: list[str]
+    embeddings: np.ndarray  # (n, dim) float32, L2-normalised
+    doc_len: np.ndarray  # float32 per row (fts token count)
+    avgdl: float
+    num_docs: int
+    term_ptr: np.ndarray  # int64 (n_terms + 1): postings of termid t are [ptr[t], ptr[t+1])
+    post_rows: np.ndarray  # int32 row per posting
+    post_tf: np.ndarray  # float32 term frequency per posting
+    df: np.ndarray  # int64 per termid
+    term_ids: dict[str, int]
+    records: object  # pyarrow Table of every chunk's citation fields and text, row-aligned
+    documents: list[dict]  # per doc index: doc_id, version, source_id, source_name, path, relative_path, title, metadata
+    stopwords: frozenset[str] = frozenset()
+    load_seconds: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def size(self) -> int:
+        return len(self.chunk_ids)
+
+    # ------------------------------------------------------------------ BM25
+    def query_terms(self, query: str) -> QueryTerms:
+        """Tokenise and stem exactly as the fts index did (its own ``tokenize`` macro and stemmer)."""
+        cursor = self.conn.cursor()
+        try:
+            stems = [
+                row[0]
+                for row in cursor.execute(
+                    "SELECT DISTINCT stem(unnest(fts_main_chunks.tokenize(?)), 'porter') AS t", [query]
+                ).fetchall()
+                if row[0]
+            ]
+        finally:
+            cursor.close()
+        known = [s for s in stems if s in self.term_ids]
+        unknown = [s for s in stems if s not in self.term_ids and s not in self.stopwords]
+        termids = np.array([self.term_ids[s] for s in known], dtype=np.int64)
+        df = self.df[termids].astype(np.float64) if len(termids) else np.zeros(0)
+        idf = np.log10((self.num_docs - df + 0.5) / (df + 0.5) + 1.0)  # DuckDB log() is base 10
+        return QueryTerms(termids=termids, idf=idf, known=known, unknown=unknown)
+
+    def bm25_scores(self, terms: QueryTerms) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, idf coverage) for every row; coverage = idf mass of query terms present."""
+        scores = np.zeros(self.size, dtype=np.float32)
+        coverage = np.zeros(self.size, dtype=np.float32)
+        for termid, idf in zip(terms.termids, terms.idf):
+            start, end = self.term_ptr[termid], self.term_ptr[termid + 1]
+            if start == end:
+                continue
+            rows = self.post_rows[start:end]
+            tf = self.post_tf[start:end]
+            norm = BM25_K1 * (1.0 - BM25_B + BM25_B * self.doc_len[rows] / self.avgdl)
+            scores[rows] += (idf * tf * (BM25_K1 + 1.0) / (tf + norm)).astype(np.float32)
+            coverage[rows] += idf
+        return scores, coverage
+
+    # ---------------------------------------------------------------- vectors
+    def vector_scores(self, query_vector: np.ndarray) -> np.ndarray:
+        return self.embeddings @ query_vector.astype(np.float32)
+
+    # ------------------------------------------------------------------ rows
+    def hits_for_rows(self, rows: list[int]) -> list[SearchHit]:
+        """Full chunk records for the given rows, in the given order (from memory, no I/O)."""
+        if not len(rows):
+            return []
+        records = self.records.take(np.asarray(rows, dtype=np.int64)).to_pylist()
+        hits: list[SearchHit] = []
+        for row, r in zip(rows, records):
+            metadata = r["metadata"]
+            metadata = json.loads(metadata) if isinstance(metadata, str) and metadata else (metadata or {})
+            updated = r["last_updated"]
+            hits.append(
+                SearchHit(
+                    chunk_id=r["chunk_id"], doc_id=r["doc_id"], version=r["version"], title=r["title"] or "",
+                    section=r["section"] or "", section_path=tuple(r["section_path"] or ()), page_start=r["page_start"],
+                    page_end=r["page_end"], url=r["url"], source_path=r["source_path"], source_id=r["source_id"],
+                    text=r["text"], doc_type=r["doc_type"] or "", metadata=metadata,
+                    last_updated=(updated.isoformat() + "Z") if updated is not None else None, status=r["status"],
+                    content_hash=r["content_hash"], row=int(row),
+                )
+            )
+        return hits
+
+    def neighbours(self, chunk_id: str, before: int = 1, after: int = 1) -> list[dict]:
+        """The chunk and its neighbours in the same document version, in order."""
+        cursor = self.conn.cursor()
+        try:
+            cur = cursor.execute(
+                """
+                WITH me AS (SELECT doc_id, version, chunk_index FROM chunks WHERE chunk_id = ?)
+                SELECT c.chunk_id, c.chunk_index, c.text, c.section, c.page_start, c.page_end, c.url
+                FROM chunks c, me
+                WHERE c.doc_id = me.doc_id AND c.version = me.version
+                  AND c.chunk_index BETWEEN me.chunk_index - ? AND me.chunk_index + ?
+                ORDER BY c.chunk_index
+                """,
+                [chunk_id, before, after],
+            )
+            columns = [d[0] for d in cur.description]
+            return [dict(zip(columns, row)) for row in cur.fetchall()]
+        finally:
+            cursor.close()
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:  # noqa: BLE001 - closing a read-only handle cannot lose data
+            pass
+
+
+def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSnapshot:
+    """Read a published snapshot into memory (vectors, postings, row metadata)."""
+    import time
+
+    started = time.perf_counter()
+    conn, info = open_snapshot(index_dir, info)
+    table = conn.execute(
+        "SELECT chunk_id, doc_id, version, status = 'active' AS active, content_hash, embedding "
+        "FROM chunks ORDER BY rowid"
+    ).arrow()
+    records = conn.execute(
+        "SELECT chunk_id, doc_id, version, title, section, section_path, page_start, page_end, url, source_path, "
+        "source_id, text, doc_type, metadata::VARCHAR AS metadata, last_updated, status, content_hash "
+        "FROM chunks ORDER BY rowid"
+    ).arrow()
+    chunk_ids = table.column("chunk_id").to_pylist()
+    doc_ids = np.array(table.column("doc_id").to_pylist(), dtype=object)
+    versions = np.array(table.column("version").to_pylist(), dtype=np.int64)
+    active = np.array(table.column("active").to_pylist(), dtype=bool)
+    content_hashes = table.column("content_hash").to_pylist()
+    emb_col = table.column("embedding").combine_chunks()
+    dim = emb_col.type.list_size if hasattr(emb_col.type, "list_size") else 384
+    embeddings = np.ascontiguousarray(
+        emb_col.values.to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, dim)
+    ) if len(chunk_ids) else np.zeros((0, 384), dtype=np.float32)
+    row_of = {cid: i for i, cid in enumerate(chunk_ids)}
+
+    # documents (active and superseded versions present in the snapshot) with their source names
+    doc_rows = conn.execute(
+        """
+        SELECT DISTINCT c.doc_id, c.version, c.source_id, coalesce(s.name, c.source_id) AS source_name,
+               c.source_path, c.title, c.metadata, c.status
+        FROM chunks c LEFT JOIN sources s USING (source_id)
+        """
+    ).fetchall()
+    documents: list[dict] = []
+    key_index: dict[tuple[str, int], int] = {}
+    relative = dict(conn.execute("SELECT path, relative_path FROM documents").fetchall())
+    for doc_id, version, source_id, source_name, path, title, metadata, status in doc_rows:
+        key_index[(doc_id, version)] = len(documents)
+        documents.append({
+            "doc_id": doc_id, "version": version, "source_id": source_id, "source_name": source_name,
+            "path": path, "relative_path": relative.get(path, Path(path).name), "title": title or "",
+            "metadata": json.loads(metadata) if isinstance(metadata, str) and metadata else (metadata or {}),
+            "status": status,
+        })
+    doc_index = np.array([key_index[(d, int(v))] for d, v in zip(doc_ids, versions)], dtype=np.int32)
+
+    # BM25: docid -> row, lengths, postings
+    docid_rows = conn.execute(
+        "SELECT d.docid, d.len FROM fts_main_chunks.docs d ORDER BY d.docid"
+    ).fetchall()
+    names = dict(conn.execute("SELECT docid, name FROM fts_main_chunks.docs").fetchall())
+    max_docid = max((d for d, _ in docid_rows), default=-1)
+    docid_to_row = np.full(max_docid + 2, -1, dtype=np.int64)
+    doc_len = np.zeros(len(chunk_ids), dtype=np.float32)
+    for docid, length in docid_rows:
+        row = row_of[names[docid]]
+        docid_to_row[docid] = row
+        doc_len[row] = length
+    num_docs, avgdl = conn.execute("SELECT num_docs, avgdl FROM fts_main_chunks.stats").fetchone()
+    dict_rows = conn.execute("SELECT termid, term, df FROM fts_main_chunks.dict ORDER BY termid").fetchall()
+    n_terms = (dict_rows[-1][0] + 1) if dict_rows else 0
+    df = np.zeros(n_terms, dtype=np.int64)
+    term_ids: dict[str, int] = {}
+    for termid, term, freq in dict_rows:
+        df[termid] = freq
+        term_ids[term] = termid
+    stopwords = frozenset(r[0] for r in conn.execute(
+        "SELECT DISTINCT stem(sw, 'porter') FROM fts_main_chunks.stopwords UNION SELECT sw FROM fts_main_chunks.stopwords"
+    ).fetchall())
+    postings = conn.execute("SELECT termid, docid, tf FROM bm25_postings ORDER BY termid, docid").arrow()
+    post_terms = postings.column("termid").to_numpy()
+    post_rows = docid_to_row[postings.column("docid").to_numpy()].astype(np.int32)
+    post_tf = postings.column("tf").to_numpy().astype(np.float32)
+    term_ptr = np.zeros(n_terms + 1, dtype=np.int64)
+    if len(post_terms):
+        counts = np.bincount(post_terms, minlength=n_terms)
+        term_ptr[1:] = np.cumsum(counts)
+    return LoadedSnapshot(
+        info=info, path=info.path(index_dir), conn=conn, chunk_ids=chunk_ids, row_of=row_of, doc_ids=doc_ids,
+        doc_index=doc_index, active=active, content_hashes=content_hashes, embeddings=embeddings, records=records,
+        doc_len=doc_len, avgdl=float(avgdl or 1.0), num_docs=int(num_docs or 0), term_ptr=term_ptr,
+        post_rows=post_rows, post_tf=post_tf, df=df, term_ids=term_ids, documents=documents,
+        stopwords=stopwords, load_seconds=time.perf_counter() - started,
+    )
+
+
+class SnapshotManager:
+    """Serves the published snapshot and switches to a newer one without a restart.
+
+    ``current()`` stats ``CURRENT.json`` (cheap) at most every ``check_interval_s``;
+    when a new version is published it loads it fully and then swaps the
+    reference, so in-flight queries finish on the old one and nobody waits on a
+    half-loaded index.
+    """
+
+    def __init__(self, index_dir: Path, check_interval_s: float = 1.0) -> None:
+        self.index_dir = Path(index_dir)
+        self.check_interval_s = check_interval_s
+        self._snapshot: LoadedSnapshot | None = None
+        self._lock = threading.Lock()
+        self._last_check = 0.0
+        self._pointer_mtime: float | None = None
+        self.reloads = 0
+
+    def current(self) -> LoadedSnapshot:
+        import time
+
+        now = time.monotonic()
+        snapshot = self._snapshot
+        if snapshot is not None and now - self._last_check < self.check_interval_s:
+            return snapshot
+        with self._lock:
+            self._last_check = now
+            pointer = self.index_dir / "CURRENT.json"
+            try:
+                mtime = pointer.stat().st_mtime
+            except FileNotFoundError:
+                mtime = None
+            if self._snapshot is not None and mtime == self._pointer_mtime:
+                return self._snapshot
+            info = read_pointer(self.index_dir)  # raises IndexNotBuiltError when nothing is published
+            if self._snapshot is not None and self._snapshot.info.snapshot_version == info.snapshot_version:
+                self._pointer_mtime = mtime
+                return self._snapshot
+            fresh = load_snapshot(self.index_dir, info)
+            old, self._snapshot = self._snapshot, fresh
+            self._pointer_mtime = mtime
+            if old is not None:
+                self.reloads += 1
+                # old readers may still hold it; DuckDB handles close-after-use safely on a read-only file
+                threading.Timer(30.0, old.close).start()
+            return fresh
+
+
+def idf_for(num_docs: int, df: int) -> float:
+    return math.log10((num_docs - df + 0.5) / (df + 0.5) + 1.0)

@@ -1,0 +1,52 @@
+"""Values passed between the retrieval stages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class SearchHit:
+    """One retrieved chunk with every score that produced its rank.
+
+    ``bm25_score`` / ``vector_score`` are the raw scores (BM25 from the fts
+    index; cosine similarity in [-1, 1]); ``bm25_rank`` / ``vector_rank`` are
+    1-based ranks in each list (None when the chunk was not in that list).
+    ``score`` is the fused score (min-max weighted sum or RRF), ``relevance`` the
+    absolute 0-1 relevance used for thresholds (see docs/ARCHITECTURE.md), and
+    ``rerank_score`` what a reranker assigned, if one ran.
+    """
+
+    chunk_id: str
+    doc_id: str
+    version: int
+    title: str
+    section: str
+    section_path: tuple[str, ...]
+    page_start: int | None
+    page_end: int | None
+    url: str
+    source_path: str
+    source_id: str
+    text: str
+    doc_type: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    last_updated: str | None = None
+    status: str = "active"
+    score: float = 0.0
+    bm25_score: float | None = None
+    vector_score: float | None = None
+    bm25_rank: int | None = None
+    vector_rank: int | None = None
+    fused_rank: int | None = None
+    relevance: float = 0.0
+    rerank_score: float | None = None
+    content_hash: str = ""
+    row: int = -1  # position in the snapshot's arrays (internal)
+
+    @property
+    def pages(self) -> list[int]:
+        if self.page_start is None:
+            return []
+        return list(range(self.page_start, (self.page_end or self.page_start) + 1))

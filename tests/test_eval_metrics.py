@@ -1,0 +1,112 @@
+"""Ranking metrics against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from evals.metrics import (
+    aggregate,
+    dedupe_ranking,
+    mrr_at_k,
+    ndcg_at_k,
+    precision_at_k,
+    recall_at_k,
+    score_query,
+)
+
+RANKED = ["a", "x", "b", "y", "z"]
+
+
+def test_recall_at_k() -> None:
+    relevant = {"a": 1, "b": 1, "c": 1}
+    assert recall_at_k(RANKED, relevant, 1) == pytest.approx(1 / 3)
+    assert recall_at_k(RANKED, relevant, 2) == pytest.approx(1 / 3)
+    assert recall_at_k(RANKED, relevant, 3) == pytest.approx(2 / 3)
+    assert recall_at_k(RANKED, relevant, 100) == pytest.approx(2 / 3)  # "c" never retrieved
+    # denominator is |relevant|, not min(k, |relevant|)
+    assert recall_at_k(["a"], {"a", "b", "c"}, 1) == pytest.approx(1 / 3)
+
+
+def test_precision_at_k_divides_by_k() -> None:
+    relevant = {"a", "b"}
+    assert precision_at_k(RANKED, relevant, 1) == 1.0
+    assert precision_at_k(RANKED, relevant, 3) == pytest.approx(2 / 3)
+    assert precision_at_k(RANKED, relevant, 5) == pytest.approx(2 / 5)
+    assert precision_at_k(["a"], relevant, 10) == pytest.approx(1 / 10)  # short list: still / k
+
+
+def test_ndcg_two_relevant_at_ranks_1_and_3() -> None:
+    expected = (1 + 1 / math.log2(4)) / (1 + 1 / math.log2(3))
+    assert ndcg_at_k(RANKED, {"a": 1, "b": 1}, 10) == pytest.approx(expected)
+    assert ndcg_at_k(RANKED, {"a", "b"}, 10) == pytest.approx(expected)  # a set means grade 1
+    assert ndcg_at_k(RANKED, {"a": 1, "b": 1}, 2) == pytest.approx(1 / (1 + 1 / math.log2(3)))
+    assert ndcg_at_k(["a", "b"], {"a": 1, "b": 1}, 10) == pytest.approx(1.0)
+
+
+def test_ndcg_is_graded_with_ideal_from_qrels() -> None:
+    # grades: b=2, a=1, c=1 (c not retrieved); ranking puts a (1) first, b (2) at rank 3
+    relevant = {"a": 1, "b": 2, "c": 1}
+    dcg = 1 / math.log2(2) + 2 / math.log2(4)
+    idcg_at_5 = 2 / math.log2(2) + 1 / math.log2(3) + 1 / math.log2(4)
+    assert ndcg_at_k(RANKED, relevant, 5) == pytest.approx(dcg / idcg_at_5)
+    # the ideal is cut at k too
+    idcg_at_1 = 2.0
+    assert ndcg_at_k(RANKED, relevant, 1) == pytest.approx(1 / idcg_at_1)
+    # zero grades are not relevant
+    assert ndcg_at_k(["q"], {"q": 0, "a": 1}, 1) == 0.0
+
+
+def test_mrr_at_k() -> None:
+    assert mrr_at_k(RANKED, {"y"}, 10) == pytest.approx(0.25)  # first hit at rank 4
+    assert mrr_at_k(RANKED, {"y"}, 3) == 0.0  # outside the cut
+    assert mrr_at_k(RANKED, {"b", "y"}, 10) == pytest.approx(1 / 3)
+    assert mrr_at_k(RANKED, {"nope"}, 10) == 0.0
+
+
+def test_empty_relevant_set_scores_zero() -> None:
+    # documented: a query with nothing relevant scores 0.0 on every metric;
+    # load_beir drops such queries so they are never averaged in.
+    for metric in (recall_at_k, precision_at_k, ndcg_at_k, mrr_at_k):
+        assert metric(RANKED, {}, 10) == 0.0
+        assert metric(RANKED, set(), 10) == 0.0
+        assert metric(RANKED, {"a": 0}, 10) == 0.0
+
+
+def test_empty_ranking_scores_zero() -> None:
+    for metric in (recall_at_k, precision_at_k, ndcg_at_k, mrr_at_k):
+        assert metric([], {"a": 1}, 10) == 0.0
+
+
+def test_bad_arguments_raise() -> None:
+    with pytest.raises(ValueError, match="k must be"):
+        recall_at_k(RANKED, {"a"}, 0)
+    with pytest.raises(ValueError, match="dedupe_ranking"):
+        ndcg_at_k(["a", "a", "b"], {"a", "b"}, 10)
+
+
+def test_dedupe_ranking_first_occurrence_wins() -> None:
+    chunk_docs = ["d2", "d1", "d2", "d3", "d1", "d4", "d3"]
+    assert dedupe_ranking(chunk_docs) == ["d2", "d1", "d3", "d4"]
+    assert dedupe_ranking([]) == []
+    assert dedupe_ranking(iter(["x", "x"])) == ["x"]
+
+
+def test_aggregate_means_and_ignores_non_numeric() -> None:
+    rows = [
+        {"query_id": "q1", "ndcg@10": 1.0, "recall@10": 0.5},
+        {"query_id": "q2", "ndcg@10": 0.0, "recall@10": 1.0},
+        {"query_id": "q3", "ndcg@10": 0.5, "recall@10": 0.0},
+    ]
+    assert aggregate(rows) == pytest.approx({"ndcg@10": 0.5, "recall@10": 0.5})
+    assert aggregate([]) == {}
+    with pytest.raises(ValueError, match="recall@10"):
+        aggregate([{"ndcg@10": 1.0, "recall@10": 1.0}, {"ndcg@10": 1.0}])
+
+
+def test_score_query_names_every_metric() -> None:
+    scores = score_query(RANKED, {"a": 1, "b": 1}, ks=(1, 10))
+    assert set(scores) == {f"{m}@{k}" for m in ("ndcg", "recall", "precision", "mrr") for k in (1, 10)}
+    assert scores["mrr@10"] == 1.0
+    assert scores["recall@1"] == 0.5
