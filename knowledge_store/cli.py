@@ -2,6 +2,7 @@
 
     groundwork ingest [--sources DIR ...] [--data-dir DIR] [--json]
     groundwork status [--data-dir DIR] [--json] [--history]
+    groundwork query "TEXT" [--k 5] [--alpha 0.5] [--reranker mmr] [--path FILE] [--meta K=V] [--json]
     groundwork sample-corpus DIR
 
 ``ingest`` materialises the Dagster ingestion assets headless (the same assets
@@ -170,6 +171,79 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_query(args: argparse.Namespace) -> int:
+    from knowledge_store.retrieval.engine import RetrievalEngine
+
+    settings = _settings(args)
+    filters: dict[str, object] = {}
+    if args.source:
+        filters["sources"] = args.source
+    if args.path:
+        filters["paths"] = args.path
+    if args.doc:
+        filters["doc_ids"] = args.doc
+    if args.meta:
+        meta: dict[str, str] = {}
+        for item in args.meta:
+            if "=" not in item:
+                print(f"error: --meta {item!r}: expected KEY=VALUE", file=sys.stderr)
+                return 2
+            key, value = item.split("=", 1)
+            meta[key.strip()] = value.strip()
+        filters["metadata"] = meta
+    if args.include_superseded:
+        filters["include_superseded"] = True
+    engine = RetrievalEngine(settings)
+    engine.warm_up()  # model + snapshot load are start-up, not query latency
+    response = engine.search(
+        args.query, k=args.k, alpha=args.alpha, fusion=args.fusion, reranker=args.reranker, filters=filters or None,
+        min_relevance=args.min_relevance, answer="llm" if args.llm else ("none" if args.no_answer else "extractive"),
+        client="cli",
+    )
+    engine.query_log.flush(timeout_s=2.0)
+    if args.json:
+        print(json.dumps({
+            "retrieval_request_id": response.retrieval_request_id,
+            "results": [
+                {"chunk_id": c.chunk_id, "doc_id": c.doc_id, "version": c.version, "title": c.title,
+                 "section": c.section, "pages": c.pages, "snippet": c.snippet, "url": c.url, "score": c.score,
+                 "bm25_score": c.bm25_score, "vector_score": c.vector_score, "relevance": c.relevance,
+                 "rerank_score": c.rerank_score}
+                for c in response.results
+            ],
+            "answer": response.answer.text if response.answer else None,
+            "coverage": response.coverage,
+            "reranker_status": response.reranker_status,
+            "latency_ms": response.latency_ms,
+            "snapshot_version": response.snapshot_version,
+        }, indent=2))
+        return 0
+    if not response.results:
+        print(f"{response.message or 'No relevant content found.'} (coverage: none, {response.latency_ms['total']:.0f} ms)")
+        return 0
+    rows = [
+        {"#": c.n, "title": c.title, "section": c.section.split(" > ")[-1] if c.section else "",
+         "pages": f"{c.pages[0]}-{c.pages[-1]}" if len(c.pages) > 1 else (str(c.pages[0]) if c.pages else ""),
+         "score": f"{c.score:.3f}", "bm25": f"{c.bm25_score:.2f}", "vector": f"{c.vector_score:.2f}",
+         "rel": f"{c.relevance:.2f}", "snippet": c.snippet}
+        for c in response.results
+    ]
+    print(format_table(rows, ["#", "title", "section", "pages", "score", "bm25", "vector", "rel", "snippet"], 60))
+    print()
+    for c in response.results:
+        print(f"[{c.n}] {c.url}")
+    if response.answer:
+        print(f"\nanswer ({response.answer.method}): {response.answer.text}")
+    lat = response.latency_ms
+    print(
+        f"\ncoverage: {response.coverage}; reranker: {response.reranker_status}; snapshot {response.snapshot_version}; "
+        f"{lat['total']:.0f} ms (embed {lat['embed']:.0f}, bm25 {lat['bm25']:.0f}, vector {lat['vector']:.0f}, "
+        f"fuse {lat['fuse']:.0f}, rerank {lat['rerank']:.0f}, format {lat['format']:.0f}); "
+        f"request {response.retrieval_request_id}"
+    )
+    return 0
+
+
 def cmd_sample_corpus(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -197,6 +271,24 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--history", action="store_true", help="include superseded and deleted versions")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=cmd_status)
+
+    query = sub.add_parser("query", help="hybrid search with citations")
+    query.add_argument("query")
+    query.add_argument("--k", type=int, default=None, help="passages to return (default GROUNDWORK_DEFAULT_K)")
+    query.add_argument("--alpha", type=float, default=None, help="0 = pure BM25, 1 = pure vector")
+    query.add_argument("--fusion", choices=["weighted", "rrf"], default=None)
+    query.add_argument("--reranker", choices=["none", "mmr", "feedback", "cross-encoder"], default=None)
+    query.add_argument("--source", action="append", help="only this source (name or id); repeatable")
+    query.add_argument("--path", action="append", help="only this file (path, relative path or glob); repeatable")
+    query.add_argument("--doc", action="append", help="only this document id; repeatable")
+    query.add_argument("--meta", action="append", metavar="KEY=VALUE", help="document metadata filter, e.g. product=aurora-hub")
+    query.add_argument("--include-superseded", action="store_true", help="also search older versions")
+    query.add_argument("--min-relevance", type=float, default=None, help="below this best relevance: no results")
+    query.add_argument("--llm", action="store_true", help="generate the answer with the configured LLM endpoint")
+    query.add_argument("--no-answer", action="store_true", help="passages only")
+    query.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
+    query.add_argument("--json", action="store_true", help="machine-readable output")
+    query.set_defaults(func=cmd_query)
 
     sample = sub.add_parser("sample-corpus", help="write the generated sample documents to a folder")
     sample.add_argument("target")

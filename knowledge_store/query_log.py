@@ -38,7 +38,6 @@ import os
 import queue
 import re
 import threading
-import time
 import uuid
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
@@ -50,6 +49,7 @@ from typing import Any, Literal
 import duckdb
 import pyarrow as pa
 
+from knowledge_store.errors import StoreLockedError
 from knowledge_store.store import open_duckdb, transaction, utcnow
 
 try:  # advisory locks on spool files (POSIX); without them spooling still works
@@ -550,7 +550,8 @@ class QueryLog:
                 self._import_spools(conn)
         except Exception as error:
             if rows:
-                log.info("query log: %s; spooling %d record(s)", error, len(rows))
+                level = logging.INFO if isinstance(error, StoreLockedError) else logging.WARNING
+                log.log(level, "query log: %s; spooling %d record(s)", error, len(rows))
                 self._spool(rows)
 
     @staticmethod
@@ -799,7 +800,8 @@ class QueryLog:
         )
 
     def _feedback_query(self, sql: str, args: builtins.list[Any]) -> builtins.list[dict[str, Any]]:
-        self.flush()
+        # no flush: feedback is written synchronously, and only for requests
+        # already in the table, so queued appends cannot change these answers
         with self._connect() as conn:
             cursor = conn.execute(sql, args)
             names = [d[0] for d in cursor.description]

@@ -228,8 +228,13 @@ def test_appends_from_four_threads_lose_nothing(qlog: QueryLog, log_path: Path) 
 def _hold_lock(path: Path) -> subprocess.Popen[str]:
     """Another process that keeps the log file open (locked) until told to stop."""
     code = (
-        "import duckdb, sys\n"
-        f"conn = duckdb.connect({str(path)!r})\n"
+        "import duckdb, sys, time\n"
+        "for _ in range(100):\n"
+        "    try:\n"
+        f"        conn = duckdb.connect({str(path)!r})\n"
+        "        break\n"
+        "    except duckdb.IOException:\n"
+        "        time.sleep(0.05)\n"
         "print('locked', flush=True)\n"
         "sys.stdin.readline()\n"
         "conn.close()\n"
@@ -283,6 +288,7 @@ def test_spool_from_another_process_is_imported_exactly_once(tmp_path: Path, log
     writer = QueryLog(log_path, lock_timeout_s=LOCK_TIMEOUT_S, spool_dir=spool_dir)
     try:
         ids = [writer.append(_record(f"q{i}")) for i in range(3)]
+        assert writer.flush()
         child = _hold_lock(log_path)
         try:
             more = [writer.append(_record(f"locked {i}")) for i in range(3)]

@@ -201,7 +201,20 @@ class RetrievalEngine:
         return reranker
 
     def _feedback_rows(self) -> list[dict[str, Any]]:
-        return self.query_log.feedback_with_queries()
+        """Feedback joined with its query, with each rated chunk's content hash; cached for 2 s."""
+        now = time.monotonic()
+        cached = getattr(self, "_feedback_cache", None)
+        if cached is not None and now - cached[0] < 2.0:
+            return cached[1]
+        rows = []
+        for row in self.query_log.feedback_with_queries():
+            hashes = {r.get("chunk_id"): r.get("content_hash") for r in (row.get("results_pre") or []) + (row.get("results_post") or [])}
+            rows.append({**row, "content_hash": hashes.get(row.get("chunk_id"))})
+        self._feedback_cache = (now, rows)
+        return rows
+
+    def forget_feedback_cache(self) -> None:
+        self._feedback_cache = None
 
     def request(
         self,
