@@ -129,7 +129,21 @@ def build_snapshot(store: duckdb.DuckDBPyConnection, index_dir: Path, info: Snap
         )
     finally:
         store.execute("DETACH snap")
-    snap = duckdb.connect(str(tmp))
+    index_snapshot_file(tmp)
+    with open(tmp, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, final)
+    _fsync_dir(index_dir)
+    return final
+
+
+def index_snapshot_file(path: Path) -> None:
+    """Build the BM25 structures inside a snapshot file whose tables are written.
+
+    Separate from ``build_snapshot`` so benchmarks can index synthetic snapshots
+    exactly the way the pipeline does.
+    """
+    snap = duckdb.connect(str(path))
     try:
         load_extensions(snap, "fts")
         # the fts index does not follow table changes; a snapshot is built once, so build it last
@@ -146,11 +160,6 @@ def build_snapshot(store: duckdb.DuckDBPyConnection, index_dir: Path, info: Snap
         snap.execute("CHECKPOINT")
     finally:
         snap.close()
-    with open(tmp, "rb") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, final)
-    _fsync_dir(index_dir)
-    return final
 
 
 def open_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> tuple[duckdb.DuckDBPyConnection, SnapshotInfo]:

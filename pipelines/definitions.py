@@ -6,7 +6,7 @@ import dagster as dg
 
 from knowledge_store.settings import Settings
 from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
-from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource
+from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource, RetrievalResource
 from pipelines.sensors import INGEST_JOB_NAME, build_schedule, build_sensor
 
 __all__ = ["INGEST_JOB_NAME", "build_definitions", "defs", "ingest_job"]
@@ -19,7 +19,11 @@ ingest_job = dg.define_asset_job(
 )
 
 
-def build_definitions(store: KnowledgeStoreResource | None = None, model: EmbeddingModelResource | None = None) -> dg.Definitions:
+def build_definitions(
+    store: KnowledgeStoreResource | None = None,
+    model: EmbeddingModelResource | None = None,
+    retrieval: RetrievalResource | None = None,
+) -> dg.Definitions:
     settings = Settings()
     return dg.Definitions(
         assets=INGESTION_ASSETS,
@@ -30,6 +34,7 @@ def build_definitions(store: KnowledgeStoreResource | None = None, model: Embedd
         resources={
             "store": store or KnowledgeStoreResource(),
             "model": model or EmbeddingModelResource(),
+            "retrieval": retrieval or RetrievalResource(data_dir=store.data_dir if store else None),
         },
         # one process for the whole chain: the model and torch load once per run
         executor=dg.in_process_executor,

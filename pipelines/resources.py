@@ -55,3 +55,36 @@ class EmbeddingModelResource(dg.ConfigurableResource):
 
     def token_counter(self) -> TokenCounter:
         return token_counter(self._resolved()[0])
+
+
+@lru_cache(maxsize=8)
+def _engine(data_dir: str | None, overrides: tuple[tuple[str, object], ...]):
+    from knowledge_store.retrieval.engine import RetrievalEngine
+
+    settings = Settings(**({"data_dir": data_dir} if data_dir else {}), **dict(overrides))
+    return RetrievalEngine(settings)
+
+
+class RetrievalResource(dg.ConfigurableResource):
+    """The query engine with its retrieval settings, so evaluation assets use exactly what serves.
+
+    Unset fields fall back to ``Settings`` (``GROUNDWORK_DEFAULT_ALPHA`` etc.).
+    """
+
+    data_dir: str | None = None
+    default_k: int | None = None
+    default_alpha: float | None = None
+    default_fusion: str | None = None
+    default_reranker: str | None = None
+    candidate_pool: int | None = None
+    min_relevance: float | None = None
+
+    def overrides(self) -> tuple[tuple[str, object], ...]:
+        fields = ("default_k", "default_alpha", "default_fusion", "default_reranker", "candidate_pool", "min_relevance")
+        return tuple((name, getattr(self, name)) for name in fields if getattr(self, name) is not None)
+
+    def settings(self) -> Settings:
+        return Settings(**({"data_dir": self.data_dir} if self.data_dir else {}), **dict(self.overrides()))
+
+    def engine(self):
+        return _engine(self.data_dir, self.overrides())
