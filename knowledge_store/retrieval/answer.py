@@ -14,6 +14,8 @@ Two ways:
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import logging
 import re
 import time
@@ -89,9 +91,15 @@ def _near_duplicate(a: frozenset[str], b: frozenset[str]) -> bool:
 
 def _is_heading(text: str, hit: SearchHit) -> bool:
     """A unit that just repeats the hit's title or a heading of its section path."""
-    norm = normalize(collapse_ws(text)).rstrip(":.")
-    names = {hit.title, hit.section, *hit.section_path}
-    return any(norm == normalize(collapse_ws(name)).rstrip(":.") for name in names if name)
+    if len(text) > 200:  # no heading is that long; skip the normalisation work
+        return False
+    norm = _heading_key(text)
+    return any(norm == _heading_key(name) for name in {hit.title, hit.section, *hit.section_path} if name)
+
+
+@lru_cache(maxsize=16384)
+def _heading_key(text: str) -> str:
+    return normalize(collapse_ws(text)).rstrip(":.")
 
 
 def extractive_answer(query: str, hits: Sequence[SearchHit], max_sentences: int = 3, max_chars: int = 600) -> Answer:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from functools import lru_cache
 from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, Field
@@ -54,12 +55,16 @@ _SUFFIXES: tuple[tuple[str, int], ...] = (
 _UNDOUBLE_AFTER = ("ing", "ed", "ingly", "edly")
 
 
+@lru_cache(maxsize=65536)
 def normalize(text: str) -> str:
     """Lower case with accents stripped ("Café" -> "cafe"), as the fts index does."""
+    if text.isascii():
+        return text.lower()
     decomposed = unicodedata.normalize("NFKD", text.lower())
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
 
+@lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """A light, Porter-flavoured suffix stripper.  Only consistency matters: the
     same function runs on the query and on the passage, so "resetting", "resets"
@@ -110,7 +115,14 @@ def query_terms(query: str) -> list[str]:
 
 def term_spans(text: str) -> list[tuple[str, int, int]]:
     """(stemmed term, start, end) for every token of ``text``; offsets are exact
-    positions in ``text`` (a word like ``hvac.min`` gives two tokens)."""
+    positions in ``text`` (a word like ``hvac.min`` gives two tokens).
+
+    Cached per text: the same passages come back for many queries."""
+    return list(_term_spans(text))
+
+
+@lru_cache(maxsize=8192)
+def _term_spans(text: str) -> tuple[tuple[str, int, int], ...]:
     spans: list[tuple[str, int, int]] = []
     for match in _WORD.finditer(text):
         word = match.group()
@@ -120,7 +132,7 @@ def term_spans(text: str) -> list[tuple[str, int, int]]:
         for token in _SPLIT.split(normalize(word)):
             if token:
                 spans.append((stem(token), match.start(), match.end()))
-    return spans
+    return tuple(spans)
 
 
 # ---------------------------------------------------------------------------

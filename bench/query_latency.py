@@ -1,0 +1,187 @@
+"""Latency of a hybrid top-5 query with citations at 10k and 100k chunks.
+
+    .venv/bin/python bench/query_latency.py [--source-index DIR] [--sizes 10000 100000]
+        [--queries N] [--out docs/benchmarks/query_latency.md]
+
+Builds synthetic snapshots by replicating the chunks of a real published
+snapshot (default: the SciFact evaluation store, else ./data/index): replica r
+of a chunk gets new chunk/doc ids and its embedding plus small Gaussian noise
+(re-normalised), the text is kept, so BM25 postings and vectors grow like a real
+corpus of N chunks.  The snapshot is indexed by the same code as the pipeline
+(``index_snapshot_file``), then ``RetrievalEngine.search`` answers real queries
+(SciFact test claims) one at a time with query embedding, BM25, vector search,
+fusion, citations, the extractive answer and query logging - measured end to
+end, and again without the embedding step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def build_synthetic(source: Path, target_dir: Path, size: int) -> float:
+    import duckdb
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from knowledge_store.index import SnapshotInfo, index_snapshot_file, read_pointer, snapshot_file_name, write_pointer
+
+    info = read_pointer(source)
+    conn = duckdb.connect(str(info.path(source)), read_only=True)
+    base = conn.execute("SELECT * FROM chunks WHERE status = 'active' ORDER BY rowid").arrow()
+    documents = conn.execute("SELECT * FROM documents").arrow()
+    sources = conn.execute("SELECT * FROM sources").arrow()
+    conn.close()
+    n = base.num_rows
+    reps = -(-size // n)
+    rng = np.random.default_rng(0)
+    emb = np.asarray(base.column("embedding").combine_chunks().values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(n, -1)
+    parts, doc_parts = [], []
+    for r in range(reps):
+        take = min(n, size - r * n)
+        if take <= 0:
+            break
+        t = base.slice(0, take)
+        suffix = f"-r{r}"
+        e = emb[:take] if r == 0 else emb[:take] + rng.normal(0, 0.02, size=(take, emb.shape[1])).astype(np.float32)
+        e = e / np.linalg.norm(e, axis=1, keepdims=True)
+        t = t.set_column(t.schema.get_field_index("chunk_id"), "chunk_id", pc.binary_join_element_wise(t.column("chunk_id"), pa.scalar(suffix), ""))
+        t = t.set_column(t.schema.get_field_index("doc_id"), "doc_id", pc.binary_join_element_wise(t.column("doc_id"), pa.scalar(suffix), ""))
+        t = t.set_column(t.schema.get_field_index("embedding"), "embedding",
+                         pa.FixedSizeListArray.from_arrays(pa.array(e.reshape(-1)), emb.shape[1]))
+        parts.append(t)
+        d = documents.set_column(documents.schema.get_field_index("doc_id"), "doc_id",
+                                 pc.binary_join_element_wise(documents.column("doc_id"), pa.scalar(suffix), ""))
+        doc_parts.append(d)
+    chunks = pa.concat_tables(parts)
+    docs = pa.concat_tables(doc_parts)
+    target_dir.mkdir(parents=True, exist_ok=True)
+    file = target_dir / snapshot_file_name(1)
+    out = duckdb.connect(str(file))
+    out.register("chunks_arrow", chunks)
+    out.execute("CREATE TABLE chunks AS SELECT * EXCLUDE (embedding), embedding::FLOAT[384] AS embedding FROM chunks_arrow")
+    out.register("docs_arrow", docs)
+    out.execute("CREATE TABLE documents AS SELECT * FROM docs_arrow")
+    out.register("sources_arrow", sources)
+    out.execute("CREATE TABLE sources AS SELECT * FROM sources_arrow")
+    out.execute("CREATE TABLE meta (key VARCHAR, value VARCHAR)")
+    out.close()
+    started = time.perf_counter()
+    index_snapshot_file(file)
+    build = time.perf_counter() - started
+    write_pointer(target_dir, SnapshotInfo(1, file.name, datetime.now(timezone.utc).isoformat(), chunks.num_rows,
+                                           docs.num_rows, "synthetic", info.model_id))
+    return build
+
+
+def run(index_root: Path, queries: list[str], threads: int) -> dict[str, object]:
+    from knowledge_store.retrieval.engine import RetrievalEngine
+    from knowledge_store.settings import Settings
+
+    settings = Settings(data_dir=index_root, query_torch_threads=threads, search_threads=1)
+    engine = RetrievalEngine(settings)
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t = time.perf_counter()
+    engine.warm_up()
+    load = time.perf_counter() - t
+    snapshot = engine.snapshots.current()
+    for q in queries[:20]:
+        engine.search(q, k=5, min_relevance=0.0)
+    totals, without_embed, stages = [], [], {k: [] for k in ("embed", "bm25", "vector", "fuse", "format")}
+    for q in queries:
+        response = engine.search(q, k=5, min_relevance=0.0)
+        lat = response.latency_ms
+        totals.append(lat["total"])
+        without_embed.append(lat["total"] - lat["embed"])
+        for key in stages:
+            stages[key].append(lat[key])
+    engine.query_log.close()
+    return {
+        "chunks": snapshot.size, "load_s": load, "snapshot_load_s": snapshot.load_seconds,
+        "rss_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024,
+        "p50": percentile(totals, 0.5), "p95": percentile(totals, 0.95), "p99": percentile(totals, 0.99),
+        "ne_p50": percentile(without_embed, 0.5), "ne_p95": percentile(without_embed, 0.95),
+        "ne_p99": percentile(without_embed, 0.99),
+        "stage_p50": {k: statistics.median(v) for k, v in stages.items()},
+        "stage_p95": {k: percentile(v, 0.95) for k, v in stages.items()},
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--source-index", type=Path, default=None)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10000, 100000])
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "query_latency.md")
+    args = parser.parse_args()
+    source = args.source_index
+    if source is None:
+        evals = sorted((ROOT / "data" / "eval").glob("scifact-*/store/index"))
+        source = evals[0] if evals else ROOT / "data" / "index"
+    qfile = ROOT.parent / "shared" / "datasets" / "scifact" / "queries.jsonl"
+    if qfile.exists():
+        queries = [json.loads(line)["text"] for line in qfile.open()][: args.queries]
+    else:
+        queries = ["how do I reset the thermostat", "what does error E42 mean", "default hvac.min_cycle_minutes"] * 100
+    from bench.ingest_throughput import machine
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in args.sizes:
+            root = Path(tmp) / f"n{size}"
+            build = build_synthetic(source, root / "index", size)
+            result = run(root, queries, args.threads)
+            result["fts_build_s"] = build
+            rows.append(result)
+            print(json.dumps(result, indent=1), flush=True)
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "## Query latency: hybrid top-5 with citations (issue 3)",
+        "",
+        f"Date: {date}. Machine: {machine()}. Torch threads for the query embedding: {args.threads}; BLAS threads: 1. "
+        f"Source chunks: `{source}` replicated with perturbed vectors. {len(queries)} SciFact claims as queries, "
+        "one at a time, after 20 warm-up queries; each query = embed + BM25 + vector + fusion + citations + "
+        "extractive answer + query-log append. Reproduce: `.venv/bin/python bench/query_latency.py`.",
+        "",
+        "| chunks | p50 ms | p95 ms | p99 ms | p50 w/o embed | p95 w/o embed | p99 w/o embed | embed p95 | bm25 p95 | vector p95 | fuse p95 | format p95 | load s | RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        s95 = r["stage_p95"]
+        lines.append(
+            f"| {r['chunks']:,} | {r['p50']:.1f} | {r['p95']:.1f} | {r['p99']:.1f} | {r['ne_p50']:.1f} | {r['ne_p95']:.1f} | "
+            f"{r['ne_p99']:.1f} | {s95['embed']:.1f} | {s95['bm25']:.1f} | {s95['vector']:.1f} | {s95['fuse']:.1f} | "
+            f"{s95['format']:.1f} | {r['snapshot_load_s']:.1f} | {r['rss_mb']:.0f} |"
+        )
+    lines += ["", "Target: p95 under 50 ms at 100k chunks.", ""]
+    text = "\n".join(lines)
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
