@@ -104,6 +104,14 @@ def relevance(cosine: np.ndarray, coverage: np.ndarray, cos_floor: float = 0.2, 
     - lexical coverage: the idf-weighted share of the query's informative
       terms that the passage contains (terms the corpus has never seen count
       as missing, so questions about absent topics score low).
+
+    The mean (not a soft OR) on purpose: in a single-topic corpus every passage
+    is semantically close to every question (MiniLM cosine 0.6 between a
+    thermostat question and an unrelated thermostat parameter), so semantic
+    similarity alone must not reach the 0.7 floor of the support tool; an
+    answering passage also shares the question's rare words.  Measured on the
+    sample corpus: answering passages 0.71-1.00, same-topic non-answers
+    0.46-0.68, off-topic questions <= 0.25 (tests/test_retrieval.py).
     """
     semantic = np.clip((cosine - cos_floor) / (cos_ceiling - cos_floor), 0.0, 1.0)
     return 0.5 * semantic + 0.5 * np.clip(coverage, 0.0, 1.0)
