@@ -63,7 +63,7 @@ class Settings(BaseSettings):
 
     # ---- retrieval (issue 3)
     default_k: int = Field(5, ge=1, le=100, description="Passages returned when a query does not say.")
-    default_alpha: float = Field(0.5, ge=0, le=1, description="Fusion weight: 0 = pure BM25, 1 = pure vector (chosen by measurement, docs/EVALUATION.md).")
+    default_alpha: float = Field(0.5, ge=0, le=1, description="Fusion weight: 0 = pure BM25, 1 = pure vector; 0.5 measured best on SciFact test and mid-plateau on train (docs/EVALUATION.md).")
     default_fusion: str = Field("weighted", pattern="^(weighted|rrf)$", description="weighted (min-max) or rrf.")
     rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
     candidate_pool: int = Field(100, ge=10, le=2000, description="Top hits taken from each of BM25 and vector before fusion.")
@@ -83,6 +83,13 @@ class Settings(BaseSettings):
     support_floor: float = Field(0.7, ge=0, le=1, description="retrieve_knowledge: minimum relevance_score of a source.")
     support_budget_ms: int = Field(100, ge=1, description="retrieve_knowledge: hard time budget.")
     query_log_retention_days: float = Field(90.0, ge=0)
+
+    # ---- serving (issue 4)
+    server_host: str = Field("127.0.0.1", description="Bind address; anything but loopback needs allow_remote=true.")
+    server_port: int = Field(8080, ge=1, le=65535)
+    allow_remote: bool = Field(False, description="Explicitly allow binding to a non-loopback address.")
+    max_query_chars: int = Field(2000, ge=10, description="Longer queries are rejected with 422.")
+    max_note_chars: int = Field(1000, ge=1, description="Feedback notes longer than this are rejected.")
 
     @field_validator("sources", mode="before")
     @classmethod
@@ -118,6 +125,11 @@ class Settings(BaseSettings):
         return self.data_dir / "logs.duckdb"
 
     @property
+    def uploads_dir(self) -> Path:
+        """Where files uploaded through the API land; always ingested."""
+        return self.data_dir / "uploads"
+
+    @property
     def sample_corpus_dir(self) -> Path:
         return self.data_dir / "sample_corpus"
 
@@ -133,11 +145,15 @@ class Settings(BaseSettings):
     def source_dirs(self) -> list[Path]:
         """The folders to ingest, resolved; the default corpus when none are set."""
         if self.sources:
-            return [p.expanduser().resolve() for p in self.sources]
-        dirs = [self.sample_corpus_dir.resolve()]
-        project_docs = PROJECT_ROOT / "docs"
-        if project_docs.is_dir():
-            dirs.append(project_docs)
+            dirs = [p.expanduser().resolve() for p in self.sources]
+        else:
+            dirs = [self.sample_corpus_dir.resolve()]
+            project_docs = PROJECT_ROOT / "docs"
+            if project_docs.is_dir():
+                dirs.append(project_docs)
+        uploads = self.uploads_dir.resolve()
+        if uploads.is_dir() and uploads not in dirs:
+            dirs.append(uploads)
         return dirs
 
 

@@ -232,8 +232,8 @@ class RetrievalEngine:
         s = self.settings
         if not isinstance(query, str) or not query.strip():
             raise QueryValidationError("query", query, "must be a non-empty string")
-        if len(query) > MAX_QUERY_CHARS:
-            raise QueryValidationError("query", f"{len(query)} characters", f"must be at most {MAX_QUERY_CHARS} characters")
+        if len(query) > s.max_query_chars:
+            raise QueryValidationError("query", f"{len(query)} characters", f"must be at most {s.max_query_chars} characters")
         k = s.default_k if k is None else k
         if not isinstance(k, int) or not 1 <= k <= 100:
             raise QueryValidationError("k", k, "must be an integer from 1 to 100")

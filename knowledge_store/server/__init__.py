@@ -1,0 +1,1 @@
+"""Serving: the HTTP API (FastAPI) and the MCP server."""

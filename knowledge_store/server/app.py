@@ -1,0 +1,489 @@
+"""The HTTP API and the Knowledge Grounding Console (FastAPI).
+
+    groundwork serve            # http://127.0.0.1:8080  (console at /, OpenAPI at /docs, MCP at /mcp)
+
+Who writes what: the server is the only writer of the query log and feedback
+(``logs.duckdb``); it reads index snapshots and switches to a newer one as soon
+as a sync publishes it, without a restart.  Uploads land in
+``<data_dir>/uploads`` and are ingested in this process by the same code path
+the Dagster assets use (``run_sync``), one job at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mimetypes
+import os
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from contextlib import asynccontextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import FastAPI, File, Form, HTTPException, Query, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from knowledge_store.errors import GroundworkError, IndexNotBuiltError, StoreError
+from knowledge_store.query_log import QueryLog, redact
+from knowledge_store.retrieval.engine import QueryValidationError, RetrievalEngine
+from knowledge_store.retrieval.filters import SearchFilters
+from knowledge_store.server.metrics import Metrics
+from knowledge_store.settings import Settings
+
+STATIC_DIR = Path(__file__).parent / "static"
+UPLOAD_TYPES = {".pdf": "pdf", ".docx": "docx", ".html": "html", ".htm": "html", ".md": "markdown",
+                ".markdown": "markdown", ".txt": "text", ".text": "text"}
+
+
+# ------------------------------------------------------------------ request models
+
+class QueryBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(..., description="Free text: a question, a prompt fragment, a parameter name.")
+    k: int = Field(5, ge=1, le=100)
+    alpha: float | None = Field(None, ge=0.0, le=1.0, description="0 = pure BM25, 1 = pure vector; default from settings.")
+    fusion: Literal["weighted", "rrf"] | None = None
+    reranker: Literal["none", "mmr", "feedback", "cross-encoder"] | None = None
+    filters: SearchFilters | None = None
+    answer: Literal["extractive", "llm", "none"] = "extractive"
+    min_relevance: float | None = Field(None, ge=0.0, le=1.0)
+
+    @field_validator("query")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty or only whitespace")
+        return value
+
+
+class FeedbackBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    retrieval_request_id: str = Field(..., min_length=1, max_length=64)
+    chunk_id: str | None = Field(None, max_length=64)
+    rating: Literal["up", "down"]
+    note: str | None = None
+
+
+# ------------------------------------------------------------------ ingestion jobs
+
+class IngestJobs:
+    """Upload-triggered ingestion, in this process, one at a time, pollable by id."""
+
+    def __init__(self, settings: Settings, embedder) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._run_lock = threading.Lock()
+
+    def submit(self, files: list[str]) -> dict[str, Any]:
+        job_id = uuid.uuid4().hex
+        job = {"job_id": job_id, "status": "queued", "files": files, "created_at": _now(), "started_at": None,
+               "finished_at": None, "summary": None, "error": None, "snapshot_version": None,
+               "runner": "in-process run_sync (the code path of the Dagster ingestion assets)"}
+        with self._lock:
+            self.jobs[job_id] = job
+        threading.Thread(target=self._run, args=(job_id,), daemon=True, name=f"ingest-{job_id[:8]}").start()
+        return dict(job)
+
+    def _run(self, job_id: str) -> None:
+        from knowledge_store.ingest.run import run_sync
+
+        with self._run_lock:
+            job = self.jobs[job_id]
+            job.update(status="running", started_at=_now())
+            try:
+                settings = Settings(**{**self.settings.model_dump(exclude={"llm_api_key"}), "llm_api_key": self.settings.llm_api_key})
+                report = run_sync(settings, self.embedder, trigger="api-upload")
+                job.update(status="succeeded", summary=report.summary, snapshot_version=report.publish.snapshot_version,
+                           documents_indexed=report.publish.document_count, chunks_indexed=report.publish.chunk_count)
+            except Exception as error:  # noqa: BLE001 - reported through the job, never raised into the server
+                job.update(status="failed", error=f"{type(error).__name__}: {error}")
+            finally:
+                job["finished_at"] = _now()
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            job = self.jobs.get(job_id)
+            return dict(job) if job else None
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
+
+
+# ------------------------------------------------------------------ the app
+
+def _field_of(loc: tuple | list) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "form")]
+    return ".".join(parts) or "body"
+
+
+def create_app(settings: Settings | None = None, engine: RetrievalEngine | None = None, mount_mcp: bool = True) -> FastAPI:
+    settings = settings or Settings()
+    settings.uploads_dir.mkdir(parents=True, exist_ok=True)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    query_log = engine.query_log if engine is not None else QueryLog(settings.logs_path)
+    engine = engine or RetrievalEngine(settings, query_log=query_log)
+    metrics = Metrics()
+    jobs = IngestJobs(settings, engine.embedder)
+    started_at = time.time()
+    mcp_lifespan = None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        threading.Thread(target=_warm, args=(engine,), daemon=True, name="warm-up").start()
+        if mcp_lifespan is not None:
+            async with mcp_lifespan(app):
+                yield
+        else:
+            yield
+        query_log.flush(timeout_s=5.0)
+
+    app = FastAPI(
+        title="Groundwork",
+        version="0.1.0",
+        description="Grounded retrieval with citations: query, feedback, ingestion, documents, articles.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.query_log = query_log
+    app.state.jobs = jobs
+    app.state.metrics = metrics
+
+    # -------------------------------------------------------------- middleware & errors
+    @app.middleware("http")
+    async def observe(request: Request, call_next):
+        began = time.perf_counter()
+        route = request.url.path
+        try:
+            response = await call_next(request)
+        except Exception:
+            metrics.observe(request.method, _route_template(request), 500, time.perf_counter() - began)
+            raise
+        metrics.observe(request.method, _route_template(request) or route, response.status_code, time.perf_counter() - began)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        errors = [{"field": _field_of(e.get("loc", ())), "message": e.get("msg", "invalid")} for e in exc.errors()]
+        message = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+        return JSONResponse(status_code=422, content={"error": "validation_error", "message": message, "errors": errors})
+
+    @app.exception_handler(QueryValidationError)
+    async def query_validation_error(request: Request, exc: QueryValidationError):
+        return JSONResponse(status_code=422, content={"error": "validation_error", "message": str(exc),
+                                                      "errors": [{"field": exc.field, "message": str(exc)}]})
+
+    @app.exception_handler(IndexNotBuiltError)
+    async def no_index(request: Request, exc: IndexNotBuiltError):
+        return JSONResponse(status_code=503, content={"error": "index_not_built", "message": str(exc)})
+
+    @app.exception_handler(GroundworkError)
+    async def groundwork_error(request: Request, exc: GroundworkError):
+        return JSONResponse(status_code=503, content={"error": type(exc).__name__, "message": redact(str(exc))})
+
+    # -------------------------------------------------------------- query & feedback
+    @app.post("/api/knowledge/query", tags=["knowledge"])
+    def query(body: QueryBody, request: Request) -> dict[str, Any]:
+        """Hybrid retrieval with citations; the response's ``retrieval_request_id`` is what feedback refers to."""
+        if len(body.query) > settings.max_query_chars:
+            raise QueryValidationError("query", f"{len(body.query)} characters", f"must be at most {settings.max_query_chars} characters")
+        response = engine.search(
+            body.query, k=body.k, alpha=body.alpha, fusion=body.fusion, reranker=body.reranker, filters=body.filters,
+            min_relevance=body.min_relevance, answer=body.answer, client="api",
+        )
+        out = response.to_dict()
+        base = str(request.base_url).rstrip("/")
+        for item in out["results"]:
+            fragment = item["url"].split("#", 1)[1] if "#" in item["url"] else ""
+            item["source_url"] = f"{base}/api/knowledge/sources/{item['doc_id']}/file" + (f"#{fragment}" if fragment else "")
+        metrics.query_latency.observe(response.latency_ms["total"] / 1000.0)
+        return out
+
+    @app.post("/api/knowledge/feedback", status_code=201, tags=["knowledge"])
+    def feedback(body: FeedbackBody) -> dict[str, Any]:
+        """Thumbs up/down (and an optional note) on a logged request or one of its passages."""
+        if body.note is not None and len(body.note) > settings.max_note_chars:
+            raise QueryValidationError("note", f"{len(body.note)} characters", f"must be at most {settings.max_note_chars} characters")
+        record = query_log.get(body.retrieval_request_id)
+        if record is None:
+            raise HTTPException(status_code=404, detail=f"unknown retrieval_request_id '{body.retrieval_request_id}'")
+        if body.chunk_id is not None:
+            shown = {r.get("chunk_id") for r in record.results_post} | {r.get("chunk_id") for r in record.results_pre}
+            if body.chunk_id not in shown:
+                raise QueryValidationError("chunk_id", body.chunk_id, f"was not among the results of request {body.retrieval_request_id}")
+        stored = query_log.add_feedback(body.retrieval_request_id, body.rating, chunk_id=body.chunk_id, note=body.note)
+        metrics.feedback.labels(rating=body.rating).inc()
+        engine.forget_feedback_cache()
+        return stored
+
+    @app.get("/api/knowledge/feedback", tags=["knowledge"])
+    def list_feedback(since: datetime | None = Query(None, description="ISO-8601; only feedback created after this"),
+                      limit: int = Query(100, ge=1, le=10000)) -> dict[str, Any]:
+        if since is not None and since.tzinfo is not None:
+            since = since.astimezone(timezone.utc).replace(tzinfo=None)
+        rows = query_log.list_feedback(since=since, limit=limit)
+        return {"feedback": rows, "count": len(rows)}
+
+    # -------------------------------------------------------------- ingestion
+    @app.post("/api/knowledge/ingest", status_code=202, tags=["ingestion"])
+    async def ingest(file: UploadFile = File(...), force: bool = Form(False), request: Request = None) -> JSONResponse:
+        """Upload a PDF/DOCX/HTML/MD/TXT file; it is checked, stored in the uploads source and ingested."""
+        name = Path(file.filename or "").name
+        suffix = Path(name).suffix.lower()
+        if not name or suffix not in UPLOAD_TYPES:
+            raise QueryValidationError("file", name or "(no name)", f"unsupported type; allowed: {', '.join(sorted(UPLOAD_TYPES))}")
+        declared = request.headers.get("content-length") if request else None
+        if declared and declared.isdigit() and int(declared) > settings.max_file_bytes + 1024 * 64:
+            return _too_large(int(declared), settings)
+        digest = hashlib.sha256()
+        size = 0
+        tmp = tempfile.NamedTemporaryFile(dir=settings.data_dir, prefix=".upload-", delete=False)
+        try:
+            while chunk := await file.read(1024 * 1024):
+                size += len(chunk)
+                if size > settings.max_file_bytes:
+                    tmp.close()
+                    os.unlink(tmp.name)
+                    return _too_large(size, settings)
+                digest.update(chunk)
+                tmp.write(chunk)
+            tmp.close()
+            if size == 0:
+                raise QueryValidationError("file", name, "is empty")
+            _check_content(Path(tmp.name), name, suffix)
+            checksum = digest.hexdigest()
+            duplicate = _find_duplicate(settings, checksum)
+            if duplicate and not force:
+                os.unlink(tmp.name)
+                return JSONResponse(status_code=409, content={
+                    "error": "duplicate",
+                    "message": f"duplicate of {duplicate['title']}, ingested {duplicate['ingested']}",
+                    "duplicate_of": duplicate,
+                })
+            target = _free_name(settings.uploads_dir, name)
+            shutil.move(tmp.name, target)
+        except BaseException:
+            if os.path.exists(tmp.name):
+                os.unlink(tmp.name)
+            raise
+        job = jobs.submit([str(target)])
+        base = str(request.base_url).rstrip("/") if request else ""
+        return JSONResponse(status_code=202, content={**job, "sha256": checksum, "size_bytes": size, "stored_as": target.name,
+                                                      "status_url": f"{base}/api/knowledge/jobs/{job['job_id']}"})
+
+    @app.get("/api/knowledge/jobs/{job_id}", tags=["ingestion"])
+    def job_status(job_id: str) -> dict[str, Any]:
+        job = jobs.get(job_id)
+        if job is None:
+            raise HTTPException(status_code=404, detail=f"unknown job_id '{job_id}'")
+        return job
+
+    # -------------------------------------------------------------- documents & sources
+    @app.get("/api/knowledge/documents", tags=["documents"])
+    def documents(include_history: bool = True) -> dict[str, Any]:
+        """Documents with their versions and status (from the store; from the snapshot while a sync holds it)."""
+        from knowledge_store.status import store_status
+
+        try:
+            status = store_status(settings.model_copy(update={"lock_timeout_s": 1.0}), include_history=include_history)
+            return {"source": "store", "documents": status["documents"], "counts": status["counts"],
+                    "index_snapshot": status["index_snapshot"]}
+        except StoreError as error:
+            snapshot = engine.snapshots.current()
+            docs = [{k: v for k, v in d.items()} for d in snapshot.documents]
+            return {"source": "snapshot", "note": str(error), "documents": docs,
+                    "index_snapshot": {"snapshot_version": snapshot.info.snapshot_version}}
+
+    @app.get("/api/knowledge/sources/{doc_id}/file", tags=["documents"])
+    def source_file(doc_id: str):
+        """The original file of a document, inline, so ``#page=N`` links open at the page."""
+        snapshot = engine.snapshots.current()
+        doc = next((d for d in snapshot.documents if d["doc_id"] == doc_id and d["status"] == "active"), None) or \
+            next((d for d in snapshot.documents if d["doc_id"] == doc_id), None)
+        if doc is None:
+            raise HTTPException(status_code=404, detail=f"unknown doc_id '{doc_id}'")
+        path = Path(doc["path"])
+        if not path.is_file():
+            raise HTTPException(status_code=410, detail=f"the file of '{doc['title']}' is no longer at its source")
+        media = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        if path.suffix.lower() in (".md", ".markdown", ".txt", ".text"):
+            media = "text/plain; charset=utf-8"
+        return FileResponse(path, media_type=media, headers={"Content-Disposition": f'inline; filename="{path.name}"'})
+
+    @app.get("/api/kb/articles", tags=["documents"])
+    def articles(intent: str | None = None, device: str | None = None, updated_since: datetime | None = None,
+                 limit: int = Query(20, ge=1, le=200), offset: int = Query(0, ge=0)) -> dict[str, Any]:
+        """Articles (active documents) with full content and ``last_updated``; filter and paginate."""
+        snapshot = engine.snapshots.current()
+        cursor = snapshot.conn.cursor()
+        try:
+            rows = cursor.execute(
+                """
+                SELECT d.doc_id, d.version, d.title, d.doc_type, d.relative_path, d.metadata::VARCHAR,
+                       coalesce(d.modified_at, d.valid_from) AS last_updated,
+                       string_agg(c.text, '\n\n' ORDER BY c.chunk_index) AS content
+                FROM documents d JOIN chunks c ON c.doc_id = d.doc_id AND c.version = d.version AND c.status = 'active'
+                GROUP BY ALL ORDER BY last_updated DESC, d.title
+                """
+            ).fetchall()
+        finally:
+            cursor.close()
+        items = []
+        for doc_id, version, title, doc_type, relative, metadata, updated, content in rows:
+            meta = json.loads(metadata) if metadata else {}
+            if device and not _meta_has(meta, ("device", "product", "devices", "products"), device):
+                continue
+            if intent and not (_meta_has(meta, ("intent", "intents", "tags", "category"), intent)
+                               or intent.lower() in (title or "").lower()):
+                continue
+            if updated_since and updated is not None and updated < updated_since.replace(tzinfo=None):
+                continue
+            items.append({"article_id": doc_id, "version": version, "title": title, "type": doc_type, "path": relative,
+                          "metadata": meta, "last_updated": updated.isoformat() + "Z" if updated else None,
+                          "content": content, "url": f"/api/knowledge/sources/{doc_id}/file"})
+        page = items[offset: offset + limit]
+        nxt = offset + limit if offset + limit < len(items) else None
+        return {"articles": page, "total": len(items), "limit": limit, "offset": offset, "next_offset": nxt}
+
+    # -------------------------------------------------------------- operations
+    @app.get("/health", tags=["operations"])
+    def health() -> JSONResponse:
+        body: dict[str, Any] = {"status": "ok", "uptime_s": round(time.time() - started_at, 1),
+                                "store": settings.store_path.exists(), "model_loaded": engine.embedder.loaded}
+        try:
+            snapshot = engine.snapshots.current()
+            body["index"] = {"snapshot_version": snapshot.info.snapshot_version, "chunks": int(snapshot.active.sum()),
+                             "documents": snapshot.info.document_count, "published": snapshot.info.created_at}
+        except GroundworkError as error:
+            body.update(status="degraded", index=None, reason=str(error))
+        return JSONResponse(status_code=200 if body["status"] == "ok" else 503, content=body)
+
+    @app.get("/metrics", tags=["operations"], response_class=PlainTextResponse)
+    def prometheus_metrics() -> PlainTextResponse:
+        try:
+            metrics.snapshot_version.set(engine.snapshots.current().info.snapshot_version)
+        except GroundworkError:
+            pass
+        return PlainTextResponse(metrics.render(), media_type=metrics.content_type)
+
+    if mount_mcp:
+        try:
+            from knowledge_store.server.mcp_server import mount_mcp as _mount
+
+            mcp_lifespan = _mount(app, engine)
+        except ImportError:  # the MCP module is optional for the HTTP API
+            mcp_lifespan = None
+
+    if STATIC_DIR.is_dir():
+        app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+        @app.get("/", include_in_schema=False)
+        def console() -> FileResponse:
+            return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+    else:
+        @app.get("/", include_in_schema=False)
+        def root() -> RedirectResponse:
+            return RedirectResponse("/docs")
+
+    return app
+
+
+def _warm(engine: RetrievalEngine) -> None:
+    try:
+        engine.warm_up()
+    except Exception:  # noqa: BLE001 - /health reports what is missing
+        pass
+
+
+def _route_template(request: Request) -> str:
+    route = request.scope.get("route")
+    return getattr(route, "path", None) or request.url.path
+
+
+def _too_large(size: int, settings: Settings) -> JSONResponse:
+    return JSONResponse(status_code=413, content={
+        "error": "too_large", "message": f"file is {size / 1048576:.1f} MB, over the {settings.max_file_mb:g} MB limit"})
+
+
+def _check_content(path: Path, name: str, suffix: str) -> None:
+    from knowledge_store.errors import IngestionError
+    from knowledge_store.parsers.detect import detect_type
+
+    try:
+        detected = detect_type(path)
+    except IngestionError as error:
+        raise QueryValidationError("file", name, error.reason) from error
+    if detected != UPLOAD_TYPES[suffix]:
+        raise QueryValidationError("file", name, f"extension {suffix} does not match the content, which looks like {detected}")
+
+
+def _find_duplicate(settings: Settings, checksum: str) -> dict[str, Any] | None:
+    from knowledge_store.store import store_connection
+
+    if not settings.store_path.exists():
+        return None
+    try:
+        with store_connection(settings.store_path, read_only=True, timeout_s=2.0) as conn:
+            row = conn.execute(
+                "SELECT doc_id, version, title, relative_path, coalesce(valid_from, created_at) FROM documents "
+                "WHERE checksum = ? AND status IN ('active', 'pending') ORDER BY version DESC LIMIT 1", [checksum]
+            ).fetchone()
+    except StoreError:
+        return None
+    if row is None:
+        return None
+    return {"doc_id": row[0], "version": row[1], "title": row[2] or row[3], "path": row[3],
+            "ingested": row[4].isoformat(timespec="seconds") + "Z"}
+
+
+def _free_name(folder: Path, name: str) -> Path:
+    target = folder / name
+    stem, suffix = Path(name).stem, Path(name).suffix
+    counter = 1
+    while target.exists():
+        target = folder / f"{stem}-{counter}{suffix}"
+        counter += 1
+    return target
+
+
+def _meta_has(meta: dict, keys: tuple[str, ...], wanted: str) -> bool:
+    wanted = wanted.lower()
+    for key in keys:
+        value = meta.get(key)
+        values = value if isinstance(value, list) else [value]
+        if any(str(v).lower() == wanted for v in values if v is not None):
+            return True
+    return False
+
+
+def serve(settings: Settings | None = None) -> None:
+    """Run the API with uvicorn on the configured host/port (loopback unless allowed)."""
+    import ipaddress
+
+    import uvicorn
+
+    settings = settings or Settings()
+    host = settings.server_host
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name other than localhost
+        loopback = False
+    if not loopback and not settings.allow_remote:
+        raise GroundworkError(
+            f"refusing to bind to {host}: set GROUNDWORK_ALLOW_REMOTE=true to serve beyond this machine"
+        )
+    uvicorn.run(create_app(settings), host=host, port=settings.server_port, log_level="info", access_log=False)
+
