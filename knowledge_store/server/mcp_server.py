@@ -45,7 +45,7 @@ import json
 import logging
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -60,7 +60,7 @@ from knowledge_store.errors import GroundworkError
 from knowledge_store.retrieval.citations import Citation, citation_url
 from knowledge_store.retrieval.engine import NO_RESULTS, QueryValidationError, RetrievalEngine
 from knowledge_store.retrieval.filters import SearchFilters
-from knowledge_store.retrieval.rerankers import RerankerUnavailable
+from knowledge_store.retrieval.rerankers import RERANKERS, RerankerUnavailable
 from knowledge_store.settings import Settings
 
 SERVER_NAME = "groundwork"
@@ -240,6 +240,7 @@ class InvalidParamsMiddleware:
 
 
 RerankerName = Literal["none", "mmr", "feedback", "cross-encoder"]
+assert set(get_args(RerankerName)) == set(RERANKERS), "update RerankerName to match retrieval.rerankers.RERANKERS"
 
 
 def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
