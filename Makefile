@@ -14,7 +14,7 @@ export DAGSTER_DISABLE_TELEMETRY := 1
 DAGSTER_HOST ?= 127.0.0.1
 DAGSTER_PORT ?= 3000
 
-.PHONY: run test install ingest dagster status clean bench
+.PHONY: run test install ingest dagster status clean bench serve browser
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 2; }
@@ -40,11 +40,26 @@ status: $(STAMP)
 dagster: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -w workspace.yaml -h $(DAGSTER_HOST) -p $(DAGSTER_PORT)
 
-run: ingest
-	@echo "Dagster UI: http://$(DAGSTER_HOST):$(DAGSTER_PORT)"
-	$(BIN)/dagster dev -w workspace.yaml -h $(DAGSTER_HOST) -p $(DAGSTER_PORT)
+API_PORT ?= 8080
 
-test: $(STAMP)
+# The API + console (8080) runs beside the Dagster UI (3000); Ctrl-C stops both.
+run: ingest
+	@echo "Console + API: http://127.0.0.1:$(API_PORT)   Dagster UI: http://$(DAGSTER_HOST):$(DAGSTER_PORT)"
+	@trap 'kill 0' INT TERM EXIT; \
+	  GROUNDWORK_SERVER_PORT=$(API_PORT) $(BIN)/groundwork serve & \
+	  $(BIN)/dagster dev -w workspace.yaml -h $(DAGSTER_HOST) -p $(DAGSTER_PORT)
+
+serve: $(STAMP)
+	GROUNDWORK_SERVER_PORT=$(API_PORT) $(BIN)/groundwork serve
+
+# Debian chromium for the real-browser console test (never a browser download by a test tool)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "note: chromium missing and cannot be installed here; the browser test will be skipped"; fi; }
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

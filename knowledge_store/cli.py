@@ -3,6 +3,8 @@
     groundwork ingest [--sources DIR ...] [--data-dir DIR] [--json]
     groundwork status [--data-dir DIR] [--json] [--history]
     groundwork query "TEXT" [--k 5] [--alpha 0.5] [--reranker mmr] [--path FILE] [--meta K=V] [--json]
+    groundwork serve [--host 127.0.0.1] [--port 8080]
+    groundwork mcp
     groundwork sample-corpus DIR
 
 ``ingest`` materialises the Dagster ingestion assets headless (the same assets
@@ -244,6 +246,30 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from knowledge_store.server.app import serve
+
+    overrides: dict[str, object] = {}
+    if args.data_dir:
+        overrides["data_dir"] = args.data_dir
+    if args.host:
+        overrides["server_host"] = args.host
+    if args.port:
+        overrides["server_port"] = args.port
+    settings = Settings(**overrides)
+    print(f"Groundwork API and console on http://{settings.server_host}:{settings.server_port} "
+          f"(OpenAPI /docs, MCP /mcp); data dir {settings.data_dir}", file=sys.stderr)
+    serve(settings)
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from knowledge_store.server.mcp_server import run_stdio
+
+    run_stdio(_settings(args))
+    return 0
+
+
 def cmd_sample_corpus(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -289,6 +315,16 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
     query.add_argument("--json", action="store_true", help="machine-readable output")
     query.set_defaults(func=cmd_query)
+
+    serve = sub.add_parser("serve", help="start the HTTP API, console and MCP endpoint")
+    serve.add_argument("--host", help="bind address (default GROUNDWORK_SERVER_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default GROUNDWORK_SERVER_PORT or 8080)")
+    serve.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
+    serve.set_defaults(func=cmd_serve)
+
+    mcp = sub.add_parser("mcp", help="serve the MCP tools over stdio (for IDEs and agents)")
+    mcp.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
+    mcp.set_defaults(func=cmd_mcp)
 
     sample = sub.add_parser("sample-corpus", help="write the generated sample documents to a folder")
     sample.add_argument("target")

@@ -19,6 +19,7 @@ import numpy as np
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from knowledge_store.embeddings import Embedder
+from knowledge_store.query_log import redact
 from knowledge_store.errors import GroundworkError
 from knowledge_store.retrieval.answer import Answer, LLMAnswerer, extractive_answer
 from knowledge_store.retrieval.citations import Citation, build_citations
@@ -80,7 +81,7 @@ class SearchResponse:
     def to_dict(self) -> dict[str, Any]:
         return {
             "retrieval_request_id": self.retrieval_request_id,
-            "query": self.query,
+            "query": redact(self.query),  # echoed back: never return a secret someone pasted
             "results": [
                 {
                     **c.model_dump(),

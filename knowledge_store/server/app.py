@@ -125,7 +125,10 @@ def _now() -> str:
 # ------------------------------------------------------------------ the app
 
 def _field_of(loc: tuple | list) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "form")]
+    """``("body", "filters", "paths")`` -> ``filters.paths``; the first element is where it came from."""
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "form", "header"):
+        parts = parts[1:]
     return ".".join(parts) or "body"
 
 
@@ -250,7 +253,7 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
             return _too_large(int(declared), settings)
         digest = hashlib.sha256()
         size = 0
-        tmp = tempfile.NamedTemporaryFile(dir=settings.data_dir, prefix=".upload-", delete=False)
+        tmp = tempfile.NamedTemporaryFile(dir=settings.data_dir, prefix=".upload-", suffix=suffix, delete=False)
         try:
             while chunk := await file.read(1024 * 1024):
                 size += len(chunk)

@@ -1,0 +1,405 @@
+/* Knowledge Grounding Console: dependency-free, no build step.
+ * Everything the server returns is put into the page as text (textContent / text
+ * nodes); the only markup the console creates itself is <mark> around query terms
+ * and the [n] citation links.  No innerHTML with server data, ever. */
+(function () {
+  "use strict";
+
+  var QUERY_URL = "/api/knowledge/query";
+  var FEEDBACK_URL = "/api/knowledge/feedback";
+  var NOTE_LIMIT = 1000; // the server's default max_note_chars; the server has the final word
+  var SAVED = "Thanks \u2014 feedback saved";
+
+  var $ = function (id) { return document.getElementById(id); };
+  var form = $("query-form"), q = $("q"), kInput = $("k"), alpha = $("alpha"), alphaOut = $("alpha-value"),
+      alphaReset = $("alpha-reset"), reranker = $("reranker"), submit = $("submit"), formError = $("form-error"),
+      statusEl = $("status"), errorPanel = $("error-panel"), errorMessage = $("error-message"), retry = $("retry"),
+      answerPanel = $("answer-panel"), answerText = $("answer-text"), answerMeta = $("answer-meta"),
+      metaLine = $("meta-line"), rerankerNote = $("reranker-note"), empty = $("empty"), list = $("results"),
+      template = $("result-template");
+
+  var alphaTouched = false;
+  var lastBody = null;   // the last request sent, for Retry
+  var current = null;    // the last successful response
+  var seq = 0;           // ignore responses of superseded requests
+
+  // ------------------------------------------------------------ query terms (mirrors citations.query_terms)
+  var STOPWORDS = new Set(("a about above after again against all also am an and any are as at be because been before being " +
+    "below between both but by can could did do does doing don down during each either else few for from further had has " +
+    "have having he her here hers herself him himself his how i if in into is it its itself just let me more most my myself " +
+    "no nor not of off on once only or other our ours ourselves out over own please s same shall she should so some such t " +
+    "than that the their theirs them themselves then there these they this those through to too under until up upon us very " +
+    "was we were what when where which while who whom whose why will with within without would you your yours yourself " +
+    "yourselves").split(" "));
+  var SUFFIXES = [["ingly", 3], ["edly", 3], ["ation", 3], ["ment", 3], ["ness", 3], ["ing", 3], ["ed", 3], ["ly", 4]];
+  var UNDOUBLE = { ing: 1, ed: 1, ingly: 1, edly: 1 };
+
+  function normalize(text) {
+    return text.toLowerCase().normalize("NFKD").replace(/[\u0300-\u036f]/g, "");
+  }
+
+  function stem(word) {
+    if (word.length <= 3 || !/^[a-z]+$/.test(word)) return word;
+    if (/sses$/.test(word)) word = word.slice(0, -2);
+    else if (/ies$/.test(word) && word.length > 4) word = word.slice(0, -3) + "y";
+    else if (/(ss|us|is)$/.test(word)) { /* keep */ }
+    else if (/s$/.test(word)) word = word.slice(0, -1);
+    for (var i = 0; i < SUFFIXES.length; i++) {
+      var suffix = SUFFIXES[i][0], minStem = SUFFIXES[i][1];
+      if (word.slice(-suffix.length) !== suffix) continue;
+      var base = word.slice(0, -suffix.length);
+      if (base.length < minStem || !/[aeiouy]/.test(base)) continue;
+      if (suffix === "ly" && /pp$/.test(base)) continue;
+      word = base;
+      var last = word.charAt(word.length - 1);
+      if (UNDOUBLE[suffix] && word.length > 3 && last === word.charAt(word.length - 2) && "lszaeiou".indexOf(last) < 0) {
+        word = word.slice(0, -1);
+      }
+      break;
+    }
+    if (word.length > 3 && /e$/.test(word)) word = word.slice(0, -1);
+    if (word.length > 3 && /i$/.test(word)) word = word.slice(0, -1) + "y";
+    return word;
+  }
+
+  function queryTerms(query) {
+    var terms = new Set();
+    normalize(query).split(/[^a-z0-9_]+/).forEach(function (token) {
+      if (token && !STOPWORDS.has(token)) terms.add(stem(token));
+    });
+    return terms;
+  }
+
+  /** Append `text` to `el` as text nodes, wrapping words whose stem is a query term in <mark>. */
+  function appendHighlighted(el, text, terms) {
+    var word = /[\p{L}\p{N}_]+/gu, last = 0, m;
+    while ((m = word.exec(text)) !== null) {
+      var parts = normalize(m[0]).split(/[^a-z0-9_]+/);
+      var hit = parts.some(function (p) { return p && !STOPWORDS.has(p) && terms.has(stem(p)); });
+      if (!hit) continue;
+      if (m.index > last) el.appendChild(document.createTextNode(text.slice(last, m.index)));
+      var mark = document.createElement("mark");
+      mark.textContent = m[0];
+      el.appendChild(mark);
+      last = m.index + m[0].length;
+    }
+    if (last < text.length) el.appendChild(document.createTextNode(text.slice(last)));
+  }
+
+  // ------------------------------------------------------------ small helpers
+  function show(el, on) { el.hidden = !on; }
+
+  function fmt(value, digits) {
+    return typeof value === "number" && isFinite(value) ? value.toFixed(digits === undefined ? 3 : digits) : "\u2014";
+  }
+
+  function formatPages(pages) {
+    if (!pages || !pages.length) return "";
+    var sorted = pages.slice().sort(function (a, b) { return a - b; });
+    if (sorted.length === 1) return "p. " + sorted[0];
+    var contiguous = sorted.every(function (p, i) { return i === 0 || p === sorted[i - 1] + 1; });
+    return "pp. " + (contiguous ? sorted[0] + "\u2013" + sorted[sorted.length - 1] : sorted.join(", "));
+  }
+
+  function safeHref(url) {
+    if (!url) return null;
+    try {
+      var parsed = new URL(url, window.location.href);
+      return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed.href : null;
+    } catch (e) {
+      return null;
+    }
+  }
+
+  /** The human message of an error response: {message} (our handlers) or {detail} (HTTPException). */
+  function messageOf(body, status) {
+    if (body && typeof body.message === "string" && body.message) return body.message;
+    if (body && typeof body.detail === "string") return body.detail;
+    if (body && Array.isArray(body.detail)) return body.detail.map(function (d) { return d.msg || String(d); }).join("; ");
+    return "The server answered with HTTP " + status + ".";
+  }
+
+  function postJSON(url, payload) {
+    return fetch(url, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "Accept": "application/json" },
+      body: JSON.stringify(payload)
+    }).then(function (response) {
+      return response.text().then(function (raw) {
+        var body = null;
+        try { body = raw ? JSON.parse(raw) : null; } catch (e) { body = null; }
+        return { ok: response.ok, status: response.status, body: body };
+      });
+    });
+  }
+
+  // ------------------------------------------------------------ form
+  function setAlphaTouched(on) {
+    alphaTouched = on;
+    alphaOut.textContent = on ? Number(alpha.value).toFixed(2) : "server default";
+    alphaOut.classList.toggle("set", on);
+    show(alphaReset, on);
+  }
+  alpha.addEventListener("input", function () { setAlphaTouched(true); });
+  alphaReset.addEventListener("click", function () {
+    alpha.value = "0.5";
+    setAlphaTouched(false);
+    alpha.focus();
+  });
+
+  function clearFormError() {
+    formError.textContent = "";
+    show(formError, false);
+    [q, kInput, alpha, reranker].forEach(function (el) { el.removeAttribute("aria-invalid"); });
+  }
+
+  function showFormError(message, fields) {
+    formError.textContent = message;
+    show(formError, true);
+    var byField = { query: q, k: kInput, alpha: alpha, reranker: reranker };
+    (fields || []).forEach(function (f) {
+      var el = byField[String(f).split(".")[0]];
+      if (el) el.setAttribute("aria-invalid", "true");
+    });
+  }
+
+  form.addEventListener("submit", function (event) {
+    event.preventDefault();
+    clearFormError();
+    var k = Number(kInput.value);
+    if (!Number.isInteger(k) || k < 1 || k > 20) {
+      showFormError("Results (k) must be a whole number from 1 to 20.", ["k"]);
+      kInput.focus();
+      return;
+    }
+    var body = { query: q.value, k: k, reranker: reranker.value, answer: "extractive" };
+    if (alphaTouched) body.alpha = Number(alpha.value);
+    runQuery(body);
+  });
+
+  retry.addEventListener("click", function () {
+    if (lastBody) runQuery(lastBody);
+  });
+
+  // ------------------------------------------------------------ query
+  function setBusy(on) {
+    submit.disabled = on;
+    retry.disabled = on;
+    list.setAttribute("aria-busy", on ? "true" : "false");
+  }
+
+  function runQuery(body) {
+    lastBody = body;
+    var mine = ++seq;
+    setBusy(true);
+    statusEl.textContent = "Searching\u2026";
+    postJSON(QUERY_URL, body).then(function (res) {
+      if (mine !== seq) return;
+      if (res.ok) {
+        show(errorPanel, false);
+        render(res.body, body);
+      } else if (res.status === 422) {
+        show(errorPanel, false);
+        var errors = (res.body && res.body.errors) || [];
+        showFormError(messageOf(res.body, res.status), errors.map(function (e) { return e.field; }));
+        statusEl.textContent = "Please correct the search: " + messageOf(res.body, res.status);
+      } else if (res.status >= 500) {
+        serverDown(messageOf(res.body, res.status));
+      } else {
+        showFormError(messageOf(res.body, res.status));
+        statusEl.textContent = "The search failed.";
+      }
+    }, function () {
+      if (mine !== seq) return;
+      serverDown("The server could not be reached. Check that `groundwork serve` is running, then retry.");
+    }).then(function () {
+      if (mine === seq) setBusy(false);
+    });
+  }
+
+  function serverDown(message) {
+    errorMessage.textContent = message;
+    show(errorPanel, true);
+    statusEl.textContent = "Search failed: " + message;
+  }
+
+  // ------------------------------------------------------------ rendering
+  function render(data, body) {
+    current = data;
+    var results = data.results || [];
+    var latency = data.latency_ms || {};
+    var terms = queryTerms(body.query);
+
+    list.textContent = "";
+    show(empty, results.length === 0);
+
+    // answer, coverage, latency, reranker status
+    answerText.textContent = "";
+    var answer = data.answer;
+    if (results.length && answer && answer.text) renderAnswer(answer.text, results);
+    show(answerText, !!(results.length && answer && answer.text));
+    answerMeta.textContent = "";
+    var badge = document.createElement("span");
+    badge.className = "badge cov-" + (data.coverage || "none");
+    badge.textContent = "Coverage: " + (data.coverage || "none");
+    answerMeta.appendChild(badge);
+    if (answer && answer.method) answerMeta.appendChild(document.createTextNode(" \u00b7 " + answer.method + " answer"));
+
+    var parts = ["embed", "bm25", "vector", "fuse", "rerank", "format"].filter(function (key) {
+      return typeof latency[key] === "number";
+    }).map(function (key) { return (key === "bm25" ? "BM25" : key) + " " + fmt(latency[key], 1); });
+    metaLine.textContent = "Latency " + fmt(latency.total, 0) + " ms" + (parts.length ? " (" + parts.join(" \u00b7 ") + " ms)" : "") +
+      (data.snapshot_version !== undefined && data.snapshot_version !== null ? " \u00b7 index snapshot v" + data.snapshot_version : "");
+
+    var rs = String(data.reranker_status || "");
+    rerankerNote.textContent = rs.indexOf("fallback") === 0
+      ? "Reranker " + body.reranker + " was not applied (" + rs + "); results are in fused order."
+      : "";
+    show(rerankerNote, rs.indexOf("fallback") === 0);
+    show(answerPanel, true);
+
+    results.forEach(function (item) { list.appendChild(renderResult(item, terms, data.retrieval_request_id)); });
+
+    statusEl.textContent = results.length
+      ? results.length + (results.length === 1 ? " result" : " results") + " in " + fmt(latency.total, 0) + " ms."
+      : "No relevant content found (" + fmt(latency.total, 0) + " ms).";
+  }
+
+  function renderAnswer(text, results) {
+    var known = new Set(results.map(function (r) { return r.n; }));
+    var marker = /\[(\d+)\]/g, last = 0, m;
+    while ((m = marker.exec(text)) !== null) {
+      var n = Number(m[1]);
+      if (!known.has(n)) continue;
+      if (m.index > last) answerText.appendChild(document.createTextNode(text.slice(last, m.index)));
+      var a = document.createElement("a");
+      a.className = "cite";
+      a.href = "#result-" + n;
+      a.textContent = "[" + n + "]";
+      a.setAttribute("aria-label", "source " + n);
+      answerText.appendChild(a);
+      last = m.index + m[0].length;
+    }
+    if (last < text.length) answerText.appendChild(document.createTextNode(text.slice(last)));
+  }
+
+  function renderResult(item, terms, requestId) {
+    var node = template.content.firstElementChild.cloneNode(true);
+    var n = item.n, title = item.title || item.doc_id || "Untitled";
+    node.id = "result-" + n;
+    node.dataset.chunkId = item.chunk_id;
+    node.querySelector(".result-n").textContent = "[" + n + "]";
+    node.querySelector(".title-text").textContent = title;
+
+    var where = [];
+    if (item.section && item.section !== title) where.push(item.section);
+    var pages = formatPages(item.pages);
+    if (pages) where.push(pages);
+    if (item.version) where.push("version " + item.version);
+    node.querySelector(".result-where").textContent = where.join(" \u00b7 ");
+
+    appendHighlighted(node.querySelector(".snippet"), item.snippet || "", terms);
+
+    var scores = node.querySelector(".scores");
+    [["Fused", item.score], ["BM25", item.bm25_score], ["Vector", item.vector_score], ["Relevance", item.relevance]]
+      .concat(item.rerank_score !== null && item.rerank_score !== undefined ? [["Rerank", item.rerank_score]] : [])
+      .forEach(function (pair) {
+        var div = document.createElement("div"), dt = document.createElement("dt"), dd = document.createElement("dd");
+        dt.textContent = pair[0];
+        dd.textContent = fmt(pair[1]);
+        div.appendChild(dt);
+        div.appendChild(dd);
+        scores.appendChild(div);
+      });
+
+    var link = node.querySelector(".source-link");
+    var href = safeHref(item.source_url || item.url);
+    if (href) {
+      link.href = href;
+      link.setAttribute("aria-label", "View source: " + title + (pages ? ", " + pages : "") + " (opens in a new tab)");
+    } else {
+      link.remove();
+    }
+
+    wireFeedback(node, item, title, requestId);
+    return node;
+  }
+
+  // ------------------------------------------------------------ feedback
+  function wireFeedback(node, item, title, requestId) {
+    var group = node.querySelector(".feedback");
+    var up = node.querySelector(".thumb-up"), down = node.querySelector(".thumb-down");
+    var status = node.querySelector(".feedback-status");
+    var noteForm = node.querySelector(".note-form"), noteText = node.querySelector(".note-text");
+    var noteLabel = node.querySelector(".note-label"), noteCount = node.querySelector(".note-count");
+    var noteId = "note-" + item.n;
+    var rating = null;
+
+    group.setAttribute("aria-label", "Feedback on result " + item.n);
+    up.setAttribute("aria-label", "Helpful: " + title);
+    down.setAttribute("aria-label", "Not helpful: " + title);
+    up.title = "Helpful";
+    down.title = "Not helpful";
+    noteText.id = noteId;
+    noteLabel.setAttribute("for", noteId);
+    noteLabel.textContent = "Note on result " + item.n + " (optional)";
+
+    function say(text, kind) {
+      status.textContent = text;
+      status.className = "feedback-status" + (kind ? " " + kind : "");
+    }
+
+    function send(newRating, note) {
+      var payload = { retrieval_request_id: requestId, chunk_id: item.chunk_id, rating: newRating };
+      if (note !== undefined) payload.note = note;
+      var buttons = group.querySelectorAll("button");
+      buttons.forEach(function (b) { b.disabled = true; });
+      say("Saving\u2026");
+      return postJSON(FEEDBACK_URL, payload).then(function (res) {
+        if (res.ok) {
+          rating = newRating;
+          up.setAttribute("aria-pressed", String(rating === "up"));
+          down.setAttribute("aria-pressed", String(rating === "down"));
+          say(SAVED, "ok");
+          return true;
+        }
+        say("Feedback not saved: " + messageOf(res.body, res.status), "error");
+        return false;
+      }, function () {
+        say("Feedback not saved: the server could not be reached.", "error");
+        return false;
+      }).then(function (ok) {
+        buttons.forEach(function (b) { b.disabled = false; });
+        return ok;
+      });
+    }
+
+    up.addEventListener("click", function () {
+      if (rating === "up") { say("Already marked helpful.", "ok"); return; }
+      send("up");
+    });
+    down.addEventListener("click", function () {
+      if (rating === "down") { say("Already marked not helpful.", "ok"); return; }
+      send("down");
+    });
+
+    noteText.addEventListener("input", function () {
+      var n = noteText.value.length;
+      noteCount.textContent = n + "/" + NOTE_LIMIT;
+      noteCount.classList.toggle("over", n > NOTE_LIMIT);
+    });
+    noteForm.addEventListener("submit", function (event) {
+      event.preventDefault();
+      if (!rating) {
+        say("Choose \ud83d\udc4d Helpful or \ud83d\udc4e Not helpful first; the note is saved with it.", "error");
+        up.focus();
+        return;
+      }
+      var note = noteText.value.trim();
+      if (!note) { say("Write a note first.", "error"); noteText.focus(); return; }
+      send(rating, note);
+    });
+  }
+
+  setAlphaTouched(false);
+})();
