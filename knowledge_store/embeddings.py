@@ -189,3 +189,93 @@ def describe_model(model_path: Path) -> dict[str, object]:
     if config.is_file():
         info.update(json.loads(config.read_text()))
     return info
+
+
+class BatchingEmbedder:
+    """Coalesces concurrent single-query embeddings into one model call.
+
+    Under concurrent load (an API with many clients) each request embeds one
+    short query; run one by one they queue behind each other on the CPU.  This
+    wrapper lets requests that arrive while the model is busy ride in the next
+    batch (up to ``max_batch``), which costs little more than a single query,
+    and caches recent query vectors (repeated questions are common).  With one
+    client it adds no waiting: a lone request is embedded immediately.
+    """
+
+    def __init__(self, inner: Embedder, max_batch: int = 32, cache_size: int = 2048) -> None:
+        from collections import OrderedDict
+
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.torch_threads = inner.torch_threads
+        self.max_batch = max_batch
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cond = threading.Condition()
+        self._pending: list[tuple[str, dict]] = []
+        self._busy = False
+        self.batches = 0
+        self.batched_texts = 0
+
+    @property
+    def loaded(self) -> bool:
+        return self.inner.loaded
+
+    def load(self) -> "BatchingEmbedder":
+        self.inner.load()
+        return self
+
+    def _cached(self, text: str) -> np.ndarray | None:
+        if not self.cache_size:
+            return None
+        with self._cond:
+            vector = self._cache.get(text)
+            if vector is not None:
+                self._cache.move_to_end(text)
+            return vector
+
+    def _remember(self, texts: list[str], vectors: np.ndarray) -> None:
+        for text, vector in zip(texts, vectors):
+            self._cache[text] = vector
+            self._cache.move_to_end(text)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if len(texts) != 1:  # bulk calls (ingestion, evaluation) go straight through
+            return self.inner.embed(texts)
+        text = texts[0]
+        cached = self._cached(text)
+        if cached is not None:
+            return cached[None, :]
+        slot: dict = {}
+        with self._cond:
+            self._pending.append((text, slot))
+            while "vector" not in slot and "error" not in slot:
+                if not self._busy:
+                    # become the leader: embed everything pending (including our own text)
+                    batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
+                    self._busy = True
+                    self._cond.release()
+                    try:
+                        try:
+                            vectors = self.inner.embed([t for t, _ in batch])
+                            self.batches += 1
+                            self.batched_texts += len(batch)
+                            for (t, s), v in zip(batch, vectors):
+                                s["vector"] = v
+                        except BaseException as error:  # every waiter of this batch gets the error
+                            for _, s in batch:
+                                s["error"] = error
+                    finally:
+                        self._cond.acquire()
+                        self._busy = False
+                        if "vector" in slot:
+                            self._remember([t for t, s in batch if "vector" in s], [s["vector"] for _, s in batch if "vector" in s])
+                        self._cond.notify_all()
+                else:
+                    self._cond.wait(timeout=1.0)
+        if "error" in slot:
+            raise slot["error"]
+        return slot["vector"][None, :]

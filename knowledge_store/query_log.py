@@ -38,6 +38,7 @@ import os
 import queue
 import re
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
@@ -65,6 +66,7 @@ CLIENTS = frozenset({"cli", "api", "mcp", "support_tool", "eval", "python"})
 RATINGS = frozenset({"up", "down"})
 LATENCY_KEYS = ("embed", "bm25", "vector", "fuse", "rerank", "format", "total")
 
+_LINGER_S = 0.1
 _BATCH_MAX = 500  # records per insert transaction
 
 # ---------------------------------------------------------------------------
@@ -523,9 +525,13 @@ class QueryLog:
         q = self._queue
         while True:
             items = [q.get()]
-            while len(items) < _BATCH_MAX:
+            # linger briefly so a busy server writes a few batches a second instead of opening
+            # the file for every query (opening and migrating costs milliseconds of CPU)
+            deadline = time.monotonic() + _LINGER_S
+            while len(items) < _BATCH_MAX and items[-1] is not _STOP:
+                remaining = deadline - time.monotonic()
                 try:
-                    items.append(q.get_nowait())
+                    items.append(q.get(timeout=remaining) if remaining > 0 else q.get_nowait())
                 except queue.Empty:
                     break
             stop = any(item is _STOP for item in items)

@@ -77,6 +77,7 @@ class Settings(BaseSettings):
     snippet_chars: int = Field(150, ge=40, le=1000)
     query_torch_threads: int = Field(1, ge=1, description="Torch threads for query embedding in the serving process.")
     search_threads: int = Field(1, ge=1, description="BLAS threads for vector search (1 is fastest under load).")
+    query_cache_size: int = Field(2048, ge=0, description="Recent query embeddings kept in memory (0 = off).")
     llm_base_url: str | None = Field(None, description="OpenAI-compatible endpoint for generated answers; unset = extractive answers only.")
     llm_model: str | None = Field(None)
     llm_api_key: SecretStr | None = Field(None)
@@ -88,6 +89,7 @@ class Settings(BaseSettings):
     server_host: str = Field("127.0.0.1", description="Bind address; anything but loopback needs allow_remote=true.")
     server_port: int = Field(8080, ge=1, le=65535)
     allow_remote: bool = Field(False, description="Explicitly allow binding to a non-loopback address.")
+    search_workers: int = Field(8, ge=1, description="Queries the API runs at once; more wait (and share embedding batches).")
     max_query_chars: int = Field(2000, ge=10, description="Longer queries are rejected with 422.")
     max_note_chars: int = Field(1000, ge=1, description="Feedback notes longer than this are rejected.")
 

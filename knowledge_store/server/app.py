@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 from fastapi import FastAPI, File, Form, HTTPException, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse
@@ -140,6 +141,7 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
     engine = engine or RetrievalEngine(settings, query_log=query_log)
     metrics = Metrics()
     jobs = IngestJobs(settings, engine.embedder)
+    search_limiter = anyio.CapacityLimiter(settings.search_workers)
     started_at = time.time()
     mcp_lifespan = None
 
@@ -199,13 +201,18 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
 
     # -------------------------------------------------------------- query & feedback
     @app.post("/api/knowledge/query", tags=["knowledge"])
-    def query(body: QueryBody, request: Request) -> dict[str, Any]:
+    async def query(body: QueryBody, request: Request) -> dict[str, Any]:
         """Hybrid retrieval with citations; the response's ``retrieval_request_id`` is what feedback refers to."""
         if len(body.query) > settings.max_query_chars:
             raise QueryValidationError("query", f"{len(body.query)} characters", f"must be at most {settings.max_query_chars} characters")
-        response = engine.search(
-            body.query, k=body.k, alpha=body.alpha, fusion=body.fusion, reranker=body.reranker, filters=body.filters,
-            min_relevance=body.min_relevance, answer=body.answer, client="api",
+        # a few search workers, not one thread per request: on 2 cores 40 threads fighting over the
+        # GIL and torch is slower; waiting requests still share model calls (BatchingEmbedder)
+        response = await anyio.to_thread.run_sync(
+            lambda: engine.search(
+                body.query, k=body.k, alpha=body.alpha, fusion=body.fusion, reranker=body.reranker, filters=body.filters,
+                min_relevance=body.min_relevance, answer=body.answer, client="api",
+            ),
+            limiter=search_limiter,
         )
         out = response.to_dict()
         base = str(request.base_url).rstrip("/")

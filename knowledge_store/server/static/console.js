@@ -13,7 +13,7 @@
   var $ = function (id) { return document.getElementById(id); };
   var form = $("query-form"), q = $("q"), kInput = $("k"), alpha = $("alpha"), alphaOut = $("alpha-value"),
       alphaReset = $("alpha-reset"), reranker = $("reranker"), submit = $("submit"), formError = $("form-error"),
-      statusEl = $("status"), errorPanel = $("error-panel"), errorMessage = $("error-message"), retry = $("retry"),
+      statusEl = $("status"), errorPanel = $("error-panel"), errorMessage = $("error-message"), errorTitle = $("error-title"), retry = $("retry"),
       answerPanel = $("answer-panel"), answerText = $("answer-text"), answerMeta = $("answer-meta"),
       metaLine = $("meta-line"), rerankerNote = $("reranker-note"), empty = $("empty"), list = $("results"),
       template = $("result-template");
@@ -202,25 +202,27 @@
         show(errorPanel, false);
         var errors = (res.body && res.body.errors) || [];
         showFormError(messageOf(res.body, res.status), errors.map(function (e) { return e.field; }));
-        statusEl.textContent = "Please correct the search: " + messageOf(res.body, res.status);
+        statusEl.textContent = "Please correct the search.";
       } else if (res.status >= 500) {
-        serverDown(messageOf(res.body, res.status));
+        serverDown(messageOf(res.body, res.status), "The server could not answer (HTTP " + res.status + ")");
       } else {
         showFormError(messageOf(res.body, res.status));
         statusEl.textContent = "The search failed.";
       }
     }, function () {
       if (mine !== seq) return;
-      serverDown("The server could not be reached. Check that `groundwork serve` is running, then retry.");
+      serverDown("The server could not be reached. Check that \u201cgroundwork serve\u201d is running, then retry.",
+                 "Cannot reach the server");
     }).then(function () {
       if (mine === seq) setBusy(false);
     });
   }
 
-  function serverDown(message) {
+  function serverDown(message, title) {
+    errorTitle.textContent = title;
     errorMessage.textContent = message;
     show(errorPanel, true);
-    statusEl.textContent = "Search failed: " + message;
+    statusEl.textContent = "Search failed.";
   }
 
   // ------------------------------------------------------------ rendering
@@ -292,7 +294,9 @@
     node.querySelector(".title-text").textContent = title;
 
     var where = [];
-    if (item.section && item.section !== title) where.push(item.section);
+    var section = item.section || "";
+    if (section.indexOf(title + " > ") === 0) section = section.slice(title.length + 3);  // the path repeats the title
+    if (section && section !== title) where.push(section);
     var pages = formatPages(item.pages);
     if (pages) where.push(pages);
     if (item.version) where.push("version " + item.version);
@@ -338,8 +342,6 @@
     group.setAttribute("aria-label", "Feedback on result " + item.n);
     up.setAttribute("aria-label", "Helpful: " + title);
     down.setAttribute("aria-label", "Not helpful: " + title);
-    up.title = "Helpful";
-    down.title = "Not helpful";
     noteText.id = noteId;
     noteLabel.setAttribute("for", noteId);
     noteLabel.textContent = "Note on result " + item.n + " (optional)";
@@ -391,7 +393,7 @@
     noteForm.addEventListener("submit", function (event) {
       event.preventDefault();
       if (!rating) {
-        say("Choose \ud83d\udc4d Helpful or \ud83d\udc4e Not helpful first; the note is saved with it.", "error");
+        say("Choose Helpful or Not helpful first; the note is saved with it.", "error");
         up.focus();
         return;
       }
