@@ -239,8 +239,16 @@ def test_bad_uploads_are_refused_before_anything_is_written(env, name, content, 
     assert not list(env["settings"].data_dir.glob(".upload-*"))
 
 
-def test_unknown_job_is_404(env):
-    assert env["client"].get("/api/knowledge/jobs/nope").status_code == 404
+def test_unknown_job_is_404_in_the_common_error_shape(env):
+    response = env["client"].get("/api/knowledge/jobs/nope")
+    assert response.status_code == 404
+    assert response.json()["error"] == "not_found" and "nope" in response.json()["message"]
+
+
+def test_config_gives_defaults_and_limits_without_secrets(env):
+    config = env["client"].get("/api/knowledge/config").json()
+    assert config["default_alpha"] == 0.5 and config["max_query_chars"] == 2000 and config["max_note_chars"] == 1000
+    assert "cross-encoder" not in config["rerankers"] and "llm_api_key" not in str(config)
 
 
 # ------------------------------------------------------------------ serving during a re-sync

@@ -30,6 +30,7 @@ from fastapi import FastAPI, File, Form, HTTPException, Query, Request, UploadFi
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from knowledge_store.errors import GroundworkError, IndexNotBuiltError, StoreError
@@ -185,6 +186,13 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         errors = [{"field": _field_of(e.get("loc", ())), "message": e.get("msg", "invalid")} for e in exc.errors()]
         message = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
         return JSONResponse(status_code=422, content={"error": "validation_error", "message": message, "errors": errors})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        # one error shape everywhere: {error, message} (detail kept for FastAPI-style clients)
+        kind = {404: "not_found", 405: "method_not_allowed", 410: "gone"}.get(exc.status_code, "http_error")
+        return JSONResponse(status_code=exc.status_code, content={"error": kind, "message": str(exc.detail), "detail": exc.detail},
+                            headers=getattr(exc, "headers", None))
 
     @app.exception_handler(QueryValidationError)
     async def query_validation_error(request: Request, exc: QueryValidationError):
@@ -367,6 +375,18 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         page = items[offset: offset + limit]
         nxt = offset + limit if offset + limit < len(items) else None
         return {"articles": page, "total": len(items), "limit": limit, "offset": offset, "next_offset": nxt}
+
+    @app.get("/api/knowledge/config", tags=["knowledge"])
+    def config() -> dict[str, Any]:
+        """Defaults and limits clients need (the console reads them); no secrets."""
+        return {
+            "default_k": settings.default_k, "max_k": 100, "default_alpha": settings.default_alpha,
+            "default_fusion": settings.default_fusion, "default_reranker": settings.default_reranker,
+            "rerankers": ["none", "mmr", "feedback"] + (["cross-encoder"] if settings.cross_encoder_path else []),
+            "min_relevance": settings.min_relevance, "max_query_chars": settings.max_query_chars,
+            "max_note_chars": settings.max_note_chars, "max_upload_mb": settings.max_file_mb,
+            "upload_types": sorted(UPLOAD_TYPES), "llm_answers": bool(settings.llm_base_url and settings.llm_model),
+        }
 
     # -------------------------------------------------------------- operations
     @app.get("/health", tags=["operations"])
