@@ -67,6 +67,7 @@ RATINGS = frozenset({"up", "down"})
 LATENCY_KEYS = ("embed", "bm25", "vector", "fuse", "rerank", "format", "total")
 
 _LINGER_S = 0.1
+_IDLE_CLOSE_S = 2.0  # close the writer's connection after this long without records
 _BATCH_MAX = 500  # records per insert transaction
 
 # ---------------------------------------------------------------------------
@@ -423,6 +424,7 @@ class QueryLog:
         self.lock_timeout_s = float(lock_timeout_s)
         self.spool_dir = Path(spool_dir) if spool_dir is not None else self.path.parent
         self._db_lock = _path_lock(self.path)
+        self._wconn: duckdb.DuckDBPyConnection | None = None
         self._cond = threading.Condition()
         self._enqueued = 0
         self._processed = 0
@@ -513,6 +515,7 @@ class QueryLog:
         self._enqueued = self._processed = 0
         self._cond = threading.Condition()
         self._db_lock = threading.RLock()
+        self._wconn = None  # never use the parent's connection
         if not self._closed:
             self._thread = self._start_writer()
 
@@ -524,7 +527,11 @@ class QueryLog:
     def _writer_loop(self) -> None:
         q = self._queue
         while True:
-            items = [q.get()]
+            try:
+                items = [q.get(timeout=_IDLE_CLOSE_S)]
+            except queue.Empty:
+                self._close_writer_conn()  # idle: let other processes have the file
+                continue
             # linger briefly so a busy server writes a few batches a second instead of opening
             # the file for every query (opening and migrating costs milliseconds of CPU)
             deadline = time.monotonic() + _LINGER_S
@@ -545,15 +552,42 @@ class QueryLog:
                 self._processed += sum(1 for item in items if item is not _STOP)
                 self._cond.notify_all()
             if stop:
+                self._close_writer_conn()
                 return
+
+    def _writer_conn_get(self) -> duckdb.DuckDBPyConnection:
+        """The writer thread's connection, kept open while queries keep coming (opening and
+        migrating the file per batch cost a tenth of the server's CPU under load)."""
+        if self._wconn is None:
+            conn = open_duckdb(self.path, read_only=False, timeout_s=self.lock_timeout_s)
+            try:
+                migrate_log(conn)
+            except BaseException:
+                conn.close()
+                raise
+            self._wconn = conn
+        return self._wconn
+
+    def _close_writer_conn(self) -> None:
+        with self._db_lock:
+            if self._wconn is not None:
+                try:
+                    self._wconn.close()
+                finally:
+                    self._wconn = None
 
     def _write(self, rows: list[dict[str, Any]]) -> None:
         """Insert ``rows`` and import any spool files; spool ``rows`` if the file stays locked."""
         try:
-            with self._connect() as conn:
-                if rows:
-                    self._insert(conn, rows)
-                self._import_spools(conn)
+            with self._db_lock:
+                conn = self._writer_conn_get()
+                try:
+                    if rows:
+                        self._insert(conn, rows)
+                    self._import_spools(conn)
+                except duckdb.Error:
+                    self._close_writer_conn()
+                    raise
         except Exception as error:
             if rows:
                 level = logging.INFO if isinstance(error, StoreLockedError) else logging.WARNING
@@ -636,6 +670,13 @@ class QueryLog:
         for longer than ``lock_timeout_s``.
         """
         with self._db_lock:
+            if self._wconn is not None:  # the writer's open connection serves readers too
+                cursor = self._wconn.cursor()
+                try:
+                    yield cursor
+                finally:
+                    cursor.close()
+                return
             conn = open_duckdb(self.path, read_only=False, timeout_s=self.lock_timeout_s)
             try:
                 migrate_log(conn)

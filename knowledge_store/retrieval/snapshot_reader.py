@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ import numpy as np
 from knowledge_store.index import SnapshotInfo, open_snapshot, read_pointer
 from knowledge_store.retrieval.types import SearchHit
 
+_FTS_SPLIT = re.compile(r"(\.|[^a-z0-9_])+")
 BM25_K1 = 1.2
 BM25_B = 0.75
 
@@ -68,6 +70,7 @@ class LoadedSnapshot:
     records: object  # pyarrow Table of every chunk's citation fields and text, row-aligned
     documents: list[dict]  # per doc index: doc_id, version, source_id, source_name, path, relative_path, title, metadata
     stopwords: frozenset[str] = frozenset()
+    _stems: dict[str, str] = field(default_factory=dict)
     load_seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -77,18 +80,38 @@ class LoadedSnapshot:
 
     # ------------------------------------------------------------------ BM25
     def query_terms(self, query: str) -> QueryTerms:
-        """Tokenise and stem exactly as the fts index did (its own ``tokenize`` macro and stemmer)."""
-        cursor = self.conn.cursor()
-        try:
-            stems = [
-                row[0]
-                for row in cursor.execute(
-                    "SELECT DISTINCT stem(unnest(fts_main_chunks.tokenize(?)), 'porter') AS t", [query]
-                ).fetchall()
-                if row[0]
-            ]
-        finally:
-            cursor.close()
+        """Tokenise and stem exactly as the fts index did.
+
+        ASCII queries are split in Python with the fts ``tokenize`` rule (lower case,
+        ``(\\.|[^a-z0-9_])+`` -> space) and stemmed through a cache filled by DuckDB's own
+        ``stem(_, 'porter')``, so a repeated word costs a dict lookup instead of a
+        DuckDB round trip; anything else goes through the fts macro itself.
+        """
+        if query.isascii():
+            tokens = list(dict.fromkeys(_FTS_SPLIT.sub(" ", query.lower()).split()))
+            missing = [t for t in tokens if t not in self._stems]
+            if missing:
+                cursor = self.conn.cursor()
+                try:
+                    for token, stemmed in cursor.execute(
+                        "SELECT t, stem(t, 'porter') FROM (SELECT unnest(?::VARCHAR[]) AS t)", [missing]
+                    ).fetchall():
+                        self._stems[token] = stemmed
+                finally:
+                    cursor.close()
+            stems = list(dict.fromkeys(self._stems[t] for t in tokens if self._stems.get(t)))
+        else:
+            cursor = self.conn.cursor()
+            try:
+                stems = [
+                    row[0]
+                    for row in cursor.execute(
+                        "SELECT DISTINCT stem(unnest(fts_main_chunks.tokenize(?)), 'porter') AS t", [query]
+                    ).fetchall()
+                    if row[0]
+                ]
+            finally:
+                cursor.close()
         known = [s for s in stems if s in self.term_ids]
         unknown = [s for s in stems if s not in self.term_ids and s not in self.stopwords]
         termids = np.array([self.term_ids[s] for s in known], dtype=np.int64)
