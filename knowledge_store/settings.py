@@ -75,7 +75,8 @@ class Settings(BaseSettings):
     feedback_weight: float = Field(0.3, ge=0, description="How far one unit of net feedback moves a passage's score.")
     cross_encoder_path: Path | None = Field(None, description="Local sentence-transformers CrossEncoder folder for the cross-encoder reranker.")
     snippet_chars: int = Field(150, ge=40, le=1000)
-    query_torch_threads: int = Field(1, ge=1, description="Torch threads for query embedding in the serving process.")
+    query_torch_threads: int = Field(1, ge=1, description="Threads for query embedding in the serving process.")
+    query_encoder: str = Field("onnx", pattern="^(onnx|torch)$", description="Query embedding backend: onnx (ONNX Runtime, exported once from the local weights, ~2x faster, same vectors) or torch.")
     search_threads: int = Field(1, ge=1, description="BLAS threads for vector search (1 is fastest under load).")
     query_cache_size: int = Field(2048, ge=0, description="Recent query embeddings kept in memory (0 = off).")
     llm_base_url: str | None = Field(None, description="OpenAI-compatible endpoint for generated answers; unset = extractive answers only.")
@@ -125,6 +126,11 @@ class Settings(BaseSettings):
     @property
     def logs_path(self) -> Path:
         return self.data_dir / "logs.duckdb"
+
+    @property
+    def models_cache_dir(self) -> Path:
+        """Derived model files (the ONNX export of the embedding model)."""
+        return self.data_dir / "models"
 
     @property
     def uploads_dir(self) -> Path:

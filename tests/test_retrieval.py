@@ -336,3 +336,29 @@ def test_new_snapshot_is_picked_up_without_restart_and_superseded_is_opt_in(tmp_
     history = engine.search("how do I pair the hub blue button", k=5, filters={"include_superseded": True}, log=False)
     assert {c.version for c in history.results} == {1, 2}
     assert {c.status for c in history.results} == {"active", "superseded"}
+
+
+def test_onnx_query_encoder_gives_the_torch_vectors(tmp_path, embedder, model_path):
+    from knowledge_store.embeddings import OnnxEmbedder, query_embedder
+
+    onnx = OnnxEmbedder(model_path, tmp_path / "models", threads=1)
+    texts = [RESET, "E42", "x" * 3000, "Wie setze ich das Gerät zurück?", "hvac.min_cycle_minutes"]
+    a, b = embedder.embed(texts), onnx.embed(texts)
+    assert a.shape == b.shape == (5, 384)
+    assert float((a * b).sum(axis=1).min()) > 0.9999
+    assert onnx.model_id == embedder.model_id and onnx.onnx_path.is_file()
+    # exported once: a second encoder reuses the file
+    mtime = onnx.onnx_path.stat().st_mtime
+    OnnxEmbedder(model_path, tmp_path / "models").load()
+    assert onnx.onnx_path.stat().st_mtime == mtime
+
+
+def test_query_encoder_falls_back_to_torch_when_onnx_cannot_load(tmp_path, model_path, monkeypatch):
+    from knowledge_store import embeddings
+
+    def broken(self):
+        raise RuntimeError("no onnx here")
+
+    monkeypatch.setattr(embeddings.OnnxEmbedder, "load", broken)
+    chosen = embeddings.query_embedder(model_path, "onnx", tmp_path, threads=1)
+    assert isinstance(chosen, embeddings.Embedder)

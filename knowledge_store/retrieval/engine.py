@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from knowledge_store.embeddings import BatchingEmbedder, Embedder
+from knowledge_store.embeddings import BatchingEmbedder, Embedder, query_embedder
 from knowledge_store.query_log import redact
 from knowledge_store.errors import GroundworkError
 from knowledge_store.retrieval.answer import Answer, LLMAnswerer, extractive_answer
@@ -147,9 +147,9 @@ class RetrievalEngine:
     def __init__(self, settings: Settings | None = None, embedder: Embedder | None = None, query_log: Any = None) -> None:
         self.settings = settings or Settings()
         # concurrent queries share model calls (see BatchingEmbedder); a lone query is not delayed
-        self.embedder = embedder or BatchingEmbedder(Embedder(
-            self.settings.model_path, batch_size=32, torch_threads=self.settings.query_torch_threads,
-            dim=self.settings.embedding_dim,
+        self.embedder = embedder or BatchingEmbedder(query_embedder(
+            self.settings.model_path, self.settings.query_encoder, self.settings.models_cache_dir,
+            self.settings.query_torch_threads, self.settings.embedding_dim,
         ), cache_size=self.settings.query_cache_size)
         self.snapshots = SnapshotManager(self.settings.index_dir)
         self.masks = MaskCache()
