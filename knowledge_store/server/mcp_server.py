@@ -651,8 +651,8 @@ def run_stdio(settings: Settings | None = None) -> None:
     loads the model and the index first, then serves until stdin closes.
     Logs go to stderr; stdout carries only the protocol."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    engine = RetrievalEngine(settings or Settings())
-    with contextlib.redirect_stdout(sys.stderr):  # stray prints must not corrupt the protocol stream
+    with contextlib.redirect_stdout(sys.stderr):  # stray prints (e.g. the ONNX export) must not corrupt the protocol stream
+        engine = RetrievalEngine(settings or Settings())
         try:
             engine.warm_up()
         except GroundworkError as error:  # e.g. no index yet: serve anyway, tools report it
