@@ -95,14 +95,15 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
         if last_word in _ABBREVIATIONS or re.fullmatch(r"[a-z]\.", last_word):
             continue
         if candidate.strip():
-            spans.append(_trim(text, start, end))
+            spans.append(trim_span(text, start, end))
         start = match.end()
     if text[start:].strip():
-        spans.append(_trim(text, start, len(text)))
+        spans.append(trim_span(text, start, len(text)))
     return spans
 
 
-def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+def trim_span(text: str, start: int, end: int) -> tuple[int, int]:
+    """Shrink ``[start, end)`` past leading and trailing whitespace of ``text``."""
     while start < end and text[start].isspace():
         start += 1
     while end > start and text[end - 1].isspace():
@@ -154,7 +155,7 @@ def _units_for_block(block: Block, counter: TokenCounter, unit_budget: int) -> l
             pieces.append((s, e))
         else:  # one giant sentence / line: the only case where we cut inside a unit
             pieces.extend((s + a, s + b) for a, b in counter.split_offsets(text[s:e], unit_budget))
-    pieces = [_trim(text, s, e) for s, e in pieces]
+    pieces = [trim_span(text, s, e) for s, e in pieces]
     pieces = [(s, e) for s, e in pieces if e > s]
     counts = counter.count_many([text[s:e] for s, e in pieces])
     return [

@@ -51,7 +51,7 @@ import duckdb
 import pyarrow as pa
 
 from knowledge_store.errors import StoreLockedError
-from knowledge_store.store import open_duckdb, transaction, utcnow
+from knowledge_store.store import migrate, open_duckdb, transaction, utcnow
 
 try:  # advisory locks on spool files (POSIX); without them spooling still works
     import fcntl
@@ -284,18 +284,7 @@ LOG_MIGRATIONS: list[tuple[int, str, str]] = [
 
 def migrate_log(conn: duckdb.DuckDBPyConnection) -> int:
     """Apply every log migration not yet applied; returns the schema version."""
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations ("
-        "version INTEGER PRIMARY KEY, description VARCHAR, applied_at TIMESTAMP)"
-    )
-    applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations").fetchall()}
-    for version, description, sql in LOG_MIGRATIONS:
-        if version in applied:
-            continue
-        with transaction(conn):
-            conn.execute(sql)
-            conn.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", [version, description, utcnow()])
-    return max(v for v, _, _ in LOG_MIGRATIONS)
+    return migrate(conn, LOG_MIGRATIONS)
 
 
 # ---------------------------------------------------------------------------

@@ -221,27 +221,25 @@ def open_duckdb(path: Path, read_only: bool = False, timeout_s: float = 30.0) ->
             delay = min(delay * 2, 1.0)
 
 
-def migrate(conn: duckdb.DuckDBPyConnection) -> int:
-    """Apply every migration not yet applied; returns the schema version."""
+def migrate(conn: duckdb.DuckDBPyConnection, migrations: list[tuple[int, str, str]] | None = None) -> int:
+    """Apply every migration not yet applied (default: the store's); returns the schema version.
+
+    Each file keeps its own ``schema_migrations`` table; the query log uses this
+    with its own list.
+    """
+    migrations = MIGRATIONS if migrations is None else migrations
     conn.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations ("
         "version INTEGER PRIMARY KEY, description VARCHAR, applied_at TIMESTAMP)"
     )
     applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations").fetchall()}
-    for version, description, sql in MIGRATIONS:
+    for version, description, sql in migrations:
         if version in applied:
             continue
-        conn.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(conn):
             conn.execute(sql)
-            conn.execute(
-                "INSERT INTO schema_migrations VALUES (?, ?, ?)", [version, description, utcnow()]
-            )
-            conn.execute("COMMIT")
-        except Exception:
-            conn.execute("ROLLBACK")
-            raise
-    return max(v for v, _, _ in MIGRATIONS)
+            conn.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", [version, description, utcnow()])
+    return max(v for v, _, _ in migrations)
 
 
 @contextlib.contextmanager

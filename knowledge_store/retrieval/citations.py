@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, Field
 
-from knowledge_store.chunking import split_sentences
+from knowledge_store.chunking import split_sentences, trim_span
 from knowledge_store.retrieval.types import SearchHit
 
 ELLIPSIS = "…"
@@ -176,18 +176,12 @@ def segments(text: str) -> list[tuple[int, int]]:
         seg_start = lines[0][0]
         for (s, e), (ns, ne) in zip(lines, lines[1:]):
             if _line_break_is_structure(text[s:e], text[ns:ne]):
-                out.append(_trim(text, seg_start, e))
+                out.append(trim_span(text, seg_start, e))
                 seg_start = ns
-        out.append(_trim(text, seg_start, lines[-1][1]))
+        out.append(trim_span(text, seg_start, lines[-1][1]))
     return [(s, e) for s, e in out if e > s]
 
 
-def _trim(text: str, start: int, end: int) -> tuple[int, int]:
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end
 
 
 def collapse_ws(text: str) -> str:
