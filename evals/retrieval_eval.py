@@ -74,22 +74,23 @@ class EvalResult:
     def row(self) -> dict[str, object]:
         return {
             "configuration": self.config.label, "alpha": self.config.alpha, "fusion": self.config.fusion,
-            "reranker": self.config.reranker, "recall@5": self.metrics["recall@5"], "ndcg@10": self.metrics["ndcg@10"],
-            "mrr@10": self.metrics["mrr@10"], "precision@5": self.metrics["precision@5"],
+            "reranker": self.config.reranker, "recall@5": self.metrics["recall@5"], "ndcg@10": self.metrics.get("ndcg@10"),
+            "mrr@10": self.metrics.get("mrr@10"), "precision@5": self.metrics["precision@5"],
             "p50_ms": self.latency_p50_ms, "p95_ms": self.latency_p95_ms, "queries": self.queries,
         }
 
 
-def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str, str], chunks: int = 40) -> EvalResult:
+def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str, str], chunks: int = 40,
+             ks: tuple[int, ...] = (5, 10)) -> EvalResult:
     """Run every query of ``dataset`` through ``engine.search`` and score the document ranking."""
     per_query: list[dict] = []
     latencies: list[float] = []
     for query_id, text in dataset.queries.items():
-        response = engine.search(text, k=chunks, alpha=config.alpha, fusion=config.fusion, reranker=config.reranker,
+        response = engine.search(text, k=min(100, max(chunks, 4 * max(ks))), alpha=config.alpha, fusion=config.fusion, reranker=config.reranker,
                                  min_relevance=0.0, answer="none", log=False, client="eval")
         latencies.append(response.latency_ms["total"] - response.latency_ms["embed"] + engine_embed_ms(engine))
         ranked = dedupe_ranking(doc_map.get(h.doc_id, h.doc_id) for h in response.hits)
-        scores = score_query(ranked, dataset.qrels[query_id], ks=(5, 10))
+        scores = score_query(ranked, dataset.qrels[query_id], ks=tuple(sorted(set(ks) | {5})))
         per_query.append({"query_id": query_id, **scores})
     metrics = aggregate(per_query)
     latencies.sort()
@@ -115,16 +116,26 @@ def engine_embed_ms(engine) -> float:
     return _EMBED_MS[key]
 
 
-def open_engine(folder: Path, embedder: Embedder | None = None, ingest: bool = True, **overrides):
-    """The engine over ``folder``'s store (ingesting it first when asked) and the doc-id -> BEIR-id map."""
-    from knowledge_store.retrieval.engine import RetrievalEngine
+def open_engine(folder: Path, embedder: Embedder | None = None, ingest: bool = True, data_root: Path | None = None,
+                **overrides):
+    """The engine over ``folder``'s store (ingesting it first when asked) and the doc-id -> BEIR-id map.
 
+    Stores live under ``data_root`` (default ``<GROUNDWORK_DATA_DIR>/eval``), one per corpus checksum.
+    Queries are embedded by the same encoder the server uses (``query_embedder``).
+    """
+    from knowledge_store.embeddings import query_embedder
+    from knowledge_store.retrieval.engine import RetrievalEngine
+    from knowledge_store.settings import Settings
+
+    base_settings = Settings()
+    data_root = data_root or base_settings.data_dir / "eval"
     if ingest:
-        settings, _ = ingest_beir(folder, embedder=embedder)
+        settings, _ = ingest_beir(folder, data_root=data_root, embedder=embedder)
     else:
-        settings = beir_settings(load_beir(folder))
+        settings = beir_settings(load_beir(folder), data_root)
     settings = settings.model_copy(update=overrides)
-    base = embedder or Embedder(settings.model_path, batch_size=16, torch_threads=settings.query_torch_threads)
+    base = embedder or query_embedder(settings.model_path, settings.query_encoder, base_settings.data_dir / "models",
+                                      settings.query_torch_threads)
     engine = RetrievalEngine(settings, embedder=CachingEmbedder(base), query_log=_NullLog())
     engine.warm_up()
     return engine, beir_ids_by_doc_id(settings)

@@ -3,6 +3,7 @@
     groundwork ingest [--sources DIR ...] [--data-dir DIR] [--json]
     groundwork status [--data-dir DIR] [--json] [--history]
     groundwork query "TEXT" [--k 5] [--alpha 0.5] [--reranker mmr] [--path FILE] [--meta K=V] [--json]
+    groundwork eval DATASET_DIR [--alpha A] [--reranker R] [--k 10] [--json]
     groundwork serve [--host 127.0.0.1] [--port 8080]
     groundwork mcp
     groundwork sample-corpus DIR
@@ -246,6 +247,40 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from evals.beir import load_beir
+    from evals.retrieval_eval import EvalConfig, evaluate, open_engine
+
+    folder = Path(args.dataset)
+    dataset = load_beir(folder, split=args.split)  # DatasetError (a GroundworkError) names the bad file
+    engine, doc_map = open_engine(folder)
+    config = EvalConfig(alpha=engine.settings.default_alpha if args.alpha is None else args.alpha,
+                        fusion=args.fusion or engine.settings.default_fusion,
+                        reranker=args.reranker or engine.settings.default_reranker)
+    result = evaluate(engine, dataset, config, doc_map, ks=(5, args.k))
+    m = result.metrics
+    report = {
+        "dataset": str(folder), "split": args.split, "queries": result.queries, "configuration": config.label,
+        "alpha": config.alpha, "fusion": config.fusion, "reranker": config.reranker, "k": args.k,
+        "recall@5": m["recall@5"], f"ndcg@{args.k}": m[f"ndcg@{args.k}"], f"mrr@{args.k}": m[f"mrr@{args.k}"],
+        "precision@5": m["precision@5"], "latency_p50_ms": result.latency_p50_ms, "latency_p95_ms": result.latency_p95_ms,
+        "store": str(engine.settings.data_dir),
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"{dataset.name} ({args.split}, {result.queries} queries), {config.label}, fusion {config.fusion}")
+    print(format_table([{
+        "Recall@5": f"{m['recall@5']:.3f}", f"nDCG@{args.k}": f"{m[f'ndcg@{args.k}']:.3f}",
+        f"MRR@{args.k}": f"{m[f'mrr@{args.k}']:.3f}", "P@5": f"{m['precision@5']:.3f}",
+        "p50 ms": f"{result.latency_p50_ms:.1f}", "p95 ms": f"{result.latency_p95_ms:.1f}",
+    }], ["Recall@5", f"nDCG@{args.k}", f"MRR@{args.k}", "P@5", "p50 ms", "p95 ms"]))
+    print(f"store: {engine.settings.data_dir} (re-used while corpus.jsonl is unchanged)")
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from knowledge_store.server.app import serve
 
@@ -315,6 +350,16 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
     query.add_argument("--json", action="store_true", help="machine-readable output")
     query.set_defaults(func=cmd_query)
+
+    ev = sub.add_parser("eval", help="Recall@5, nDCG, MRR, P@5 and latency on a BEIR-format folder")
+    ev.add_argument("dataset", help="folder with corpus.jsonl, queries.jsonl, qrels.tsv")
+    ev.add_argument("--alpha", type=float, default=None, help="fusion weight (default: settings)")
+    ev.add_argument("--fusion", choices=["weighted", "rrf"], default=None)
+    ev.add_argument("--reranker", choices=["none", "mmr", "feedback", "cross-encoder"], default=None)
+    ev.add_argument("--k", type=int, default=10, help="depth for nDCG and MRR (default 10)")
+    ev.add_argument("--split", default="test", help="test (default) or train")
+    ev.add_argument("--json", action="store_true", help="machine-readable output")
+    ev.set_defaults(func=cmd_eval)
 
     serve = sub.add_parser("serve", help="start the HTTP API, console and MCP endpoint")
     serve.add_argument("--host", help="bind address (default GROUNDWORK_SERVER_HOST or 127.0.0.1)")

@@ -1,0 +1,53 @@
+"""`groundwork eval` on a BEIR-format folder, through the normal ingestion path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_tiny_beir(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    docs = [
+        ("d1", "Thermostat reset", "Hold the dial for ten seconds to reset the thermostat to factory settings."),
+        ("d2", "Hub pairing", "Press the blue button on the hub to pair a new sensor within two minutes."),
+        ("d3", "Error E42", "Error E42 means the remote sensor circuit is open; check the wiring on S1 and S2."),
+        ("d4", "Battery", "The sensor battery lasts two years; replace it with a CR2032 cell."),
+    ]
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, t, x in docs))
+    queries = [("q1", "how do I reset the thermostat"), ("q2", "pair a sensor with the hub"), ("q3", "what is error E42")]
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in queries))
+    (folder / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\nq3\td3\t1\n")
+
+
+def groundwork(*args: str, data_dir: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GROUNDWORK_DATA_DIR": str(data_dir)}
+    return subprocess.run([sys.executable, "-m", "knowledge_store.cli", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_eval_prints_the_metrics_and_reuses_its_store(tmp_path):
+    write_tiny_beir(tmp_path / "tiny")
+    result = groundwork("eval", str(tmp_path / "tiny"), "--json", data_dir=tmp_path / "data")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    for key in ("recall@5", "ndcg@10", "mrr@10", "precision@5", "latency_p50_ms", "latency_p95_ms"):
+        assert key in report
+    assert report["queries"] == 3 and report["recall@5"] == 1.0 and report["mrr@10"] == 1.0
+    assert Path(report["store"]).is_relative_to(tmp_path / "data" / "eval")
+    again = groundwork("eval", str(tmp_path / "tiny"), "--alpha", "0", "--k", "5", data_dir=tmp_path / "data")
+    assert again.returncode == 0 and "BM25 only" in again.stdout and "nDCG@5" in again.stdout
+
+
+def test_eval_on_a_folder_without_a_corpus_is_a_clear_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = groundwork("eval", str(tmp_path / "empty"), data_dir=tmp_path / "data")
+    assert result.returncode == 2 and "corpus.jsonl" in result.stderr
