@@ -24,6 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.report import publish  # noqa: E402
+
 
 def machine() -> str:
     cpu = "unknown"
@@ -65,10 +67,10 @@ def run_stages(settings, embedder, counter, embed: bool) -> dict[str, float]:
     if embed:
         result = embed_missing(settings, embedder, raw.sync_run_id)
         t4 = time.perf_counter()
-        publish = publish_index(settings, embedder.model_id, raw.sync_run_id)
+        published = publish_index(settings, embedder.model_id, raw.sync_run_id)
         t5 = time.perf_counter()
         out.update(embed_s=t4 - t3, model_s=result.model_seconds, embedded=result.computed, publish_s=t5 - t4,
-                   build_s=publish.build_seconds, summary=publish.sync_run.get("summary"))
+                   build_s=published.build_seconds, summary=published.sync_run.get("summary"))
     return out
 
 
@@ -148,10 +150,7 @@ def main() -> int:
         f"`groundwork ingest` end to end (new Python process, Dagster job, checks) {cli_s:.1f} s.",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    publish(lines, args.out)
     return 0
 
 

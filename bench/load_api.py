@@ -30,6 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.report import publish  # noqa: E402
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -150,10 +152,7 @@ def main() -> int:
         lines.append(f"| {r['clients']} | {r['think_ms']:g} | {r['seconds']} | {r['requests']} | {r['errors']} | "
                      f"{r['throughput_rps']} | {r['p50']:.0f} | {r['p95']:.0f} | {r['p99']:.0f} |")
     lines += ["", "Target: no errors, p95 under 150 ms.", ""]
-    text = "\n".join(lines)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    publish(lines, args.out)
     return 0
 
 

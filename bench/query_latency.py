@@ -29,6 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.report import publish  # noqa: E402
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -176,10 +178,7 @@ def main() -> int:
             f"{s95['format']:.1f} | {r['snapshot_load_s']:.1f} | {r['rss_mb']:.0f} |"
         )
     lines += ["", "Target: p95 under 50 ms at 100k chunks.", ""]
-    text = "\n".join(lines)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    publish(lines, args.out)
     return 0
 
 

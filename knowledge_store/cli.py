@@ -45,10 +45,14 @@ def format_table(rows: Sequence[dict[str, object]], columns: Sequence[str], max_
     return "\n".join(lines)
 
 
+_ARG_SETTINGS = {"data_dir": "data_dir", "host": "server_host", "port": "server_port"}
+
+
 def _settings(args: argparse.Namespace) -> Settings:
-    overrides: dict[str, object] = {}
-    if getattr(args, "data_dir", None):
-        overrides["data_dir"] = args.data_dir
+    """Settings from the environment with the command's options on top."""
+    overrides: dict[str, object] = {
+        setting: getattr(args, arg) for arg, setting in _ARG_SETTINGS.items() if getattr(args, arg, None)
+    }
     if getattr(args, "sources", None):
         overrides["sources"] = ":".join(args.sources)
     return Settings(**overrides)
@@ -284,14 +288,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from knowledge_store.server.app import serve
 
-    overrides: dict[str, object] = {}
-    if args.data_dir:
-        overrides["data_dir"] = args.data_dir
-    if args.host:
-        overrides["server_host"] = args.host
-    if args.port:
-        overrides["server_port"] = args.port
-    settings = Settings(**overrides)
+    settings = _settings(args)
     print(f"Groundwork API and console on http://{settings.server_host}:{settings.server_port} "
           f"(OpenAPI /docs, MCP /mcp); data dir {settings.data_dir}", file=sys.stderr)
     serve(settings)
