@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from knowledge_store.settings import Settings
+from pipelines.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, EvaluationResource
 from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource, RetrievalResource
 from pipelines.sensors import INGEST_JOB_NAME, build_schedule, build_sensor
@@ -19,22 +20,40 @@ ingest_job = dg.define_asset_job(
 )
 
 
+evaluate_job = dg.define_asset_job(
+    name="evaluate",
+    selection=dg.AssetSelection.groups("evaluation"),
+    description="Evaluate every retrieval configuration on the labelled sets and rebuild the scorecard.",
+    tags={"groundwork/job": "evaluate"},
+)
+
+nightly_eval = dg.ScheduleDefinition(
+    name="nightly_eval",
+    job=evaluate_job,
+    cron_schedule="0 3 * * *",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="Evaluate at 03:00, after the 02:00 re-sync (off by default; switch on in the UI).",
+)
+
+
 def build_definitions(
     store: KnowledgeStoreResource | None = None,
     model: EmbeddingModelResource | None = None,
     retrieval: RetrievalResource | None = None,
+    evaluation: EvaluationResource | None = None,
 ) -> dg.Definitions:
     settings = Settings()
     return dg.Definitions(
-        assets=INGESTION_ASSETS,
-        asset_checks=INGESTION_CHECKS,
-        jobs=[ingest_job],
+        assets=[*INGESTION_ASSETS, *EVALUATION_ASSETS],
+        asset_checks=[*INGESTION_CHECKS, *EVALUATION_CHECKS],
+        jobs=[ingest_job, evaluate_job],
         sensors=[build_sensor(ingest_job, settings.sensor_interval_s)],
-        schedules=[build_schedule(ingest_job)],
+        schedules=[build_schedule(ingest_job), nightly_eval],
         resources={
             "store": store or KnowledgeStoreResource(),
             "model": model or EmbeddingModelResource(),
             "retrieval": retrieval or RetrievalResource(data_dir=store.data_dir if store else None),
+            "evaluation": evaluation or EvaluationResource(data_dir=store.data_dir if store else None),
         },
         # one process for the whole chain: the model and torch load once per run
         executor=dg.in_process_executor,

@@ -352,11 +352,12 @@ def test_definitions_load_with_jobs_sensor_and_schedule():
     from pipelines import defs
 
     repo = defs.get_repository_def()
-    assert {"ingest"} <= set(repo.job_names)
+    assert {"ingest", "evaluate"} <= set(repo.job_names)
     assert repo.has_sensor_def("source_files_changed")
-    assert repo.has_schedule_def("daily_resync")
+    assert repo.has_schedule_def("daily_resync") and repo.has_schedule_def("nightly_eval")
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
-    assert keys == {"raw_documents", "parsed_documents", "chunks", "embeddings", "search_index"}
+    assert {"raw_documents", "parsed_documents", "chunks", "embeddings", "search_index"} <= keys
+    assert {"eval_datasets", "retrieval_eval_hybrid", "retrieval_eval_bm25", "eval_scorecard"} <= keys
 
 
 def test_snapshot_is_readable_while_the_store_is_locked_by_a_writer(tmp_path, counting_embedder):

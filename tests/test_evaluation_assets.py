@@ -1,0 +1,53 @@
+"""Evaluation assets end to end on a tiny BEIR set: datasets -> per-configuration evals -> scorecard + regression gate."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import duckdb
+import pytest
+
+from pipelines.evaluation import CONFIGURATIONS, EVALUATION_ASSETS, EVALUATION_CHECKS, EvaluationResource
+from pipelines.resources import RetrievalResource
+from tests.test_eval_cli import write_tiny_beir
+
+pytestmark = pytest.mark.slow
+
+
+def run(tmp_path, monkeypatch, baseline=None):
+    monkeypatch.setenv("GROUNDWORK_DATA_DIR", str(tmp_path / "data"))
+    evaluation = EvaluationResource(datasets=[str(tmp_path / "tiny")], data_dir=str(tmp_path / "data"),
+                                    baseline_path=str(baseline) if baseline else None)
+    return dg.materialize(
+        [*EVALUATION_ASSETS, *EVALUATION_CHECKS],
+        resources={"evaluation": evaluation, "retrieval": RetrievalResource(data_dir=str(tmp_path / "data"))},
+        raise_on_error=False,
+    )
+
+
+def test_evaluation_assets_write_a_scorecard_and_gate_regressions(tmp_path, monkeypatch):
+    write_tiny_beir(tmp_path / "tiny")
+    first = run(tmp_path, monkeypatch)
+    assert first.success
+    checks = first.get_asset_check_evaluations()
+    assert [c.passed for c in checks] == [True]
+    hybrid = first.asset_materializations_for_node("retrieval_eval_hybrid")[0].metadata
+    assert hybrid["recall_at_5"].value == 1.0 and hybrid["mrr_at_10"].value == 1.0
+    card = first.asset_materializations_for_node("eval_scorecard")[0].metadata
+    assert card["rows"].value == len(CONFIGURATIONS)
+    assert "nDCG@10" in card["scorecard"].value and "data:image/png;base64," in card["scorecard"].value
+    results = tmp_path / "data" / "eval" / "results.duckdb"
+    conn = duckdb.connect(str(results), read_only=True)
+    assert conn.execute("SELECT count(*) FROM scorecard").fetchone()[0] == len(CONFIGURATIONS)
+    assert conn.execute("SELECT count(*) FROM eval_results").fetchone()[0] == len(CONFIGURATIONS)
+    conn.close()
+    assert (tmp_path / "data" / "eval" / "scorecard.png").stat().st_size > 1000
+
+    # a stored baseline that the current numbers fall short of: the check fails and says where
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps({"tiny/hybrid": 1.5}))
+    second = run(tmp_path, monkeypatch, baseline)
+    check = second.get_asset_check_evaluations()[0]
+    assert not check.passed and check.metadata["count"].value == 1
+    assert "hybrid" in check.metadata["regressions"].value
