@@ -4,6 +4,7 @@
     groundwork status [--data-dir DIR] [--json] [--history]
     groundwork query "TEXT" [--k 5] [--alpha 0.5] [--reranker mmr] [--path FILE] [--meta K=V] [--json]
     groundwork eval DATASET_DIR [--alpha A] [--reranker R] [--k 10] [--json]
+    groundwork notebook alpha_sweep -p dataset DIR -p alphas '[0, 0.5, 1]'
     groundwork serve [--host 127.0.0.1] [--port 8080]
     groundwork mcp
     groundwork sample-corpus DIR
@@ -285,6 +286,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_notebook(args: argparse.Namespace) -> int:
+    from evals.notebooks import parse_value, run_notebook
+
+    parameters = {key: parse_value(value) for key, value in (args.parameter or [])}
+    run = run_notebook(args.name, parameters, _settings(args))
+    print(f"executed {args.name} in {run.seconds:.0f} s")
+    print(f"notebook: {run.output_notebook}")
+    for path in run.plots + run.tables:
+        print(f"output:   {path}")
+    if run.summary:
+        print(f"summary:  {json.dumps(run.summary)}")
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from knowledge_store.server.app import serve
 
@@ -357,6 +372,13 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--split", default="test", help="test (default) or train")
     ev.add_argument("--json", action="store_true", help="machine-readable output")
     ev.set_defaults(func=cmd_eval)
+
+    nb = sub.add_parser("notebook", help="run a parameterised notebook (alpha_sweep, reranker_comparison) with papermill")
+    nb.add_argument("name")
+    nb.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("KEY", "VALUE"),
+                    help="notebook parameter; VALUE is JSON when it parses (e.g. -p alphas '[0, 0.5, 1]')")
+    nb.add_argument("--data-dir", help="where executed notebooks are kept (default: GROUNDWORK_DATA_DIR or ./data)")
+    nb.set_defaults(func=cmd_notebook)
 
     serve = sub.add_parser("serve", help="start the HTTP API, console and MCP endpoint")
     serve.add_argument("--host", help="bind address (default GROUNDWORK_SERVER_HOST or 127.0.0.1)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from knowledge_store.settings import Settings
-from pipelines.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, EvaluationResource
+from pipelines.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, NOTEBOOK_ASSETS, EvaluationResource
 from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource, RetrievalResource
 from pipelines.sensors import INGEST_JOB_NAME, build_schedule, build_sensor
@@ -44,7 +44,7 @@ def build_definitions(
 ) -> dg.Definitions:
     settings = Settings()
     return dg.Definitions(
-        assets=[*INGESTION_ASSETS, *EVALUATION_ASSETS],
+        assets=[*INGESTION_ASSETS, *EVALUATION_ASSETS, *NOTEBOOK_ASSETS],
         asset_checks=[*INGESTION_CHECKS, *EVALUATION_CHECKS],
         jobs=[ingest_job, evaluate_job],
         sensors=[build_sensor(ingest_job, settings.sensor_interval_s)],

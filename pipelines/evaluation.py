@@ -236,3 +236,36 @@ def recall_did_not_regress(evaluation: EvaluationResource) -> dg.AssetCheckResul
 
 EVALUATION_ASSETS = [eval_datasets, *EVAL_ASSETS, eval_scorecard]
 EVALUATION_CHECKS = [recall_did_not_regress]
+
+
+def _notebook_asset(name: str, description: str) -> dg.AssetsDefinition:
+    @dg.asset(name=f"{name}_notebook", group_name="notebooks", deps=[eval_datasets], kinds={"jupyter"},
+              description=description)
+    def _asset(context: dg.AssetExecutionContext, evaluation: EvaluationResource) -> dg.MaterializeResult:
+        from evals.notebooks import run_notebook
+
+        folders = evaluation.folders()
+        if not folders:
+            raise dg.Failure("no evaluation dataset configured")
+        settings = Settings(**({"data_dir": evaluation.data_dir} if evaluation.data_dir else {}))
+        run = run_notebook(name, {"dataset": str(folders[0]), "split": evaluation.split}, settings)
+        context.log.info(f"{name}: executed in {run.seconds:.0f} s -> {run.output_notebook}")
+        metadata: dict[str, object] = {
+            "output_notebook": dg.MetadataValue.path(str(run.output_notebook)),
+            "duration_s": round(run.seconds, 1), "summary": dg.MetadataValue.json(run.summary),
+        }
+        if run.plots:
+            png = run.plots[0].read_bytes()
+            metadata["plot_path"] = dg.MetadataValue.path(str(run.plots[0]))
+            metadata["plot"] = dg.MetadataValue.md(f"![{name}](data:image/png;base64,{base64.b64encode(png).decode()})")
+        if run.tables:
+            metadata["table_path"] = dg.MetadataValue.path(str(run.tables[0]))
+        return dg.MaterializeResult(metadata=metadata)
+
+    return _asset
+
+
+NOTEBOOK_ASSETS = [
+    _notebook_asset("alpha_sweep", "notebooks/alpha_sweep.ipynb run by papermill: recall@5 / nDCG vs alpha."),
+    _notebook_asset("reranker_comparison", "notebooks/reranker_comparison.ipynb run by papermill: metrics and latency per reranker."),
+]
