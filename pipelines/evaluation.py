@@ -61,6 +61,7 @@ class EvaluationResource(dg.ConfigurableResource):
     data_dir: str | None = None
     recall_drop_margin: float = 0.02
     baseline_path: str | None = None  # JSON {"<dataset>/<configuration>": recall@5}
+    logs_path: str | None = None  # the query log to learn from; default: the serving store's logs.duckdb
 
     def folders(self) -> list[Path]:
         if self.datasets:
@@ -269,3 +270,64 @@ NOTEBOOK_ASSETS = [
     _notebook_asset("alpha_sweep", "notebooks/alpha_sweep.ipynb run by papermill: recall@5 / nDCG vs alpha."),
     _notebook_asset("reranker_comparison", "notebooks/reranker_comparison.ipynb run by papermill: metrics and latency per reranker."),
 ]
+
+
+def _serving_log(evaluation: EvaluationResource, retrieval: RetrievalResource):
+    from knowledge_store.query_log import QueryLog
+
+    path = Path(evaluation.logs_path) if evaluation.logs_path else retrieval.settings().logs_path
+    return QueryLog(path)
+
+
+@dg.asset(group_name=GROUP, kinds={"duckdb"}, description="Feedback-derived gold set: queries whose passages people rated; recall of today's engine on them and the helpful rate per configuration.")
+def feedback_eval(context: dg.AssetExecutionContext, evaluation: EvaluationResource, retrieval: RetrievalResource) -> dg.MaterializeResult:
+    from evals.feedback_gold import feedback_gold_set, helpful_by_config
+
+    log = _serving_log(evaluation, retrieval)
+    try:
+        samples = feedback_gold_set(log)
+        helpful = helpful_by_config(log)
+    finally:
+        log.close()
+    engine = retrieval.engine()
+    recalls, negatives = [], []
+    for sample in samples:
+        if not sample.has_references:
+            continue
+        response = engine.search(sample.query, k=5, min_relevance=0.0, answer="none", log=False, client="eval")
+        top = response.hits[:5]
+        found = sum(1 for ref, digest in zip(sample.reference_ids, sample.reference_hashes or [None] * len(sample.reference_ids))
+                    if any(h.chunk_id == ref or (digest and h.content_hash == digest) for h in top))
+        recalls.append(found / len(sample.reference_ids))
+        bad = set(sample.negative_ids) | set(sample.negative_hashes)
+        negatives.append(sum(1 for h in top if h.chunk_id in bad or h.content_hash in bad))
+    with_refs = len(recalls)
+    context.log.info(f"feedback gold set: {len(samples)} samples, {with_refs} with helpful passages")
+    return dg.MaterializeResult(metadata={
+        "samples": len(samples), "samples_with_references": with_refs,
+        "recall_at_5": float(sum(recalls) / with_refs) if with_refs else 0.0,
+        "unhelpful_passages_in_top5": int(sum(negatives)),
+        "helpful_rate_by_configuration": markdown_table([{k: v for k, v in row.items()} for row in helpful]),
+    })
+
+
+@dg.asset(group_name=GROUP, kinds={"duckdb"}, description="Query-log replay: how many of each logged query's top-5 results changed since it was asked.")
+def query_log_drift(context: dg.AssetExecutionContext, evaluation: EvaluationResource, retrieval: RetrievalResource) -> dg.MaterializeResult:
+    from evals.log_replay import replay
+
+    log = _serving_log(evaluation, retrieval)
+    try:
+        report = replay(log, retrieval.engine(), limit=500, k=5)
+    finally:
+        log.close()
+    rows = report.to_rows()
+    changed = [r for r in rows if r.get("added") or r.get("removed")]
+    context.log.info(f"replayed {report.queries} queries: mean top-5 overlap {report.mean_overlap:.3f}, {report.changed_queries} changed")
+    return dg.MaterializeResult(metadata={
+        "queries_replayed": report.queries, "mean_top5_overlap": float(report.mean_overlap),
+        "changed_queries": report.changed_queries, "skipped": len(report.skipped),
+        "changed": markdown_table([{k: r.get(k) for k in ("query", "overlap", "added", "removed")} for r in changed]),
+    })
+
+
+EVALUATION_ASSETS += [feedback_eval, query_log_drift]

@@ -165,3 +165,24 @@ def test_replay_detects_drift_after_a_document_changes(world, embedder):
     cwire = rows[CWIRE]
     assert cwire.overlap == 1.0 and not cwire.changed and cwire.kept_by_hash >= 1
     assert report.changed_queries >= 1 and report.mean_overlap < 1.0
+
+
+def test_feedback_and_drift_assets_report_in_dagster(world):
+    import dagster as dg
+
+    from pipelines.evaluation import EvaluationResource, feedback_eval, query_log_drift
+    from pipelines.resources import RetrievalResource
+
+    settings, root = world["settings"], world["root"]
+    world["log"].flush()
+    resources = {
+        "evaluation": EvaluationResource(logs_path=str(root / "logs.duckdb"), data_dir=str(settings.data_dir)),
+        "retrieval": RetrievalResource(data_dir=str(settings.data_dir)),
+    }
+    result = dg.materialize([feedback_eval, query_log_drift], resources=resources)
+    assert result.success
+    fb = result.asset_materializations_for_node("feedback_eval")[0].metadata
+    assert fb["samples"].value == 3 and fb["samples_with_references"].value == 1
+    assert 0.0 <= fb["recall_at_5"].value <= 1.0 and "helpful_rate" in fb["helpful_rate_by_configuration"].value
+    drift = result.asset_materializations_for_node("query_log_drift")[0].metadata
+    assert drift["queries_replayed"].value == 3 and 0.0 <= drift["mean_top5_overlap"].value <= 1.0
