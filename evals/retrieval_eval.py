@@ -76,6 +76,7 @@ class EvalResult:
             "configuration": self.config.label, "alpha": self.config.alpha, "fusion": self.config.fusion,
             "reranker": self.config.reranker, "recall@5": self.metrics["recall@5"], "ndcg@10": self.metrics.get("ndcg@10"),
             "mrr@10": self.metrics.get("mrr@10"), "precision@5": self.metrics["precision@5"],
+            "ragas_recall@5": self.metrics.get("ragas_recall@5"), "grounding": self.metrics.get("grounding"),
             "p50_ms": self.latency_p50_ms, "p95_ms": self.latency_p95_ms, "queries": self.queries,
         }
 
@@ -83,15 +84,27 @@ class EvalResult:
 def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str, str], chunks: int = 40,
              ks: tuple[int, ...] = (5, 10)) -> EvalResult:
     """Run every query of ``dataset`` through ``engine.search`` and score the document ranking."""
+    from evals.grounding import grounding_score
+    from evals.ragas_metrics import ragas_recall_batch
+    from knowledge_store.retrieval.answer import extractive_answer
+
     per_query: list[dict] = []
     latencies: list[float] = []
+    ragas_samples: list[tuple[list[str], list[str]]] = []
     for query_id, text in dataset.queries.items():
         response = engine.search(text, k=min(100, max(chunks, 4 * max(ks))), alpha=config.alpha, fusion=config.fusion, reranker=config.reranker,
                                  min_relevance=0.0, answer="none", log=False, client="eval")
         latencies.append(response.latency_ms["total"] - response.latency_ms["embed"] + engine_embed_ms(engine))
         ranked = dedupe_ranking(doc_map.get(h.doc_id, h.doc_id) for h in response.hits)
         scores = score_query(ranked, dataset.qrels[query_id], ks=tuple(sorted(set(ks) | {5})))
-        per_query.append({"query_id": query_id, **scores})
+        # grounding of the answer a user would get (extractive, from the top 5 passages)
+        served = response.hits[:5]
+        answer = extractive_answer(text, served)
+        grounding = grounding_score(answer, {i + 1: h.text for i, h in enumerate(served)}).score
+        ragas_samples.append((ranked[:5], list(dataset.qrels[query_id])))
+        per_query.append({"query_id": query_id, **scores, "grounding": grounding})
+    for row, value in zip(per_query, ragas_recall_batch(ragas_samples, k=5)):
+        row["ragas_recall@5"] = value  # RAGAS IDBasedContextRecall over the top five retrieved ids
     metrics = aggregate(per_query)
     latencies.sort()
     return EvalResult(config, metrics, statistics.median(latencies), latencies[int(0.95 * (len(latencies) - 1))],

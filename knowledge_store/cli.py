@@ -270,7 +270,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "dataset": str(folder), "split": args.split, "queries": result.queries, "configuration": config.label,
         "alpha": config.alpha, "fusion": config.fusion, "reranker": config.reranker, "k": args.k,
         "recall@5": m["recall@5"], f"ndcg@{args.k}": m[f"ndcg@{args.k}"], f"mrr@{args.k}": m[f"mrr@{args.k}"],
-        "precision@5": m["precision@5"], "latency_p50_ms": result.latency_p50_ms, "latency_p95_ms": result.latency_p95_ms,
+        "precision@5": m["precision@5"], "ragas_recall@5": m["ragas_recall@5"], "grounding": m["grounding"],
+        "latency_p50_ms": result.latency_p50_ms, "latency_p95_ms": result.latency_p95_ms,
         "store": str(engine.settings.data_dir),
     }
     if args.json:
@@ -280,8 +281,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(format_table([{
         "Recall@5": f"{m['recall@5']:.3f}", f"nDCG@{args.k}": f"{m[f'ndcg@{args.k}']:.3f}",
         f"MRR@{args.k}": f"{m[f'mrr@{args.k}']:.3f}", "P@5": f"{m['precision@5']:.3f}",
+        "RAGAS R@5": f"{m['ragas_recall@5']:.3f}", "grounding": f"{m['grounding']:.3f}",
         "p50 ms": f"{result.latency_p50_ms:.1f}", "p95 ms": f"{result.latency_p95_ms:.1f}",
-    }], ["Recall@5", f"nDCG@{args.k}", f"MRR@{args.k}", "P@5", "p50 ms", "p95 ms"]))
+    }], ["Recall@5", f"nDCG@{args.k}", f"MRR@{args.k}", "P@5", "RAGAS R@5", "grounding", "p50 ms", "p95 ms"]))
     print(f"store: {engine.settings.data_dir} (re-used while corpus.jsonl is unchanged)")
     return 0
 

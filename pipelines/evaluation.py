@@ -30,9 +30,12 @@ RESULTS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS eval_results (
     run_id VARCHAR, dataset VARCHAR, split VARCHAR, configuration VARCHAR, alpha DOUBLE, fusion VARCHAR,
     reranker VARCHAR, queries INTEGER, recall_at_5 DOUBLE, ndcg_at_10 DOUBLE, mrr_at_10 DOUBLE,
-    precision_at_5 DOUBLE, p50_ms DOUBLE, p95_ms DOUBLE, created_at TIMESTAMP
+    precision_at_5 DOUBLE, p50_ms DOUBLE, p95_ms DOUBLE, created_at TIMESTAMP,
+    ragas_recall_at_5 DOUBLE, grounding DOUBLE
 );
-CREATE TABLE IF NOT EXISTS scorecard AS SELECT * FROM eval_results WHERE false;
+-- columns added after the first release of this table
+ALTER TABLE eval_results ADD COLUMN IF NOT EXISTS ragas_recall_at_5 DOUBLE;
+ALTER TABLE eval_results ADD COLUMN IF NOT EXISTS grounding DOUBLE;
 """
 
 
@@ -129,19 +132,22 @@ def _evaluation_asset(config: Configuration) -> dg.AssetsDefinition:
                 "queries": result.queries, "recall_at_5": m["recall@5"], "ndcg_at_10": m["ndcg@10"],
                 "mrr_at_10": m["mrr@10"], "precision_at_5": m["precision@5"], "p50_ms": result.latency_p50_ms,
                 "p95_ms": result.latency_p95_ms, "created_at": utcnow(),
+                "ragas_recall_at_5": m["ragas_recall@5"], "grounding": m["grounding"],
             })
             context.log.info(f"{dataset.name} {config.key}: recall@5 {m['recall@5']:.3f} ndcg@10 {m['ndcg@10']:.3f}")
         conn = _results(evaluation)
         try:
             with transaction(conn):
                 for row in rows:
-                    conn.execute(f"INSERT INTO eval_results VALUES ({', '.join(['?'] * len(row))})", list(row.values()))
+                    conn.execute(f"INSERT INTO eval_results ({', '.join(row)}) VALUES ({', '.join(['?'] * len(row))})",
+                                 list(row.values()))
         finally:
             conn.close()
         first = rows[0] if rows else {}
         return dg.MaterializeResult(metadata={
             "recall_at_5": float(first.get("recall_at_5", 0.0)), "ndcg_at_10": float(first.get("ndcg_at_10", 0.0)),
             "mrr_at_10": float(first.get("mrr_at_10", 0.0)), "precision_at_5": float(first.get("precision_at_5", 0.0)),
+            "ragas_recall_at_5": float(first.get("ragas_recall_at_5", 0.0)), "grounding": float(first.get("grounding", 0.0)),
             "latency_p95_ms": float(first.get("p95_ms", 0.0)),
             "results": markdown_table([{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()
                                         if k not in ("run_id", "created_at")} for r in rows]),
@@ -181,9 +187,8 @@ def eval_scorecard(context: dg.AssetExecutionContext, evaluation: EvaluationReso
     conn = _results(evaluation)
     try:
         with transaction(conn):
-            conn.execute("DELETE FROM scorecard")
             conn.execute(
-                "INSERT INTO scorecard SELECT * EXCLUDE (rn) FROM (SELECT *, row_number() OVER "
+                "CREATE OR REPLACE TABLE scorecard AS SELECT * EXCLUDE (rn) FROM (SELECT *, row_number() OVER "
                 "(PARTITION BY dataset, split, configuration ORDER BY created_at DESC) AS rn FROM eval_results) WHERE rn = 1"
             )
         cursor = conn.execute("SELECT * FROM scorecard ORDER BY dataset, ndcg_at_10 DESC")
@@ -196,8 +201,9 @@ def eval_scorecard(context: dg.AssetExecutionContext, evaluation: EvaluationReso
     if png:
         plot_path.write_bytes(png)
     shown = [{"dataset": r["dataset"], "configuration": r["configuration"], "recall@5": round(r["recall_at_5"], 3),
-              "nDCG@10": round(r["ndcg_at_10"], 3), "MRR@10": round(r["mrr_at_10"], 3), "P@5": round(r["precision_at_5"], 3),
-              "p95 ms": round(r["p95_ms"], 1)} for r in rows]
+              "RAGAS recall@5": round(r["ragas_recall_at_5"], 3), "nDCG@10": round(r["ndcg_at_10"], 3),
+              "MRR@10": round(r["mrr_at_10"], 3), "P@5": round(r["precision_at_5"], 3),
+              "grounding": round(r["grounding"], 3), "p95 ms": round(r["p95_ms"], 1)} for r in rows]
     best = max(rows, key=lambda r: r["ndcg_at_10"])["configuration"] if rows else None
     image = f"\n\n![scorecard](data:image/png;base64,{base64.b64encode(png).decode()})" if png else ""
     return dg.MaterializeResult(metadata={

@@ -34,6 +34,8 @@ def test_evaluation_assets_write_a_scorecard_and_gate_regressions(tmp_path, monk
     assert [c.passed for c in checks] == [True]
     hybrid = first.asset_materializations_for_node("retrieval_eval_hybrid")[0].metadata
     assert hybrid["recall_at_5"].value == 1.0 and hybrid["mrr_at_10"].value == 1.0
+    assert hybrid["ragas_recall_at_5"].value == hybrid["recall_at_5"].value  # RAGAS agrees with our recall@5
+    assert 0.0 < hybrid["grounding"].value <= 1.0
     card = first.asset_materializations_for_node("eval_scorecard")[0].metadata
     assert card["rows"].value == len(CONFIGURATIONS)
     assert "nDCG@10" in card["scorecard"].value and "data:image/png;base64," in card["scorecard"].value
