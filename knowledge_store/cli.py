@@ -174,6 +174,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if status["last_sync"]:
         last = status["last_sync"]
         print(f"last sync: {last['status']} at {last['started_at']}: {last['summary'] or '(in progress)'}")
+    for failure in status.get("recent_run_failures", []):
+        print(f"FAILED RUN {failure['at']}: job {failure['job']} ({failure['run_id'][:8]}) in {', '.join(failure['steps']) or 'setup'}: {failure['error'][:200]}")
     print(f"\ningestion failures ({len(status['ingestion_failures'])} open):")
     print(format_table(status["ingestion_failures"], ["path", "stage", "kind", "reason", "last_seen_at"], 80))
     return 0

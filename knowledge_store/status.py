@@ -73,8 +73,19 @@ def store_status(settings: Settings, include_history: bool = True) -> dict[str, 
     def clean(rows: list[dict[str, object]]) -> list[dict[str, object]]:
         return [{k: _iso(v) for k, v in row.items()} for row in rows]
 
+    run_failures = []
+    failures_file = settings.data_dir / "run_failures.jsonl"
+    if failures_file.is_file():
+        import json
+
+        for line in failures_file.read_text(encoding="utf-8").splitlines()[-5:]:
+            try:
+                run_failures.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
     return {
         "data_dir": str(settings.data_dir),
+        "recent_run_failures": run_failures,
         "sources": clean(sources),
         "documents": clean(documents),
         "counts": counts,

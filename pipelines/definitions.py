@@ -8,7 +8,7 @@ from knowledge_store.settings import Settings
 from pipelines.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, NOTEBOOK_ASSETS, EvaluationResource
 from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource, RetrievalResource
-from pipelines.sensors import INGEST_JOB_NAME, build_schedule, build_sensor
+from pipelines.sensors import INGEST_JOB_NAME, build_failure_sensor, build_schedule, build_sensor
 
 __all__ = ["INGEST_JOB_NAME", "build_definitions", "defs", "ingest_job"]
 
@@ -47,7 +47,7 @@ def build_definitions(
         assets=[*INGESTION_ASSETS, *EVALUATION_ASSETS, *NOTEBOOK_ASSETS],
         asset_checks=[*INGESTION_CHECKS, *EVALUATION_CHECKS],
         jobs=[ingest_job, evaluate_job],
-        sensors=[build_sensor(ingest_job, settings.sensor_interval_s)],
+        sensors=[build_sensor(ingest_job, settings.sensor_interval_s), build_failure_sensor([ingest_job, evaluate_job])],
         schedules=[build_schedule(ingest_job), nightly_eval],
         resources={
             "store": store or KnowledgeStoreResource(),

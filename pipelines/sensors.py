@@ -82,3 +82,29 @@ def build_schedule(job) -> dg.ScheduleDefinition:
         tags={"groundwork/trigger": "schedule"},
         description="Re-sync every source at 02:00 (off by default; the sensor handles file changes).",
     )
+
+
+def build_failure_sensor(jobs: list) -> dg.SensorDefinition:
+    """Makes a failed ingest/evaluate run impossible to miss: one clear line in the Dagster log and
+    in ``<data_dir>/run_failures.jsonl`` (job, run id, step, error), which `groundwork status` shows."""
+
+    @dg.run_failure_sensor(name="report_run_failures", monitored_jobs=jobs,
+                           default_status=dg.DefaultSensorStatus.RUNNING)
+    def report_run_failures(context: dg.RunFailureSensorContext, store: KnowledgeStoreResource):
+        import json
+        from datetime import datetime, timezone
+
+        failure = context.failure_event
+        steps = [e.step_key for e in context.get_step_failure_events()]
+        record = {
+            "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "job": context.dagster_run.job_name, "run_id": context.dagster_run.run_id,
+            "steps": steps, "error": (failure.message or "")[:2000],
+        }
+        path = store.settings().data_dir / "run_failures.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        context.log.error(f"run {record['run_id']} of job '{record['job']}' FAILED in {steps or 'setup'}: {record['error'][:300]}")
+
+    return report_run_failures

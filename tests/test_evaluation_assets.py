@@ -53,3 +53,37 @@ def test_evaluation_assets_write_a_scorecard_and_gate_regressions(tmp_path, monk
     check = second.get_asset_check_evaluations()[0]
     assert not check.passed and check.metadata["count"].value == 1
     assert "hybrid" in check.metadata["regressions"].value
+
+
+def test_a_failed_run_is_reported_in_a_file_and_in_status(tmp_path):
+    from pipelines.definitions import evaluate_job
+    from pipelines.resources import KnowledgeStoreResource
+    from pipelines.sensors import build_failure_sensor
+    from knowledge_store.status import store_status
+    from knowledge_store.settings import Settings
+
+    sensor = build_failure_sensor([evaluate_job])
+    store = KnowledgeStoreResource(data_dir=str(tmp_path / "data"))
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [dg.asset(name="boom")(lambda: (_ for _ in ()).throw(RuntimeError("scorecard exploded")))],
+            instance=instance, raise_on_error=False,
+        )
+        assert not result.success
+        run = instance.get_run_by_id(result.run_id)
+        failure = next(e for e in instance.all_logs(result.run_id) if e.dagster_event and e.dagster_event.is_run_failure)
+        context = dg.build_run_status_sensor_context(
+            sensor_name="report_run_failures", dagster_instance=instance, dagster_run=run,
+            dagster_event=failure.dagster_event, resources={"store": store},
+        ).for_run_failure()
+        sensor(context)
+    lines = (tmp_path / "data" / "run_failures.jsonl").read_text().splitlines()
+    record = json.loads(lines[-1])
+    assert record["run_id"] == result.run_id and "boom" in record["steps"]
+    settings = Settings(data_dir=tmp_path / "data")
+    settings.store_path.parent.mkdir(parents=True, exist_ok=True)
+    from knowledge_store.store import store_connection
+
+    with store_connection(settings.store_path):
+        pass
+    assert store_status(settings)["recent_run_failures"][-1]["run_id"] == result.run_id
