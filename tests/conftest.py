@@ -69,3 +69,16 @@ class CountingEmbedder:
 @pytest.fixture()
 def counting_embedder(embedder) -> CountingEmbedder:
     return CountingEmbedder(embedder)
+
+
+def build_sample_index(root: Path, embedder, **overrides):
+    """Write the generated sample corpus under ``root/docs``, ingest it into ``root/data`` and
+    return the Settings (one real index per test module that needs one; ~15 s)."""
+    from knowledge_store.ingest.run import run_sync
+    from knowledge_store.sample_corpus import write_sample_corpus
+    from knowledge_store.settings import Settings
+
+    write_sample_corpus(root / "docs")
+    settings = Settings(data_dir=root / "data", sources=[root / "docs"], **overrides)
+    run_sync(settings, embedder)
+    return settings

@@ -15,12 +15,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from knowledge_store.errors import GroundworkError
-from knowledge_store.ingest.run import run_sync
 from knowledge_store.query_log import QueryLog
 from knowledge_store.retrieval.engine import RetrievalEngine
-from knowledge_store.sample_corpus import write_sample_corpus
 from knowledge_store.server.app import create_app, serve
 from knowledge_store.settings import Settings
+from tests.conftest import build_sample_index
 
 pytestmark = pytest.mark.slow
 RESET = "how do I reset the Aurora to factory settings"
@@ -29,9 +28,7 @@ RESET = "how do I reset the Aurora to factory settings"
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, embedder):
     root = tmp_path_factory.mktemp("api")
-    write_sample_corpus(root / "docs")
-    settings = Settings(data_dir=root / "data", sources=[root / "docs"], max_file_mb=0.5)
-    run_sync(settings, embedder)
+    settings = build_sample_index(root, embedder, max_file_mb=0.5)
     log = QueryLog(settings.logs_path)
     engine = RetrievalEngine(settings, embedder=embedder, query_log=log)
     engine.snapshots.check_interval_s = 0.0

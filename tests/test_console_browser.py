@@ -33,6 +33,7 @@ from knowledge_store.retrieval.engine import RetrievalEngine  # noqa: E402
 from knowledge_store.sample_corpus import write_sample_corpus  # noqa: E402
 from knowledge_store.server.app import create_app  # noqa: E402
 from knowledge_store.settings import Settings  # noqa: E402
+from tests.conftest import build_sample_index
 
 RESET = "how do I reset the Aurora to factory settings"
 OFF_TOPIC = "what is the capital of France"
@@ -53,9 +54,7 @@ def _free_port() -> int:
 def live(tmp_path_factory, embedder):
     """A real index of the sample corpus served by the real app on a free loopback port."""
     root = tmp_path_factory.mktemp("console")
-    write_sample_corpus(root / "docs")
-    settings = Settings(data_dir=root / "data", sources=[root / "docs"], query_torch_threads=2)
-    run_sync(settings, embedder)
+    settings = build_sample_index(root, embedder, query_torch_threads=2)
     query_log = QueryLog(root / "logs.duckdb")
     engine = RetrievalEngine(settings, embedder=embedder, query_log=query_log)
     port = _free_port()

@@ -12,6 +12,7 @@ from knowledge_store.query_log import QueryLog
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.sample_corpus import FAQ, write_sample_corpus
 from knowledge_store.settings import Settings
+from tests.conftest import build_sample_index
 
 pytestmark = pytest.mark.slow
 
@@ -23,10 +24,7 @@ CWIRE = "Does the Aurora need a C-wire?"
 @pytest.fixture(scope="module")
 def sample_index(tmp_path_factory, embedder):
     root = tmp_path_factory.mktemp("feedback_replay")
-    write_sample_corpus(root / "docs")
-    settings = Settings(data_dir=root / "data", sources=[root / "docs"], query_torch_threads=2)
-    run_sync(settings, embedder)
-    return settings, root
+    return build_sample_index(root, embedder, query_torch_threads=2), root
 
 
 @pytest.fixture(scope="module")

@@ -20,10 +20,9 @@ from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from knowledge_store.ingest.run import run_sync
 from knowledge_store.query_log import QueryLog
 from knowledge_store.retrieval.engine import NO_RESULTS, RetrievalEngine
-from knowledge_store.sample_corpus import write_sample_corpus
+from tests.conftest import build_sample_index
 from knowledge_store.server.mcp_server import build_mcp_server, format_results, mount_mcp
 from knowledge_store.settings import Settings
 
@@ -38,10 +37,7 @@ RESULT_KEYS = {"n", "chunk_id", "doc_id", "version", "title", "section", "pages"
 @pytest.fixture(scope="module")
 def sample_index(tmp_path_factory, embedder) -> Settings:
     root = tmp_path_factory.mktemp("mcp")
-    write_sample_corpus(root / "docs")
-    settings = Settings(data_dir=root / "data", sources=[root / "docs"], query_torch_threads=2)
-    run_sync(settings, embedder)
-    return settings
+    return build_sample_index(root, embedder, query_torch_threads=2)
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ from knowledge_store.query_log import QueryLog
 from knowledge_store.retrieval.engine import QueryValidationError, RetrievalEngine
 from knowledge_store.retrieval.fusion import fuse_scores, minmax, relevance, top_rows
 from knowledge_store.retrieval.rerankers import MMRReranker, run_reranker
-from knowledge_store.sample_corpus import write_sample_corpus
 from knowledge_store.settings import Settings
+from tests.conftest import build_sample_index
 
 pytestmark = pytest.mark.slow
 
@@ -28,10 +28,7 @@ RESET = "how do I reset the Aurora to factory settings"
 @pytest.fixture(scope="module")
 def sample_index(tmp_path_factory, embedder):
     root = tmp_path_factory.mktemp("sample")
-    write_sample_corpus(root / "docs")
-    settings = Settings(data_dir=root / "data", sources=[root / "docs"], query_torch_threads=2)
-    run_sync(settings, embedder)
-    return settings
+    return build_sample_index(root, embedder, query_torch_threads=2)
 
 
 @pytest.fixture(scope="module")

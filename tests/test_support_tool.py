@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 from knowledge_store import retrieve_knowledge, support_tool
-from knowledge_store.ingest.run import run_sync
 from knowledge_store.query_log import QueryLog
 from knowledge_store.retrieval.engine import RetrievalEngine
-from knowledge_store.sample_corpus import write_sample_corpus
 from knowledge_store.settings import Settings
+from tests.conftest import build_sample_index
 
 pytestmark = pytest.mark.slow
 
@@ -23,10 +22,7 @@ KEYS = {"sources_consulted", "coverage", "gaps", "retrieval_time_ms"}
 @pytest.fixture(scope="module")
 def sample_settings(tmp_path_factory, embedder):
     root = tmp_path_factory.mktemp("support")
-    write_sample_corpus(root / "docs")
-    settings = Settings(data_dir=root / "data", sources=[root / "docs"])
-    run_sync(settings, embedder)
-    return settings
+    return build_sample_index(root, embedder)
 
 
 def use_engine(engine) -> None:
