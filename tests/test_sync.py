@@ -380,3 +380,32 @@ def test_snapshot_is_readable_while_the_store_is_locked_by_a_writer(tmp_path, co
 
 def active_chunk_count_from_snapshot(settings: Settings) -> int:
     return read_pointer(settings.index_dir).chunk_count
+
+
+def test_groundworkignore_excludes_files_without_failure_rows(tmp_path, counting_embedder):
+    docs = tmp_path / "docs"
+    write_corpus(docs)
+    (docs / "results").mkdir()
+    (docs / "results" / "scores.json").write_text("{}")
+    (docs / "results" / "notes.md").write_text("# Notes\n\nignored folder content")
+    (docs / "plot.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (docs / ".groundworkignore").write_text("# data, not documents\n*.png\nresults/\n")
+    settings = make_settings(tmp_path)
+    report = run_sync(settings, counting_embedder)
+    assert report.summary == "4 added, 0 updated, 0 removed, 0 unchanged, 0 failed"
+    assert query(settings, "SELECT count(*) FROM ingestion_failures")[0][0] == 0
+
+
+def test_scan_failures_are_resolved_when_the_file_goes_or_is_ignored(tmp_path, counting_embedder):
+    docs = tmp_path / "docs"
+    write_corpus(docs)
+    (docs / "a.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (docs / "b.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    settings = make_settings(tmp_path)
+    run_sync(settings, counting_embedder)
+    open_rows = "SELECT count(*) FROM ingestion_failures WHERE resolved_at IS NULL"
+    assert query(settings, open_rows)[0][0] == 2
+    (docs / "a.png").unlink()
+    (docs / ".groundworkignore").write_text("b.png\n")
+    report = run_sync(settings, counting_embedder)
+    assert query(settings, open_rows)[0][0] == 0 and report.summary.endswith("0 failed")

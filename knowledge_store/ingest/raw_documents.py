@@ -14,6 +14,7 @@ must not wipe an index.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ from pathlib import Path
 import duckdb
 
 from knowledge_store.errors import OversizeFileError, UnsupportedTypeError
-from knowledge_store.ingest.failures import record_failure, resolve_failures
+from knowledge_store.ingest.failures import failure_id, record_failure, resolve_failures
 from knowledge_store.ingest.sync_runs import add_counts
 from knowledge_store.parsers import SUPPORTED_EXTENSIONS
 from knowledge_store.settings import Settings
@@ -105,8 +106,37 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+IGNORE_FILE = ".groundworkignore"
+
+
+def ignore_patterns(folder: Path) -> list[str]:
+    """Glob patterns from ``<source>/.groundworkignore`` (one per line, ``#`` comments).
+
+    Patterns match the path relative to the source (``evaluation/*.json``) or the
+    file name (``*.png``); a pattern ending in ``/`` matches a folder and all below it.
+    Ignored files are neither indexed nor reported as failures.
+    """
+    file = folder / IGNORE_FILE
+    if not file.is_file():
+        return []
+    lines = (line.strip() for line in file.read_text(encoding="utf-8", errors="replace").splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def _ignored(relative: str, patterns: list[str]) -> bool:
+    name = relative.rsplit("/", 1)[-1]
+    for pattern in patterns:
+        if pattern.endswith("/"):
+            if relative.startswith(pattern) or fnmatch.fnmatch(relative, pattern + "*"):
+                return True
+        elif fnmatch.fnmatch(relative, pattern) or fnmatch.fnmatch(name, pattern):
+            return True
+    return False
+
+
 def _walk(folder: Path, skip: set[Path]) -> list[Path]:
-    """Every regular file under ``folder``, hidden files and folders excluded, sorted."""
+    """Every regular file under ``folder``: hidden files and folders and ``.groundworkignore`` matches excluded, sorted."""
+    patterns = ignore_patterns(folder)
     found: list[Path] = []
     for root, dirs, files in os.walk(folder, followlinks=False):
         root_path = Path(root)
@@ -115,7 +145,7 @@ def _walk(folder: Path, skip: set[Path]) -> list[Path]:
             if name.startswith(".") or name.endswith("~"):
                 continue
             path = root_path / name
-            if path.is_file():
+            if path.is_file() and not _ignored(path.relative_to(folder).as_posix(), patterns):
                 found.append(path)
     return found
 
@@ -225,12 +255,24 @@ def record_raw_documents(conn: duckdb.DuckDBPyConnection, scan: ScanResult, sync
                 if doc_id not in latest or version > latest[doc_id][0]:
                     latest[doc_id] = (version, status, checksum)
 
+        seen_failures: set[str] = set()
         for failure in scan.failures:
+            seen_failures.add(failure_id(str(failure.path), "scan", failure.kind, failure.identity))
             if record_failure(
                 conn, path=str(failure.path), stage="scan", kind=failure.kind, reason=failure.reason,
                 sync_run_id=sync_run_id, source_id=failure.source_id, identity=failure.identity,
             ):
                 result.failed += 1
+        # scan failures not seen again (file removed, fixed or now ignored) are resolved
+        if scanned_sources:
+            stale = [
+                fid for fid, in conn.execute(
+                    "SELECT failure_id FROM ingestion_failures WHERE stage = 'scan' AND kind <> 'missing_source' "
+                    "AND resolved_at IS NULL AND list_contains(?, source_id)", [scanned_sources]
+                ).fetchall() if fid not in seen_failures
+            ]
+            if stale:
+                conn.execute("UPDATE ingestion_failures SET resolved_at = ? WHERE list_contains(?, failure_id)", [now, stale])
 
         # a file that exists but could not be read this time is not "gone"
         present = {f.doc_id for f in scan.files} | {doc_id_for(f.source_id, f.relative_path) for f in scan.failures}
