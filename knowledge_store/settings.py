@@ -6,7 +6,6 @@ or from a ``.env`` file in the working directory."""
 from __future__ import annotations
 
 import os
-from functools import cached_property
 from pathlib import Path
 from typing import Annotated
 
@@ -149,9 +148,10 @@ class Settings(BaseSettings):
     def uses_default_corpus(self) -> bool:
         return not self.sources
 
-    @cached_property
+    @property
     def source_dirs(self) -> list[Path]:
-        """The folders to ingest, resolved; the default corpus when none are set."""
+        """The folders to ingest, resolved; the default corpus when none are set, plus the
+        uploads folder once it exists (computed each time: cheap, and never stale)."""
         if self.sources:
             dirs = [p.expanduser().resolve() for p in self.sources]
         else:

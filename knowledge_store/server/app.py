@@ -105,8 +105,7 @@ class IngestJobs:
             job = self.jobs[job_id]
             job.update(status="running", started_at=_now())
             try:
-                settings = Settings(**{**self.settings.model_dump(exclude={"llm_api_key"}), "llm_api_key": self.settings.llm_api_key})
-                report = run_sync(settings, self.embedder, trigger="api-upload")
+                report = run_sync(self.settings, self.embedder, trigger="api-upload")
                 job.update(status="succeeded", summary=report.summary, snapshot_version=report.publish.snapshot_version,
                            documents_indexed=report.publish.document_count, chunks_indexed=report.publish.chunk_count)
             except Exception as error:  # noqa: BLE001 - reported through the job, never raised into the server
