@@ -374,7 +374,6 @@ def w_vss(p: dict) -> dict:
 
 def w_llamaindex(p: dict) -> dict:
     """llama-index DuckDBVectorStore 0.7.0, patched to work offline."""
-    import duckdb
     from llama_index.core.schema import TextNode
     from llama_index.core.vector_stores.types import (
         BasePydanticVectorStore,

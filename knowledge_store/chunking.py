@@ -266,7 +266,7 @@ def chunk_document(doc: ParsedDocument, counter: TokenCounter, config: ChunkingC
 
 
 def _assemble(group: list[Unit], title: str, pages: dict[int, str], counter: TokenCounter, config: ChunkingConfig) -> ChunkDraft:
-    first, last = group[0], group[-1]
+    first = group[0]
     pieces: list[str] = []
     page_numbers = sorted({u.page_number for u in group})
     for page_number in page_numbers:

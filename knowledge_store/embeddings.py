@@ -9,7 +9,6 @@ lazily: parsing and chunking never pay for torch.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 from functools import lru_cache
@@ -163,10 +162,6 @@ class Embedder:
         self._load()
         return self
 
-    @property
-    def max_seq_length(self) -> int:
-        return int(self._load().max_seq_length)
-
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -179,17 +174,6 @@ class Embedder:
             show_progress_bar=False,
         )
         return np.ascontiguousarray(vectors, dtype=np.float32)
-
-
-def describe_model(model_path: Path) -> dict[str, object]:
-    """Facts about the model folder for metadata and status output."""
-    model_path = Path(model_path)
-    info: dict[str, object] = {"path": str(model_path), "model_id": model_id_for(model_path)}
-    config = model_path / "sentence_bert_config.json"
-    if config.is_file():
-        info.update(json.loads(config.read_text()))
-    return info
-
 
 class BatchingEmbedder:
     """Coalesces concurrent single-query embeddings into one model call.

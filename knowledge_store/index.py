@@ -32,6 +32,8 @@ from knowledge_store.store import EMBEDDING_DIM, load_extensions
 
 POINTER = "CURRENT.json"
 FTS_FIELDS = ("title", "section", "text")
+# characters the fts tokenizer turns into spaces; the query reader splits queries with the same rule
+FTS_IGNORE = r"(\.|[^a-z0-9_])+"
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,7 @@ def index_snapshot_file(path: Path) -> None:
         fields = ", ".join(f"'{f}'" for f in FTS_FIELDS)
         snap.execute(
             f"PRAGMA create_fts_index('chunks', 'chunk_id', {fields}, stemmer = 'porter', "
-            "stopwords = 'english', ignore = '(\\.|[^a-z0-9_])+', strip_accents = 1, lower = 1, overwrite = 1)"
+            f"stopwords = 'english', ignore = '{FTS_IGNORE}', strip_accents = 1, lower = 1, overwrite = 1)"
         )
         # (termid, docid, tf) postings, aggregated once here so readers load them in one scan
         snap.execute(

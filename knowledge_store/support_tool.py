@@ -88,7 +88,6 @@ def _clip(text: str | None, limit: int) -> str:
 def _run(intent: str, message: str, metadata: dict[str, Any], floor: float) -> dict[str, Any]:
     engine = get_engine()
     query = (message or "").strip() or (intent or "").replace("_", " ").strip()
-    filters: dict[str, Any] = {}
     wanted = {k: v for k, v in (metadata or {}).items() if k in ("device", "product") and isinstance(v, str) and v}
     gaps: list[str] = []
     response = None

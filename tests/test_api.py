@@ -5,10 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pymupdf
 import pytest

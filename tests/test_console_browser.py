@@ -27,13 +27,10 @@ except ImportError as error:  # pragma: no cover - depends on the environment
                 allow_module_level=True)
 uvicorn = pytest.importorskip("uvicorn", reason="uvicorn is needed to serve the app to the browser")
 
-from knowledge_store.ingest.run import run_sync  # noqa: E402
 from knowledge_store.query_log import QueryLog  # noqa: E402
 from knowledge_store.retrieval.engine import RetrievalEngine  # noqa: E402
-from knowledge_store.sample_corpus import write_sample_corpus  # noqa: E402
 from knowledge_store.server.app import create_app  # noqa: E402
-from knowledge_store.settings import Settings  # noqa: E402
-from tests.conftest import build_sample_index
+from tests.conftest import build_sample_index  # noqa: E402
 
 RESET = "how do I reset the Aurora to factory settings"
 OFF_TOPIC = "what is the capital of France"

@@ -10,8 +10,7 @@ from evals.log_replay import ReplayReport, compare, replay
 from knowledge_store.ingest.run import run_sync
 from knowledge_store.query_log import QueryLog
 from knowledge_store.retrieval.engine import RetrievalEngine
-from knowledge_store.sample_corpus import FAQ, write_sample_corpus
-from knowledge_store.settings import Settings
+from knowledge_store.sample_corpus import FAQ
 from tests.conftest import build_sample_index
 
 pytestmark = pytest.mark.slow

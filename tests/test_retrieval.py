@@ -4,7 +4,6 @@ rerankers, thresholds, citations, the query log, LlamaIndex integration and hot 
 from __future__ import annotations
 
 import re
-import shutil
 import time
 
 import numpy as np
@@ -336,7 +335,7 @@ def test_new_snapshot_is_picked_up_without_restart_and_superseded_is_opt_in(tmp_
 
 
 def test_onnx_query_encoder_gives_the_torch_vectors(tmp_path, embedder, model_path):
-    from knowledge_store.embeddings import OnnxEmbedder, query_embedder
+    from knowledge_store.embeddings import OnnxEmbedder
 
     onnx = OnnxEmbedder(model_path, tmp_path / "models", threads=1)
     texts = [RESET, "E42", "x" * 3000, "Wie setze ich das Gerät zurück?", "hvac.min_cycle_minutes"]

@@ -37,7 +37,6 @@ from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, SnapshotMa
 from knowledge_store.retrieval.types import SearchHit
 from knowledge_store.settings import Settings
 
-MAX_QUERY_CHARS = 2000
 _SEARCH_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="bm25")
 NO_RESULTS = "No relevant content found."
 
@@ -82,14 +81,7 @@ class SearchResponse:
         return {
             "retrieval_request_id": self.retrieval_request_id,
             "query": redact(self.query),  # echoed back: never return a secret someone pasted
-            "results": [
-                {
-                    **c.model_dump(),
-                    "section": c.section,
-                    "pages": c.pages,
-                }
-                for c in self.results
-            ],
+            "results": [c.model_dump() for c in self.results],
             "answer": self.answer.model_dump() if self.answer else None,
             "coverage": self.coverage,
             "message": self.message,

@@ -16,7 +16,6 @@ rows (see docs/ARCHITECTURE.md for the measurements behind this choice).
 from __future__ import annotations
 
 import json
-import math
 import re
 import threading
 from dataclasses import dataclass, field
@@ -24,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from knowledge_store.index import SnapshotInfo, open_snapshot, read_pointer
+from knowledge_store.index import FTS_IGNORE, SnapshotInfo, open_snapshot, read_pointer
 from knowledge_store.retrieval.types import SearchHit
 
-_FTS_SPLIT = re.compile(r"(\.|[^a-z0-9_])+")
+_FTS_SPLIT = re.compile(FTS_IGNORE)
 BM25_K1 = 1.2
 BM25_B = 0.75
 
@@ -57,7 +56,6 @@ class LoadedSnapshot:
     doc_ids: np.ndarray  # object array, per row
     doc_index: np.ndarray  # int32 per row: index into ``documents``
     active: np.ndarray  # bool per row
-    content_hashes: list[str]
     embeddings: np.ndarray  # (n, dim) float32, L2-normalised
     doc_len: np.ndarray  # float32 per row (fts token count)
     avgdl: float
@@ -72,7 +70,6 @@ class LoadedSnapshot:
     stopwords: frozenset[str] = frozenset()
     _stems: dict[str, str] = field(default_factory=dict)
     load_seconds: float = 0.0
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def size(self) -> int:
@@ -194,20 +191,16 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
 
     started = time.perf_counter()
     conn, info = open_snapshot(index_dir, info)
-    table = conn.execute(
-        "SELECT chunk_id, doc_id, version, status = 'active' AS active, content_hash, embedding "
-        "FROM chunks ORDER BY rowid"
-    ).arrow()
+    table = conn.execute("SELECT embedding FROM chunks ORDER BY rowid").arrow()
     records = conn.execute(
         "SELECT chunk_id, doc_id, version, title, section, section_path, page_start, page_end, url, source_path, "
         "source_id, text, doc_type, metadata::VARCHAR AS metadata, last_updated, status, content_hash "
         "FROM chunks ORDER BY rowid"
     ).arrow()
-    chunk_ids = table.column("chunk_id").to_pylist()
-    doc_ids = np.array(table.column("doc_id").to_pylist(), dtype=object)
-    versions = np.array(table.column("version").to_pylist(), dtype=np.int64)
-    active = np.array(table.column("active").to_pylist(), dtype=bool)
-    content_hashes = table.column("content_hash").to_pylist()
+    chunk_ids = records.column("chunk_id").to_pylist()
+    doc_ids = np.array(records.column("doc_id").to_pylist(), dtype=object)
+    versions = np.array(records.column("version").to_pylist(), dtype=np.int64)
+    active = np.array([s == "active" for s in records.column("status").to_pylist()], dtype=bool)
     emb_col = table.column("embedding").combine_chunks()
     dim = emb_col.type.list_size if hasattr(emb_col.type, "list_size") else 384
     embeddings = np.ascontiguousarray(
@@ -269,7 +262,7 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
         term_ptr[1:] = np.cumsum(counts)
     return LoadedSnapshot(
         info=info, path=info.path(index_dir), conn=conn, chunk_ids=chunk_ids, row_of=row_of, doc_ids=doc_ids,
-        doc_index=doc_index, active=active, content_hashes=content_hashes, embeddings=embeddings, records=records,
+        doc_index=doc_index, active=active, embeddings=embeddings, records=records,
         doc_len=doc_len, avgdl=float(avgdl or 1.0), num_docs=int(num_docs or 0), term_ptr=term_ptr,
         post_rows=post_rows, post_tf=post_tf, df=df, term_ids=term_ids, documents=documents,
         stopwords=stopwords, load_seconds=time.perf_counter() - started,
@@ -323,6 +316,3 @@ class SnapshotManager:
                 threading.Timer(30.0, old.close).start()
             return fresh
 
-
-def idf_for(num_docs: int, df: int) -> float:
-    return math.log10((num_docs - df + 0.5) / (df + 0.5) + 1.0)

@@ -210,8 +210,6 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
     @app.post("/api/knowledge/query", tags=["knowledge"])
     async def query(body: QueryBody, request: Request) -> dict[str, Any]:
         """Hybrid retrieval with citations; the response's ``retrieval_request_id`` is what feedback refers to."""
-        if len(body.query) > settings.max_query_chars:
-            raise QueryValidationError("query", f"{len(body.query)} characters", f"must be at most {settings.max_query_chars} characters")
         # a few search workers, not one thread per request: on 2 cores 40 threads fighting over the
         # GIL and torch is slower; waiting requests still share model calls (BatchingEmbedder)
         response = await anyio.to_thread.run_sync(
