@@ -162,6 +162,43 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        2,
+        "source registry (config, soft delete, last sync), web page crawl state, OCR marks, excluded counts",
+        """
+        ALTER TABLE sources ADD COLUMN config JSON;                 -- kind-specific settings (web: depth, include, ...)
+        ALTER TABLE sources ADD COLUMN origin VARCHAR DEFAULT 'settings';  -- settings (GROUNDWORK_SOURCES) | user (CLI/API)
+        ALTER TABLE sources ADD COLUMN updated_at TIMESTAMP;
+        ALTER TABLE sources ADD COLUMN deleted_at TIMESTAMP;        -- soft delete: excluded from queries at once
+        ALTER TABLE sources ADD COLUMN resync_needed BOOLEAN DEFAULT FALSE;
+        ALTER TABLE sources ADD COLUMN last_sync JSON;              -- summary of this source's last sync
+        ALTER TABLE pages ADD COLUMN ocr BOOLEAN DEFAULT FALSE;     -- text came from OCR (no text layer)
+        ALTER TABLE pages ADD COLUMN ocr_confidence DOUBLE;         -- mean word confidence 0..1 when known
+        ALTER TABLE chunks ADD COLUMN ocr BOOLEAN DEFAULT FALSE;
+        ALTER TABLE chunks ADD COLUMN ocr_confidence DOUBLE;
+        ALTER TABLE sync_runs ADD COLUMN excluded INTEGER DEFAULT 0;
+        ALTER TABLE sync_runs ADD COLUMN scope JSON;                -- names of the sources this run synced (NULL = all)
+        CREATE TABLE web_pages (
+            source_id      VARCHAR NOT NULL,
+            url            VARCHAR NOT NULL,            -- canonical URL: the page's identity (doc relative_path)
+            doc_id         VARCHAR NOT NULL,
+            final_url      VARCHAR,                     -- after redirects
+            content_type   VARCHAR,
+            http_status    INTEGER,
+            etag           VARCHAR,
+            last_modified  VARCHAR,                     -- Last-Modified header, sent back as If-Modified-Since
+            lastmod        VARCHAR,                     -- sitemap <lastmod> when the page was last fetched
+            checksum       VARCHAR,                     -- sha256 of the body last stored
+            body_path      VARCHAR,                     -- cached body the document version was parsed from
+            links          JSON,                        -- canonical outgoing links (reused when a fetch is skipped)
+            depth          INTEGER,
+            origin         VARCHAR,                     -- base | llms.txt | llms-full | sitemap | link
+            fetched_at     TIMESTAMP,
+            seen_at        TIMESTAMP,                   -- last crawl that reached it
+            PRIMARY KEY (source_id, url)
+        );
+        """,
+    ),
 ]
 
 
