@@ -82,3 +82,29 @@ class ConfigError(GroundworkError):
         self.setting = setting
         self.value = value
         super().__init__(f"{setting}={value!r}: {reason}")
+
+
+class SourceError(GroundworkError):
+    """A source registry request cannot be carried out; says which source and why."""
+
+
+class SourceNotFoundError(SourceError):
+    def __init__(self, name: str, known: list[str] | None = None) -> None:
+        self.name = name
+        hint = f"; known sources: {', '.join(known)}" if known else ""
+        super().__init__(f"no source named {name!r}{hint}")
+
+
+class SourceExistsError(SourceError):
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        super().__init__(f"source {name!r}: {reason}")
+
+
+class InvalidSourceError(SourceError):
+    """A source field has a value that cannot work (bad URL, depth out of range, regex that does not compile…)."""
+
+    def __init__(self, field: str, value: object, reason: str) -> None:
+        self.field = field
+        self.value = value
+        super().__init__(f"{field}={value!r}: {reason}")

@@ -93,6 +93,13 @@ class Settings(BaseSettings):
     max_query_chars: int = Field(2000, ge=10, description="Longer queries are rejected with 422.")
     max_note_chars: int = Field(1000, ge=1, description="Feedback notes longer than this are rejected.")
 
+    # ---- web sources (issue 6); per-source crawl options (depth, include/exclude, page cap, rate) live on the source row
+    web_timeout_s: float = Field(20.0, gt=0, description="Per-request timeout when crawling a web source.")
+    web_max_retries: int = Field(3, ge=0, le=10, description="Retries of a transient fetch failure (timeout, 429, 5xx).")
+    web_backoff_base_s: float = Field(0.5, ge=0, description="First retry wait; doubles per retry (Retry-After wins when larger).")
+    web_max_backoff_s: float = Field(60.0, ge=0, description="Longest wait between retries, Retry-After included.")
+    web_progress_interval_s: float = Field(2.0, ge=0, description="How often crawl progress is reported to logs and job status.")
+
     @field_validator("sources", mode="before")
     @classmethod
     def _split_sources(cls, value: object) -> object:

@@ -9,8 +9,9 @@ from pipelines.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, NOTEBOOK_
 from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource, RetrievalResource
 from pipelines.sensors import INGEST_JOB_NAME, build_failure_sensor, build_schedule, build_sensor
+from pipelines.sources import SOURCE_ASSETS, SYNC_SOURCE_JOB_NAME, build_source_registry_sensor
 
-__all__ = ["INGEST_JOB_NAME", "build_definitions", "defs", "ingest_job"]
+__all__ = ["INGEST_JOB_NAME", "SYNC_SOURCE_JOB_NAME", "build_definitions", "defs", "ingest_job", "sync_source_job"]
 
 ingest_job = dg.define_asset_job(
     name=INGEST_JOB_NAME,
@@ -19,6 +20,13 @@ ingest_job = dg.define_asset_job(
     tags={"groundwork/job": "ingest"},
 )
 
+sync_source_job = dg.define_asset_job(
+    name=SYNC_SOURCE_JOB_NAME,
+    selection=dg.AssetSelection.assets(*SOURCE_ASSETS),
+    description="Re-sync one source (pick its partition) and publish the index; the other sources are not touched.",
+    # same tag as ingest: the instance runs at most one store writer at a time (dagster.yaml)
+    tags={"groundwork/job": "ingest"},
+)
 
 evaluate_job = dg.define_asset_job(
     name="evaluate",
@@ -44,10 +52,14 @@ def build_definitions(
 ) -> dg.Definitions:
     settings = Settings()
     return dg.Definitions(
-        assets=[*INGESTION_ASSETS, *EVALUATION_ASSETS, *NOTEBOOK_ASSETS],
+        assets=[*INGESTION_ASSETS, *SOURCE_ASSETS, *EVALUATION_ASSETS, *NOTEBOOK_ASSETS],
         asset_checks=[*INGESTION_CHECKS, *EVALUATION_CHECKS],
-        jobs=[ingest_job, evaluate_job],
-        sensors=[build_sensor(ingest_job, settings.sensor_interval_s), build_failure_sensor([ingest_job, evaluate_job])],
+        jobs=[ingest_job, sync_source_job, evaluate_job],
+        sensors=[
+            build_sensor(ingest_job, settings.sensor_interval_s),
+            build_failure_sensor([ingest_job, sync_source_job, evaluate_job]),
+            build_source_registry_sensor(),
+        ],
         schedules=[build_schedule(ingest_job), nightly_eval],
         resources={
             "store": store or KnowledgeStoreResource(),

@@ -20,6 +20,7 @@ from knowledge_store.ingest.sync_runs import current_sync_run
 from knowledge_store.store import store_connection
 from pipelines.metadata import markdown_table
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource
+from pipelines.sources import crawl_logger
 
 GROUP = "ingestion"
 
@@ -30,14 +31,19 @@ def _run_id(store: KnowledgeStoreResource, context: dg.AssetExecutionContext) ->
         return current_sync_run(conn, context.run.run_id)
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb"}, description="Files in the source folders, hashed and recorded as document versions.")
+@dg.asset(group_name=GROUP, kinds={"duckdb"}, description="Files in the source folders and pages of the web sources, hashed and recorded as document versions.")
 def raw_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreResource) -> dg.MaterializeResult:
     settings = store.settings()
     trigger = context.run.tags.get("groundwork/trigger", "dagster")
-    result = record_sources(settings, sync_run_id=context.run.run_id, trigger=trigger)
+    # the file-change sensor syncs folders only ("folder,upload"): a web crawl never runs because a file changed
+    kinds_tag = context.run.tags.get("groundwork/kinds")
+    kinds = [k.strip() for k in kinds_tag.split(",") if k.strip()] if kinds_tag else None
+    result = record_sources(settings, sync_run_id=context.run.run_id, trigger=trigger, kinds=kinds,
+                            progress=crawl_logger(context))
     context.log.info(
-        f"sources scanned: {result.files_seen} files, {result.added} new, {result.updated} changed, "
-        f"{result.removed} removed, {result.unchanged} unchanged, {result.failed} refused"
+        f"sources synced ({', '.join(result.sources)}): {result.files_seen} files/pages, {result.added} new, "
+        f"{result.updated} changed, {result.removed} removed, {result.unchanged} unchanged, "
+        f"{result.excluded} excluded, {result.failed} refused"
     )
     return dg.MaterializeResult(
         metadata={
@@ -46,10 +52,15 @@ def raw_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreResour
             "updated": result.updated,
             "removed": result.removed,
             "unchanged": result.unchanged,
+            "excluded": result.excluded,
             "pending_versions": result.pending,
             "failures_new": result.failed,
             "bytes_hashed": result.bytes_hashed,
-            "sources": dg.MetadataValue.json([str(p) for p in settings.source_dirs]),
+            "sources": dg.MetadataValue.json(result.sources),
+            "per_source": dg.MetadataValue.json(result.per_source),
+            "crawls": dg.MetadataValue.json(
+                {name: {k: v for k, v in crawl.items() if k != "excluded_preview"} for name, crawl in result.crawls.items()}
+            ),
             "missing_sources": dg.MetadataValue.json(result.missing_sources),
             "changes": markdown_table(result.changes),
             "sync_run_id": result.sync_run_id,

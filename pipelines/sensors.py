@@ -41,6 +41,23 @@ def source_fingerprint(folders: list) -> tuple[str, int]:
     return digest.hexdigest()[:32], count
 
 
+def watched_folders(settings) -> list[str]:
+    """The configured folders plus the enabled folder sources registered through the CLI/API."""
+    folders = [str(p) for p in settings.source_dirs]
+    if settings.store_path.exists():
+        from knowledge_store.errors import StoreError
+        from knowledge_store.sources import list_sources
+        from knowledge_store.store import store_connection
+
+        try:
+            with store_connection(settings.store_path, read_only=True, timeout_s=5) as conn:
+                folders += [s.location for s in list_sources(conn) if s.kind == "folder" and s.enabled
+                            and s.origin == "user" and s.location not in folders]
+        except StoreError:
+            pass  # a sync holds the store; the configured folders still count
+    return folders
+
+
 def build_sensor(job, interval_s: int) -> dg.SensorDefinition:
     @dg.sensor(
         name="source_files_changed",
@@ -51,7 +68,7 @@ def build_sensor(job, interval_s: int) -> dg.SensorDefinition:
     )
     def source_files_changed(context: dg.SensorEvaluationContext, store: KnowledgeStoreResource):
         settings = store.settings()
-        fingerprint, count = source_fingerprint([str(p) for p in settings.source_dirs])
+        fingerprint, count = source_fingerprint(watched_folders(settings))
         if context.cursor == fingerprint:
             return dg.SkipReason(f"no change in {count} files")
         in_flight = context.instance.get_runs(
@@ -66,7 +83,8 @@ def build_sensor(job, interval_s: int) -> dg.SensorDefinition:
         context.update_cursor(fingerprint)
         return dg.RunRequest(
             run_key=fingerprint,
-            tags={"groundwork/trigger": "sensor"},
+            # folders only: a changed file must not start a crawl of every web source
+            tags={"groundwork/trigger": "sensor", "groundwork/kinds": "folder,upload"},
             run_config={},
         )
 

@@ -27,7 +27,7 @@ def test_every_chunk_cites_the_page_its_text_is_on(tmp_path, shared_pdfs, embedd
     shutil.copy(shared_pdfs / name, docs / name)
     settings = Settings(data_dir=tmp_path / "data", sources=[docs])
     report = run_sync(settings, embedder)
-    assert report.summary == "1 added, 0 updated, 0 removed, 0 unchanged, 0 failed"
+    assert report.summary == "1 added, 0 updated, 0 removed, 0 unchanged, 0 excluded, 0 failed"
 
     pdf = pymupdf.open(shared_pdfs / name)
     page_texts = [normalise(page.get_text()) for page in pdf]

@@ -62,7 +62,7 @@ def test_cli_ingest_and_status_report_the_sync(tmp_path):
     first = groundwork("ingest", "--sources", str(docs), "--json", env=env)
     assert first.returncode == 0, first.stderr[-3000:]
     report = json.loads(first.stdout)
-    assert report["summary"] == "1 added, 0 updated, 0 removed, 0 unchanged, 1 failed"
+    assert report["summary"] == "1 added, 0 updated, 0 removed, 0 unchanged, 0 excluded, 1 failed"
     assert report["documents_indexed"] == 1 and report["chunks_indexed"] >= 1
     assert all(report["checks"].values()) and len(report["checks"]) == 4
     assert [f["kind"] for f in report["open_failures"]] == ["wrong_extension"]

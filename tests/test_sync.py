@@ -106,7 +106,7 @@ def test_materialize_modify_delete_add_resync(tmp_path):
         (e.check_name, e.metadata) for e in first.get_asset_check_evaluations() if not e.passed]
     assert len(first.get_asset_check_evaluations()) == 4
     index_meta = metadata(first, "search_index")
-    assert index_meta["sync_summary"] == "4 added, 0 updated, 0 removed, 0 unchanged, 0 failed"
+    assert index_meta["sync_summary"] == "4 added, 0 updated, 0 removed, 0 unchanged, 0 excluded, 0 failed"
     assert index_meta["documents_indexed"] == 4
     assert metadata(first, "parsed_documents")["pages"] == 3 + 3  # 3 PDF pages + 3 single-page docs
     first_chunks = active_chunk_count(settings)
@@ -125,7 +125,7 @@ def test_materialize_modify_delete_add_resync(tmp_path):
     assert second.success
     assert all(e.passed for e in second.get_asset_check_evaluations())
     meta = metadata(second, "search_index")
-    assert meta["sync_summary"] == "1 added, 1 updated, 1 removed, 2 unchanged, 0 failed"
+    assert meta["sync_summary"] == "1 added, 1 updated, 1 removed, 2 unchanged, 0 excluded, 0 failed"
     assert meta["snapshot_version"] == 2
 
     versions = query(settings, "SELECT relative_path, version, status, supersedes, valid_to IS NOT NULL FROM documents ORDER BY 1, 2")
@@ -153,7 +153,7 @@ def test_no_change_resync_only_hashes(tmp_path, counting_embedder):
     before = read_pointer(settings.index_dir)
 
     report = run_sync(settings, counting_embedder)
-    assert report.summary == "0 added, 0 updated, 0 removed, 4 unchanged, 0 failed"
+    assert report.summary == "0 added, 0 updated, 0 removed, 4 unchanged, 0 excluded, 0 failed"
     assert len(counting_embedder.texts) == embedded  # nothing re-embedded
     assert report.parse.parsed == 0 and report.chunk.chunks == 0
     assert not report.publish.snapshot_built
@@ -227,7 +227,7 @@ def test_a_file_that_turns_corrupt_keeps_its_indexed_version(tmp_path, counting_
     before = snapshot_count(settings)
     (docs / "manual.pdf").write_bytes(b"%PDF-1.4\n" + b"garbage" * 300)
     report = run_sync(settings, counting_embedder)
-    assert report.summary == "0 added, 0 updated, 0 removed, 3 unchanged, 1 failed"
+    assert report.summary == "0 added, 0 updated, 0 removed, 3 unchanged, 0 excluded, 1 failed"
     statuses = query(settings, "SELECT version, status FROM documents WHERE relative_path = 'manual.pdf' ORDER BY version")
     assert statuses == [(1, "active"), (2, "failed")]
     assert snapshot_count(settings) == before
@@ -392,7 +392,7 @@ def test_groundworkignore_excludes_files_without_failure_rows(tmp_path, counting
     (docs / ".groundworkignore").write_text("# data, not documents\n*.png\nresults/\n")
     settings = make_settings(tmp_path)
     report = run_sync(settings, counting_embedder)
-    assert report.summary == "4 added, 0 updated, 0 removed, 0 unchanged, 0 failed"
+    assert report.summary == "4 added, 0 updated, 0 removed, 0 unchanged, 3 excluded, 0 failed"
     assert query(settings, "SELECT count(*) FROM ingestion_failures")[0][0] == 0
 
 

@@ -139,7 +139,10 @@ def chunk_parsed(settings: Settings, counter: TokenCounter, sync_run_id: str) ->
                     frame = _frame(doc, drafts)
                     conn.register("chunks_df", frame)
                     conn.execute(
-                        "INSERT INTO chunks SELECT chunk_id, doc_id, version, chunk_index, text, embed_text, title, "
+                        "INSERT INTO chunks (chunk_id, doc_id, version, chunk_index, text, embed_text, title, "
+                        "source_path, url, page_start, page_end, section_path, anchor, char_start, char_end, "
+                        "token_count, content_hash, block_kinds, created_at) "
+                        "SELECT chunk_id, doc_id, version, chunk_index, text, embed_text, title, "
                         "source_path, url, page_start, page_end, section_path::VARCHAR[], anchor, char_start, char_end, "
                         "token_count, content_hash, block_kinds::VARCHAR[], created_at FROM chunks_df"
                     )

@@ -63,7 +63,7 @@ def resolve_failures(conn: duckdb.DuckDBPyConnection, path: str, keep_ids: set[s
 
 def open_failures(conn: duckdb.DuckDBPyConnection) -> list[dict[str, object]]:
     cursor = conn.execute(
-        "SELECT path, stage, kind, reason, first_seen_at, last_seen_at FROM ingestion_failures "
+        "SELECT failure_id, source_id, path, stage, kind, reason, first_seen_at, last_seen_at FROM ingestion_failures "
         "WHERE resolved_at IS NULL ORDER BY last_seen_at DESC, path"
     )
     columns = [d[0] for d in cursor.description]

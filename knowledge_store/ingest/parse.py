@@ -61,7 +61,10 @@ def write_parsed(conn, doc_id: str, version: int, parsed: ParsedDocument) -> Non
         }
     )
     conn.register("pages_df", pages)
-    conn.execute("INSERT INTO pages SELECT doc_id, version, page_number, text, has_text_layer FROM pages_df")
+    conn.execute(
+        "INSERT INTO pages (doc_id, version, page_number, text, has_text_layer) "
+        "SELECT doc_id, version, page_number, text, has_text_layer FROM pages_df"
+    )
     conn.unregister("pages_df")
     if parsed.blocks:
         n_blocks = len(parsed.blocks)
@@ -147,7 +150,9 @@ def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, ba
     started = time.perf_counter()
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
         todo = conn.execute(
-            "SELECT doc_id, version, path, checksum, source_id FROM documents "
+            # failures of web pages are reported under the page URL, not the cache file
+            "SELECT doc_id, version, path, checksum, source_id, "
+            "CASE WHEN url LIKE 'http%' THEN url ELSE path END AS label FROM documents "
             "WHERE status = 'pending' AND parsed_at IS NULL ORDER BY path"
         ).fetchall()
     buffer: list[tuple] = []
@@ -162,7 +167,7 @@ def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, ba
         buffer = []
         last_flush = time.perf_counter()
 
-    for doc_id, version, path, checksum, source_id in todo:
+    for doc_id, version, path, checksum, source_id, label in todo:
         parsed: ParsedDocument | None = None
         error: IngestionError | None = None
         try:
@@ -175,7 +180,7 @@ def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, ba
         except FileNotFoundError:
             result.skipped_changed += 1
             continue
-        buffer.append((doc_id, version, path, checksum, source_id, parsed, error))
+        buffer.append((doc_id, version, label, checksum, source_id, parsed, error))
         if len(buffer) >= batch_size or time.perf_counter() - last_flush > batch_seconds:
             flush()
     flush()

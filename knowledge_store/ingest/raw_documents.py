@@ -36,20 +36,24 @@ HASH_CHUNK = 1024 * 1024
 
 @dataclass(frozen=True)
 class SourceFolder:
+    """One source as the scan sees it: a folder (or the uploads folder) or a web site."""
+
     source_id: str
     name: str
-    location: Path
-    exists: bool
+    location: Path | str
+    exists: bool  # folder present / crawl completed: only then may documents be deleted
+    kind: str = "folder"
 
 
 @dataclass(frozen=True)
 class SourceFile:
     source_id: str
     path: Path
-    relative_path: str
+    relative_path: str  # path inside the folder, or the canonical URL of a web page
     size_bytes: int
-    modified_at: datetime
+    modified_at: datetime | None
     checksum: str
+    url: str | None = None  # the page URL for web documents (file:// link otherwise)
 
     @property
     def doc_id(self) -> str:
@@ -59,11 +63,13 @@ class SourceFile:
 @dataclass(frozen=True)
 class ScanFailure:
     source_id: str
-    path: Path
+    path: Path | str  # file path, or the URL for web failures
     relative_path: str
     kind: str
     reason: str
     identity: str
+    stage: str = "scan"  # scan (files) | fetch (web)
+    keeps_document: bool = True  # False: the item is known gone (HTTP 404/410): its document is removed
 
 
 @dataclass
@@ -72,6 +78,8 @@ class ScanResult:
     files: list[SourceFile] = field(default_factory=list)
     failures: list[ScanFailure] = field(default_factory=list)
     bytes_hashed: int = 0
+    excluded: dict[str, int] = field(default_factory=dict)  # source_id -> items left out by rules (.groundworkignore, include/exclude, robots)
+    partial: bool = False  # a retry of single items: nothing else is deleted or resolved
 
 
 @dataclass
@@ -83,11 +91,15 @@ class RawDocumentsResult:
     unchanged: int = 0
     restored: int = 0
     failed: int = 0
+    excluded: int = 0
     pending: int = 0
     files_seen: int = 0
     bytes_hashed: int = 0
     missing_sources: list[str] = field(default_factory=list)
     changes: list[dict[str, object]] = field(default_factory=list)
+    per_source: dict[str, dict[str, int]] = field(default_factory=dict)
+    crawls: dict[str, dict[str, object]] = field(default_factory=dict)  # per web source: crawl statistics
+    sources: list[str] = field(default_factory=list)  # names of the sources synced
 
 
 def source_id_for(location: Path) -> str:
@@ -134,8 +146,10 @@ def _ignored(relative: str, patterns: list[str]) -> bool:
     return False
 
 
-def _walk(folder: Path, skip: set[Path]) -> list[Path]:
-    """Every regular file under ``folder``: hidden files and folders and ``.groundworkignore`` matches excluded, sorted."""
+def _walk(folder: Path, skip: set[Path], ignored: list[str] | None = None) -> list[Path]:
+    """Every regular file under ``folder``: hidden files and folders and ``.groundworkignore`` matches excluded, sorted.
+
+    Relative paths left out by ``.groundworkignore`` are appended to ``ignored`` (the sync reports them as excluded)."""
     patterns = ignore_patterns(folder)
     found: list[Path] = []
     for root, dirs, files in os.walk(folder, followlinks=False):
@@ -145,28 +159,44 @@ def _walk(folder: Path, skip: set[Path]) -> list[Path]:
             if name.startswith(".") or name.endswith("~"):
                 continue
             path = root_path / name
-            if path.is_file() and not _ignored(path.relative_to(folder).as_posix(), patterns):
-                found.append(path)
+            if not path.is_file():
+                continue
+            relative = path.relative_to(folder).as_posix()
+            if _ignored(relative, patterns):
+                if ignored is not None:
+                    ignored.append(relative)
+                continue
+            found.append(path)
     return found
 
 
-def scan_sources(settings: Settings) -> ScanResult:
-    """Hash every candidate file in the configured folders; refuse oversize and unsupported ones unread."""
+def configured_folders(settings: Settings) -> list[SourceFolder]:
+    """The settings' folders as scan targets (names as the registry gives them)."""
     folders: list[SourceFolder] = []
     names: set[str] = set()
+    uploads = settings.uploads_dir.resolve()
     for location in settings.source_dirs:
         name = location.name or str(location)
         if name in names:
             name = f"{name}-{source_id_for(location)[:6]}"
         names.add(name)
-        folders.append(SourceFolder(source_id_for(location), name, location, location.is_dir()))
+        kind = "upload" if location == uploads else "folder"
+        folders.append(SourceFolder(source_id_for(location), name, location, location.is_dir(), kind))
+    return folders
+
+
+def scan_sources(settings: Settings, folders: list[SourceFolder] | None = None) -> ScanResult:
+    """Hash every candidate file in the folders (default: the configured ones); refuse oversize and unsupported ones unread."""
+    folders = configured_folders(settings) if folders is None else folders
     result = ScanResult(folders=folders)
     skip = {settings.data_dir.resolve()}
     for folder in folders:
         if not folder.exists:
             continue
-        for path in _walk(folder.location, skip):
-            relative = path.relative_to(folder.location).as_posix()
+        ignored: list[str] = []
+        location = Path(folder.location)
+        for path in _walk(location, skip, ignored):
+            relative = path.relative_to(location).as_posix()
             stat = path.stat()
             suffix = path.suffix.lower()
             if suffix not in SUPPORTED_EXTENSIONS:
@@ -199,22 +229,8 @@ def scan_sources(settings: Settings) -> ScanResult:
                     checksum=checksum,
                 )
             )
+        result.excluded[folder.source_id] = len(ignored)
     return result
-
-
-def _upsert_sources(conn: duckdb.DuckDBPyConnection, folders: list[SourceFolder]) -> None:
-    now = utcnow()
-    for folder in folders:
-        exists = conn.execute("SELECT 1 FROM sources WHERE source_id = ?", [folder.source_id]).fetchone()
-        if exists:
-            continue
-        name = folder.name
-        if conn.execute("SELECT 1 FROM sources WHERE name = ?", [name]).fetchone():
-            name = f"{name}-{folder.source_id[:6]}"
-        conn.execute(
-            "INSERT INTO sources VALUES (?, ?, 'folder', ?, TRUE, ?, NULL)",
-            [folder.source_id, name, str(folder.location), now],
-        )
 
 
 def _delete_pending_version(conn: duckdb.DuckDBPyConnection, doc_id: str, version: int) -> None:
@@ -223,33 +239,59 @@ def _delete_pending_version(conn: duckdb.DuckDBPyConnection, doc_id: str, versio
     conn.execute("DELETE FROM documents WHERE doc_id = ? AND version = ?", [doc_id, version])
 
 
-def record_raw_documents(conn: duckdb.DuckDBPyConnection, scan: ScanResult, sync_run_id: str) -> RawDocumentsResult:
-    """Turn a scan into document versions (one transaction): see the module docstring."""
+def _missing_reason(folder: SourceFolder, reason: str | None) -> tuple[str, str]:
+    if folder.kind == "web":
+        return "source_unreachable", f"the site could not be crawled ({reason or 'unreachable'}); its pages are kept as they are"
+    return "missing_source", "source folder does not exist; its documents are kept as they are"
+
+
+def record_raw_documents(
+    conn: duckdb.DuckDBPyConnection,
+    scan: ScanResult,
+    sync_run_id: str,
+    unreachable_reasons: dict[str, str] | None = None,
+) -> RawDocumentsResult:
+    """Turn a scan into document versions (one transaction): see the module docstring.
+
+    Web pages arrive as ``SourceFile`` rows too (their body cached on disk, their
+    canonical URL as relative path), so folders and sites share one set of rules.
+    """
     result = RawDocumentsResult(sync_run_id=sync_run_id, files_seen=len(scan.files), bytes_hashed=scan.bytes_hashed)
     now = utcnow()
+    per_source: dict[str, dict[str, int]] = {
+        f.source_id: {"added": 0, "updated": 0, "removed": 0, "unchanged": 0, "excluded": scan.excluded.get(f.source_id, 0),
+                      "failed": 0, "seen": 0}
+        for f in scan.folders
+    }
+
+    def bump(source_id: str, key: str) -> None:
+        per_source.setdefault(source_id, {"added": 0, "updated": 0, "removed": 0, "unchanged": 0, "excluded": 0,
+                                          "failed": 0, "seen": 0})[key] += 1
+
     with transaction(conn):
-        _upsert_sources(conn, scan.folders)
         scanned_sources = [f.source_id for f in scan.folders if f.exists]
         result.missing_sources = [str(f.location) for f in scan.folders if not f.exists]
         for folder in scan.folders:
+            kind, reason = _missing_reason(folder, (unreachable_reasons or {}).get(folder.source_id))
             if not folder.exists:
                 record_failure(
-                    conn, path=str(folder.location), stage="scan", kind="missing_source",
-                    reason="source folder does not exist; its documents are kept as they are",
+                    conn, path=str(folder.location), stage="scan", kind=kind, reason=reason,
                     sync_run_id=sync_run_id, source_id=folder.source_id, identity="",
                 )
             else:
-                resolve_failures(conn, str(folder.location))
+                resolve_failures(conn, str(folder.location), stages=("scan",))
 
         # latest version of every document of the scanned sources
         latest: dict[str, tuple[int, str, str]] = {}
         active_version: dict[str, int] = {}
+        doc_source: dict[str, str] = {}
         if scanned_sources:
             rows = conn.execute(
-                "SELECT doc_id, version, status, checksum FROM documents WHERE list_contains(?, source_id)",
+                "SELECT doc_id, version, status, checksum, source_id FROM documents WHERE list_contains(?, source_id)",
                 [scanned_sources],
             ).fetchall()
-            for doc_id, version, status, checksum in rows:
+            for doc_id, version, status, checksum, source_id in rows:
+                doc_source[doc_id] = source_id
                 if status == "active":
                     active_version[doc_id] = version
                 if doc_id not in latest or version > latest[doc_id][0]:
@@ -257,42 +299,52 @@ def record_raw_documents(conn: duckdb.DuckDBPyConnection, scan: ScanResult, sync
 
         seen_failures: set[str] = set()
         for failure in scan.failures:
-            seen_failures.add(failure_id(str(failure.path), "scan", failure.kind, failure.identity))
+            seen_failures.add(failure_id(str(failure.path), failure.stage, failure.kind, failure.identity))
+            bump(failure.source_id, "failed")
             if record_failure(
-                conn, path=str(failure.path), stage="scan", kind=failure.kind, reason=failure.reason,
+                conn, path=str(failure.path), stage=failure.stage, kind=failure.kind, reason=failure.reason,
                 sync_run_id=sync_run_id, source_id=failure.source_id, identity=failure.identity,
+                doc_id=doc_id_for(failure.source_id, failure.relative_path),
             ):
                 result.failed += 1
-        # scan failures not seen again (file removed, fixed or now ignored) are resolved
-        if scanned_sources:
+        # scan/fetch failures not seen again (file removed, fixed, now ignored; page fetched) are resolved
+        if scanned_sources and not scan.partial:
             stale = [
                 fid for fid, in conn.execute(
-                    "SELECT failure_id FROM ingestion_failures WHERE stage = 'scan' AND kind <> 'missing_source' "
+                    "SELECT failure_id FROM ingestion_failures WHERE stage IN ('scan', 'fetch') "
+                    "AND kind NOT IN ('missing_source', 'source_unreachable') "
                     "AND resolved_at IS NULL AND list_contains(?, source_id)", [scanned_sources]
                 ).fetchall() if fid not in seen_failures
             ]
             if stale:
                 conn.execute("UPDATE ingestion_failures SET resolved_at = ? WHERE list_contains(?, failure_id)", [now, stale])
 
-        # a file that exists but could not be read this time is not "gone"
-        present = {f.doc_id for f in scan.files} | {doc_id_for(f.source_id, f.relative_path) for f in scan.failures}
+        # an item that exists but could not be read this time is not "gone"
+        present = {f.doc_id for f in scan.files} | {
+            doc_id_for(f.source_id, f.relative_path) for f in scan.failures if f.keeps_document
+        }
 
         new_rows: list[dict[str, object]] = []
         for file in scan.files:
             doc_id = file.doc_id
+            bump(file.source_id, "seen")
+            if scan.partial:
+                resolve_failures(conn, str(file.url or file.path), stages=("scan", "fetch"))
             previous = latest.get(doc_id)
             base = {
                 "doc_id": doc_id, "source_id": file.source_id, "relative_path": file.relative_path,
-                "path": str(file.path), "url": file.path.resolve().as_uri(), "checksum": file.checksum,
+                "path": str(file.path), "url": file.url or file.path.resolve().as_uri(), "checksum": file.checksum,
                 "size_bytes": file.size_bytes, "modified_at": file.modified_at,
             }
             if previous is None:
                 new_rows.append({**base, "version": 1, "supersedes": None})
                 result.changes.append({"doc_id": doc_id, "path": file.relative_path, "change": "added"})
+                bump(file.source_id, "added")
                 continue
             version, status, checksum = previous
             if checksum == file.checksum and status in ("active", "failed"):
                 result.unchanged += 1
+                bump(file.source_id, "unchanged")
                 continue
             if checksum == file.checksum and status == "pending":
                 result.pending += 1  # a killed run left it half-done: the later stages resume it
@@ -306,6 +358,7 @@ def record_raw_documents(conn: duckdb.DuckDBPyConnection, scan: ScanResult, sync
             change = "updated" if doc_id in active_version else ("restored" if status == "deleted" else "added")
             if change == "restored":
                 result.restored += 1
+            bump(file.source_id, "updated" if change == "updated" else "added")
             result.changes.append({"doc_id": doc_id, "path": file.relative_path, "change": change})
 
         if new_rows:
@@ -319,12 +372,12 @@ def record_raw_documents(conn: duckdb.DuckDBPyConnection, scan: ScanResult, sync
                 )
             result.pending += len(new_rows)
 
-        # documents whose file is gone from a scanned source
+        # documents whose file (or page) is gone from a scanned source
         for doc_id, (version, status, _checksum) in latest.items():
-            if doc_id in present or status in ("deleted", "superseded"):
+            if scan.partial or doc_id in present or status in ("deleted", "superseded"):
                 continue
             path_row = conn.execute(
-                "SELECT path, relative_path FROM documents WHERE doc_id = ? AND version = ?", [doc_id, version]
+                "SELECT path, relative_path, url FROM documents WHERE doc_id = ? AND version = ?", [doc_id, version]
             ).fetchone()
             if status == "pending":
                 _delete_pending_version(conn, doc_id, version)
@@ -334,17 +387,25 @@ def record_raw_documents(conn: duckdb.DuckDBPyConnection, scan: ScanResult, sync
             )
             if doc_id in active_version:
                 result.removed += 1
+                bump(doc_source[doc_id], "removed")
                 result.changes.append({"doc_id": doc_id, "path": path_row[1], "change": "removed"})
-            resolve_failures(conn, path_row[0])
+            resolve_failures(conn, path_row[0], stages=("scan", "parse", "chunk", "embed"))
+            if path_row[2] and path_row[2].startswith("http"):
+                resolve_failures(conn, path_row[2], stages=("parse", "chunk", "embed"))
 
-        conn.execute(
-            "UPDATE sources SET last_synced_at = ? WHERE list_contains(?, source_id)", [now, scanned_sources]
-        )
-        add_counts(conn, sync_run_id, removed=result.removed, unchanged=result.unchanged, failed=result.failed)
+        result.excluded = sum(scan.excluded.values())
+        if not scan.partial:
+            conn.execute(
+                "UPDATE sources SET last_synced_at = ? WHERE list_contains(?, source_id)", [now, scanned_sources]
+            )
+        add_counts(conn, sync_run_id, removed=result.removed, unchanged=result.unchanged, failed=result.failed,
+                   excluded=result.excluded)
         conn.execute(
             "UPDATE sync_runs SET details = ? WHERE sync_run_id = ?",
-            [json.dumps({"changes": result.changes[:500], "missing_sources": result.missing_sources}), sync_run_id],
+            [json.dumps({"changes": result.changes[:500], "missing_sources": result.missing_sources,
+                         "per_source": per_source}), sync_run_id],
         )
     result.added = sum(1 for c in result.changes if c["change"] == "added")
     result.updated = sum(1 for c in result.changes if c["change"] == "updated")
+    result.per_source = per_source
     return result

@@ -8,17 +8,29 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from knowledge_store.embeddings import Embedder, token_counter
 from knowledge_store.ingest.chunk import ChunkResult, chunk_parsed
 from knowledge_store.ingest.embed import EmbedResult, embed_missing
 from knowledge_store.ingest.parse import ParseResult, parse_pending
 from knowledge_store.ingest.publish import PublishResult, publish_index
-from knowledge_store.ingest.raw_documents import RawDocumentsResult, record_raw_documents, scan_sources
+from knowledge_store.ingest.raw_documents import RawDocumentsResult, SourceFolder, record_raw_documents, scan_sources
 from knowledge_store.ingest.sync_runs import start_sync_run
+from knowledge_store.ingest.web_sources import (
+    ProgressCallback,
+    WebSourceOutcome,
+    crawl_web_source,
+    load_prior_pages,
+    prior_body_paths,
+    prune_body_cache,
+    record_web_pages,
+)
 from knowledge_store.sample_corpus import write_sample_corpus
 from knowledge_store.settings import Settings
-from knowledge_store.store import store_connection
+from knowledge_store.sources import record_source_sync, sources_to_sync
+from knowledge_store.store import store_connection, transaction, utcnow
 
 
 @dataclass
@@ -41,18 +53,82 @@ def ensure_default_corpus(settings: Settings) -> None:
         write_sample_corpus(settings.sample_corpus_dir)
 
 
-def record_sources(settings: Settings, sync_run_id: str | None = None, trigger: str = "manual") -> RawDocumentsResult:
+def record_sources(
+    settings: Settings,
+    sync_run_id: str | None = None,
+    trigger: str = "manual",
+    names: list[str] | None = None,
+    kinds: list[str] | None = None,
+    progress: ProgressCallback | None = None,
+    web_client: Any = None,
+) -> RawDocumentsResult:
+    """Stage 1 for the chosen sources (default: all enabled): scan folders, crawl sites, record versions.
+
+    The store is closed while folders are hashed and sites crawled (a crawl can
+    take minutes); the versions are then recorded in one transaction.
+    """
     ensure_default_corpus(settings)
-    scan = scan_sources(settings)
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
-        run_id = start_sync_run(conn, sync_run_id, trigger)
-        return record_raw_documents(conn, scan, run_id)
+        sources = sources_to_sync(conn, settings, names=names, kinds=kinds)
+        scope = [s.name for s in sources] if (names or kinds) else None
+        run_id = start_sync_run(conn, sync_run_id, trigger, scope=scope)
+        web = [s for s in sources if s.kind == "web"]
+        priors = {s.source_id: (load_prior_pages(conn, s.source_id), prior_body_paths(conn, s.source_id)) for s in web}
+    folders = [
+        SourceFolder(s.source_id, s.name, Path(s.location), Path(s.location).is_dir(), s.kind)
+        for s in sources if s.kind != "web"
+    ]
+    scan = scan_sources(settings, folders)
+    outcomes: list[WebSourceOutcome] = []
+    reasons: dict[str, str] = {}
+    for source in web:
+        prior, paths = priors[source.source_id]
+        outcome = crawl_web_source(settings, source, prior, paths, progress=progress, client=web_client)
+        outcomes.append(outcome)
+        scan.folders.append(SourceFolder(source.source_id, source.name, source.location, outcome.complete, "web"))
+        scan.files.extend(outcome.files)
+        scan.failures.extend(outcome.failures)
+        scan.excluded[source.source_id] = outcome.excluded
+        if outcome.aborted_reason:
+            reasons[source.source_id] = outcome.aborted_reason
+    with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+        result = record_raw_documents(conn, scan, run_id, unreachable_reasons=reasons)
+        by_id = {o.source.source_id: o for o in outcomes}
+        with transaction(conn):
+            for outcome in outcomes:
+                record_web_pages(conn, outcome)
+            for source in sources:
+                counts = dict(result.per_source.get(source.source_id, {}))
+                crawl = by_id.get(source.source_id)
+                summary: dict[str, Any] = {"sync_run_id": run_id, "at": utcnow().isoformat() + "Z", **counts}
+                if crawl is not None:
+                    summary["crawl"] = {**crawl.stats, "complete": crawl.complete, "aborted_reason": crawl.aborted_reason}
+                elif not Path(source.location).is_dir():
+                    summary["missing"] = True
+                record_source_sync(conn, source.source_id, summary)
+        for outcome in outcomes:
+            prune_body_cache(conn, settings, outcome.source.source_id)
+    result.crawls = {o.source.name: {**o.stats, "complete": o.complete, "aborted_reason": o.aborted_reason,
+                                     "excluded_preview": o.excluded_preview[:20]} for o in outcomes}
+    result.sources = [s.name for s in sources]
+    return result
 
 
-def run_sync(settings: Settings, embedder: Embedder | None = None, trigger: str = "manual") -> SyncReport:
+def run_sync(
+    settings: Settings,
+    embedder: Embedder | None = None,
+    trigger: str = "manual",
+    names: list[str] | None = None,
+    kinds: list[str] | None = None,
+    progress: ProgressCallback | None = None,
+    web_client: Any = None,
+    sync_run_id: str | None = None,
+) -> SyncReport:
+    """Every stage for the chosen sources (default all), then publish the whole index."""
     started = time.perf_counter()
     embedder = embedder or Embedder(settings.model_path, settings.embed_batch_size, settings.torch_threads, settings.embedding_dim)
-    raw = record_sources(settings, trigger=trigger)
+    raw = record_sources(settings, sync_run_id=sync_run_id, trigger=trigger, names=names, kinds=kinds,
+                         progress=progress, web_client=web_client)
     run_id = raw.sync_run_id
     parse = parse_pending(settings, run_id)
     chunk = chunk_parsed(settings, token_counter(str(settings.model_path)), run_id)

@@ -11,13 +11,18 @@ import duckdb
 from knowledge_store.store import utcnow
 
 COUNTERS = (
-    "added", "updated", "removed", "unchanged", "failed",
+    "added", "updated", "removed", "unchanged", "excluded", "failed",
     "chunks_created", "embeddings_computed", "embeddings_reused",
 )
 
 
-def start_sync_run(conn: duckdb.DuckDBPyConnection, sync_run_id: str | None = None, trigger: str = "manual") -> str:
-    """Open a run; runs left 'running' by a killed process are marked abandoned."""
+def start_sync_run(
+    conn: duckdb.DuckDBPyConnection, sync_run_id: str | None = None, trigger: str = "manual",
+    scope: list[str] | None = None,
+) -> str:
+    """Open a run; runs left 'running' by a killed process are marked abandoned.
+
+    ``scope`` names the sources the run syncs (None = every enabled source)."""
     sync_run_id = sync_run_id or uuid.uuid4().hex
     conn.execute(
         "UPDATE sync_runs SET status = 'abandoned', finished_at = ? WHERE status = 'running' AND sync_run_id <> ?",
@@ -26,8 +31,8 @@ def start_sync_run(conn: duckdb.DuckDBPyConnection, sync_run_id: str | None = No
     exists = conn.execute("SELECT 1 FROM sync_runs WHERE sync_run_id = ?", [sync_run_id]).fetchone()
     if not exists:
         conn.execute(
-            "INSERT INTO sync_runs (sync_run_id, trigger, status, started_at) VALUES (?, ?, 'running', ?)",
-            [sync_run_id, trigger, utcnow()],
+            "INSERT INTO sync_runs (sync_run_id, trigger, status, started_at, scope) VALUES (?, ?, 'running', ?, ?)",
+            [sync_run_id, trigger, utcnow(), json.dumps(scope) if scope is not None else None],
         )
     return sync_run_id
 
@@ -58,7 +63,7 @@ def summary_line(row: dict[str, object]) -> str:
     return (
         f"{row.get('added') or 0} added, {row.get('updated') or 0} updated, "
         f"{row.get('removed') or 0} removed, {row.get('unchanged') or 0} unchanged, "
-        f"{row.get('failed') or 0} failed"
+        f"{row.get('excluded') or 0} excluded, {row.get('failed') or 0} failed"
     )
 
 

@@ -1,0 +1,242 @@
+"""Stage 1 for web sources: crawl a site and hand its pages to the versioning rules.
+
+The crawler (``knowledge_store.web``) decides what to fetch; this module turns
+its result into what the folder scan produces, so web pages follow exactly the
+same re-sync rules as files:
+
+- every fetched body is written to a content-addressed cache file
+  (``<data_dir>/web/<source_id>/<sha256>.<ext>``) that the parse stage reads and
+  checks like any file; the document's ``url`` is the page URL, so a citation
+  links to ``page-url#section-anchor``;
+- a page the sitemap says is unchanged (``<lastmod>``), or that answers 304 to
+  a conditional request, costs no download: it is reported with the checksum
+  and cache file of the version already stored, so it counts as unchanged;
+- a page that answers 404/410, or that the crawl no longer reaches, is removed
+  (soft-deleted); a page that failed transiently keeps its current version;
+- a crawl that could not reach the site at all deletes nothing.
+
+``web_pages`` keeps per-URL state between syncs (validators, lastmod, the
+links the page had, so link following still works through skipped pages).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+
+from knowledge_store.ingest.raw_documents import ScanFailure, SourceFile, doc_id_for
+from knowledge_store.settings import Settings
+from knowledge_store.sources import WEB_DEFAULTS, Source
+from knowledge_store.store import utcnow
+
+if TYPE_CHECKING:
+    from knowledge_store.web import CrawlConfig, CrawlResult, FetchedPage, PriorPage
+
+EXTENSIONS = {"html": ".html", "markdown": ".md", "text": ".txt", "pdf": ".pdf"}
+
+ProgressCallback = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class WebSourceOutcome:
+    source: Source
+    files: list[SourceFile] = field(default_factory=list)
+    failures: list[ScanFailure] = field(default_factory=list)
+    excluded: int = 0
+    complete: bool = True
+    aborted_reason: str | None = None
+    pages: list[FetchedPage] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    excluded_preview: list[tuple[str, str]] = field(default_factory=list)
+
+
+def cache_dir(settings: Settings, source_id: str) -> Path:
+    return settings.data_dir / "web" / source_id
+
+
+def crawl_config_for(source: Source, settings: Settings) -> CrawlConfig:
+    """The crawler's configuration from the source's stored options (defaults filled in)."""
+    from knowledge_store.web import CrawlConfig
+
+    options = {**WEB_DEFAULTS, **source.config}
+    return CrawlConfig(
+        base_url=source.location,
+        depth=int(options["depth"]),
+        include=tuple(options["include"]),
+        exclude=tuple(options["exclude"]),
+        respect_robots=bool(options["respect_robots"]),
+        requests_per_second=float(options["requests_per_second"]),
+        max_pages=int(options["max_pages"]),
+        use_llms_txt=bool(options["use_llms_txt"]),
+        use_sitemap=bool(options["use_sitemap"]),
+        llms_full_max_bytes=int(float(options["llms_full_max_mb"]) * 1024 * 1024),
+        max_page_bytes=settings.max_file_bytes,
+        timeout_s=settings.web_timeout_s,
+        max_retries=settings.web_max_retries,
+        backoff_base_s=settings.web_backoff_base_s,
+        max_backoff_s=settings.web_max_backoff_s,
+    )
+
+
+def load_prior_pages(conn: duckdb.DuckDBPyConnection, source_id: str) -> dict[str, PriorPage]:
+    """What the last syncs know per canonical URL - only where the cached body is still on disk,
+    so a skipped fetch can always be answered with a real file and checksum."""
+    from knowledge_store.web import PriorPage
+
+    rows = conn.execute(
+        "SELECT url, lastmod, etag, last_modified, links, checksum, body_path FROM web_pages WHERE source_id = ?",
+        [source_id],
+    ).fetchall()
+    prior: dict[str, PriorPage] = {}
+    for url, lastmod, etag, last_modified, links, checksum, body_path in rows:
+        if not checksum or not body_path or not os.path.isfile(body_path):
+            continue
+        prior[url] = PriorPage(
+            url=url, lastmod=lastmod, etag=etag, last_modified=last_modified,
+            links=tuple(json.loads(links) if isinstance(links, str) else (links or [])), checksum=checksum,
+        )
+    return prior
+
+
+def _write_body(directory: Path, body: bytes, kind: str) -> tuple[Path, str]:
+    checksum = hashlib.sha256(body).hexdigest()
+    path = directory / f"{checksum[:32]}{EXTENSIONS.get(kind, '.bin')}"
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".part")
+        with open(tmp, "wb") as handle:
+            handle.write(body)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    return path, checksum
+
+
+def outcome_from_crawl(
+    settings: Settings, source: Source, result: CrawlResult, prior: dict[str, PriorPage], prior_paths: dict[str, str]
+) -> WebSourceOutcome:
+    """Cache the fetched bodies and express the crawl as scan files and failures."""
+    outcome = WebSourceOutcome(source=source, complete=result.complete, aborted_reason=result.aborted_reason,
+                               stats=dict(result.stats), excluded=len(result.excluded),
+                               excluded_preview=list(result.excluded[:50]))
+    directory = cache_dir(settings, source.source_id)
+    for page in result.pages:
+        if page.not_modified:
+            known = prior.get(page.url)
+            body_path = prior_paths.get(page.url)
+            if known is None or not body_path:
+                continue  # cannot happen unless the cache vanished mid-run; the next sync fetches it again
+            path, checksum = Path(body_path), str(known.checksum)
+            size = path.stat().st_size if path.exists() else 0
+        else:
+            if page.body is None:
+                continue
+            path, checksum = _write_body(directory, page.body, page.kind)
+            size = len(page.body)
+        outcome.pages.append(page)
+        outcome.files.append(SourceFile(
+            source_id=source.source_id, path=path, relative_path=page.url, size_bytes=size,
+            modified_at=None, checksum=checksum, url=page.url,
+        ))
+    for failure in result.failures:
+        outcome.failures.append(ScanFailure(
+            source_id=source.source_id, path=failure.url, relative_path=failure.url, kind=failure.kind,
+            reason=failure.reason, identity="", stage="fetch", keeps_document=not failure.permanent,
+        ))
+    return outcome
+
+
+def crawl_web_source(
+    settings: Settings,
+    source: Source,
+    prior: dict[str, PriorPage],
+    prior_paths: dict[str, str],
+    progress: ProgressCallback | None = None,
+    client: Any = None,
+) -> WebSourceOutcome:
+    """Crawl one site (store closed: a crawl takes minutes) and cache what it fetched."""
+    from knowledge_store.web import crawl
+
+    config = crawl_config_for(source, settings)
+    last = [0.0]
+
+    def report(state: Any) -> None:
+        if progress is None:
+            return
+        now = time.monotonic()
+        if now - last[0] >= settings.web_progress_interval_s:
+            last[0] = now
+            progress(source.name, _progress_dict(state))
+
+    kwargs: dict[str, Any] = {"prior": prior, "progress": report}
+    if client is not None:
+        kwargs["client"] = client
+    result = crawl(config, **kwargs)
+    outcome = outcome_from_crawl(settings, source, result, prior, prior_paths)
+    if progress is not None:
+        progress(source.name, {**_stats_progress(result.stats), "done": True})
+    return outcome
+
+
+def _progress_dict(state: Any) -> dict[str, Any]:
+    fields = ("fetched", "not_modified", "queued", "excluded", "failed", "requests", "retries", "elapsed_s")
+    return {name: getattr(state, name) for name in fields if hasattr(state, name)}
+
+
+def _stats_progress(stats: dict[str, Any]) -> dict[str, Any]:
+    return {k: stats.get(k) for k in ("fetched", "not_modified", "excluded", "failed", "requests", "retries", "seconds")
+            if k in stats}
+
+
+def prior_body_paths(conn: duckdb.DuckDBPyConnection, source_id: str) -> dict[str, str]:
+    return dict(conn.execute("SELECT url, body_path FROM web_pages WHERE source_id = ?", [source_id]).fetchall())
+
+
+def record_web_pages(conn: duckdb.DuckDBPyConnection, outcome: WebSourceOutcome) -> None:
+    """Upsert the per-URL crawl state; after a complete crawl, forget URLs it no longer reached."""
+    now = utcnow()
+    source_id = outcome.source.source_id
+    by_url = {f.relative_path: f for f in outcome.files}
+    for page in outcome.pages:
+        file = by_url[page.url]
+        conn.execute("DELETE FROM web_pages WHERE source_id = ? AND url = ?", [source_id, page.url])
+        conn.execute(
+            "INSERT INTO web_pages (source_id, url, doc_id, final_url, content_type, http_status, etag, last_modified, "
+            "lastmod, checksum, body_path, links, depth, origin, fetched_at, seen_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [source_id, page.url, doc_id_for(source_id, page.url), page.final_url, page.content_type,
+             page.http_status, page.etag, page.last_modified, page.lastmod, file.checksum, str(file.path),
+             json.dumps(list(page.links)), page.depth, page.origin, None if page.not_modified else now, now],
+        )
+    if outcome.complete:
+        conn.execute(
+            "DELETE FROM web_pages WHERE source_id = ? AND NOT list_contains(?, url)",
+            [source_id, list(by_url)],
+        )
+
+
+def prune_body_cache(conn: duckdb.DuckDBPyConnection, settings: Settings, source_id: str) -> int:
+    """Delete cached bodies no document version or crawl state refers to any more; returns files removed."""
+    directory = cache_dir(settings, source_id)
+    if not directory.is_dir():
+        return 0
+    referenced = {
+        row[0] for row in conn.execute(
+            "SELECT path FROM documents WHERE source_id = ? UNION SELECT body_path FROM web_pages WHERE source_id = ?",
+            [source_id, source_id],
+        ).fetchall() if row[0]
+    }
+    removed = 0
+    for entry in directory.iterdir():
+        if entry.is_file() and str(entry) not in referenced:
+            entry.unlink(missing_ok=True)
+            removed += 1
+    return removed
