@@ -1,6 +1,10 @@
 """The ``groundwork`` command.
 
     groundwork ingest [--sources DIR ...] [--data-dir DIR] [--json]
+    groundwork sources add NAME --url URL [--depth N] [--include RE] [--exclude RE] | --folder DIR
+    groundwork sources list|show|update|delete NAME
+    groundwork sync NAME [--json]
+    groundwork failures [retry FAILURE_ID]
     groundwork status [--data-dir DIR] [--json] [--history]
     groundwork query "TEXT" [--k 5] [--alpha 0.5] [--reranker mmr] [--path FILE] [--meta K=V] [--json]
     groundwork eval DATASET_DIR [--alpha A] [--reranker R] [--k 10] [--json]
@@ -141,6 +145,235 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             print(f"\nopen ingestion failures ({len(failures)}):")
             print(format_table(failures, ["path", "stage", "kind", "reason"], max_width=90))
     return 0 if all(checks.values()) else 1
+
+
+def _dagster_instance():
+    import dagster as dg
+
+    home = os.environ.get("DAGSTER_HOME")
+    if home:  # record the run where `dagster dev` will show it
+        os.makedirs(home, exist_ok=True)
+        return dg.DagsterInstance.get()
+    return dg.DagsterInstance.ephemeral()
+
+
+def _web_options(args: argparse.Namespace) -> dict[str, object]:
+    """Crawl options given on the command line (None = not given)."""
+    options: dict[str, object] = {}
+    for key in ("depth", "max_pages", "requests_per_second", "llms_full_max_mb"):
+        if getattr(args, key, None) is not None:
+            options[key] = getattr(args, key)
+    for key in ("include", "exclude"):
+        if getattr(args, key, None):
+            options[key] = getattr(args, key)
+        if getattr(args, f"clear_{key}", False):
+            options[key] = []
+    for flag, key in (("robots", "respect_robots"), ("llms_txt", "use_llms_txt"), ("sitemap", "use_sitemap")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            options[key] = value
+    return options
+
+
+def _print_source(detail: dict[str, object]) -> None:
+    stats = detail.get("statistics") or {}
+    print(f"{detail['name']}  ({detail['kind']}, {'enabled' if detail['enabled'] else 'disabled'}"
+          f"{', DELETED ' + str(detail['deleted_at']) if detail.get('deleted_at') else ''})")
+    print(f"  location: {detail['location']}")
+    if detail.get("config"):
+        print("  options:  " + ", ".join(f"{k}={v}" for k, v in sorted(detail["config"].items())))
+    if stats:
+        print(f"  content:  {stats['documents']} documents, {stats['pages']} pages, {stats['chunks']} chunks; "
+              f"{stats['pending_versions']} pending, {stats['failed_versions']} failed, {stats['deleted_documents']} deleted; "
+              f"{stats['open_failures']} open failures")
+    last = detail.get("last_sync")
+    if last:
+        crawl = last.get("crawl") or {}
+        print(f"  last sync: {detail.get('last_synced_at')}: {last.get('added', 0)} added, {last.get('updated', 0)} updated, "
+              f"{last.get('removed', 0)} removed, {last.get('unchanged', 0)} unchanged, {last.get('excluded', 0)} excluded, "
+              f"{last.get('failed', 0)} failed" + (f"; crawl: {crawl.get('requests', 0)} requests, "
+                                                   f"{'complete' if crawl.get('complete') else 'INCOMPLETE: ' + str(crawl.get('aborted_reason'))}"
+                                                   if crawl else ""))
+    else:
+        print("  last sync: never (run `groundwork sync " + str(detail["name"]) + "`)")
+    if detail.get("resync_needed"):
+        print("  re-sync needed: the options changed since the last sync")
+    failures = detail.get("open_failures") or []
+    if failures:
+        print(f"  open failures ({len(failures)}):")
+        print(format_table(failures, ["failure_id", "path", "stage", "kind", "reason"], 70))
+
+
+def cmd_sources(args: argparse.Namespace) -> int:
+    from knowledge_store.ingest.source_actions import delete_source_now, describe_source
+    from knowledge_store.sources import add_source, list_sources, register_configured_sources, source_statistics, update_source
+    from knowledge_store.store import store_connection
+
+    settings = _settings(args)
+    action = args.sources_command
+    if action == "add":
+        if bool(args.url) == bool(args.folder):
+            print("error: give exactly one of --url URL or --folder DIR", file=sys.stderr)
+            return 2
+        options = _web_options(args)
+        if args.folder and options:
+            print(f"error: crawl options ({', '.join(sorted(options))}) apply to --url sources only", file=sys.stderr)
+            return 2
+        with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+            source = add_source(conn, args.name, "web" if args.url else "folder", args.url or args.folder, options,
+                                enabled=not args.disabled)
+        if args.json:
+            print(json.dumps(source.as_dict(), indent=2, default=str))
+        else:
+            print(f"added source {source.name} ({source.kind}): {source.location}")
+            print(f"run `groundwork sync {source.name}` to index it (or pick partition '{source.name}' of the "
+                  "sync_source job in Dagster)")
+        return 0
+    if action == "list":
+        with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+            register_configured_sources(conn, settings)
+            sources = list_sources(conn, include_deleted=args.all)
+            rows = []
+            for source in sources:
+                stats = source_statistics(conn, source.source_id)
+                rows.append({**source.as_dict(), **stats})
+        if args.json:
+            print(json.dumps(rows, indent=2, default=str))
+            return 0
+        for row in rows:
+            row["state"] = "deleted" if row["deleted_at"] else ("enabled" if row["enabled"] else "disabled")
+            row["resync"] = "needed" if row["resync_needed"] else ""
+        print(format_table(rows, ["name", "kind", "state", "location", "documents", "chunks", "open_failures",
+                                  "last_synced_at", "resync"], 50))
+        return 0
+    if action == "show":
+        detail = describe_source(settings, args.name)
+        if args.json:
+            print(json.dumps(detail, indent=2, default=str))
+        else:
+            _print_source(detail)
+        return 0
+    if action == "update":
+        changes = _web_options(args)
+        if args.enable or args.disable:
+            changes["enabled"] = bool(args.enable)
+        if args.rename:
+            changes["name"] = args.rename
+        if not changes:
+            print("error: nothing to update (see `groundwork sources update --help`)", file=sys.stderr)
+            return 2
+        with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+            source, changed, resync = update_source(conn, args.name, changes)
+        if args.json:
+            print(json.dumps({**source.as_dict(), "changed": changed, "resync_needed_now": resync}, indent=2, default=str))
+        else:
+            print(f"updated {source.name}: {', '.join(changed) or 'nothing changed'}")
+            if resync:
+                print(f"re-sync needed: run `groundwork sync {source.name}` to apply the new rules "
+                      "(the index keeps the current pages until then)")
+        return 0
+    if action == "delete":
+        result = delete_source_now(settings, args.name)
+        if args.json:
+            print(json.dumps(result, indent=2, default=str))
+        else:
+            print(f"deleted source {args.name}: {result['documents_deleted']} documents removed from the index "
+                  f"(snapshot {result['snapshot_version']}, {result['chunks_indexed']} chunks); "
+                  f"purged after {result['purge_after_days']:g} days")
+        return 0
+    raise AssertionError(action)
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    """Re-sync one source: the Dagster ``sync_source`` job for that partition, headless."""
+    from knowledge_store.ingest.source_actions import describe_source
+    from knowledge_store.ingest.sync_runs import get_sync_run
+    from knowledge_store.sources import get_source, register_configured_sources
+    from knowledge_store.store import store_connection
+    from pipelines.definitions import SYNC_SOURCE_JOB_NAME, build_definitions
+    from pipelines.resources import KnowledgeStoreResource
+    from pipelines.sources import SOURCE_PARTITIONS
+
+    settings = _settings(args)
+    with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+        register_configured_sources(conn, settings)
+        source = get_source(conn, args.name)  # SourceNotFoundError lists the known names
+    instance = _dagster_instance()
+    if source.name not in instance.get_dynamic_partitions(SOURCE_PARTITIONS.name):
+        instance.add_dynamic_partitions(SOURCE_PARTITIONS.name, [source.name])
+    store = KnowledgeStoreResource(data_dir=str(settings.data_dir),
+                                   sources=":".join(str(p) for p in settings.sources) or None)
+    started = time.perf_counter()
+    job = build_definitions(store=store).resolve_job_def(SYNC_SOURCE_JOB_NAME)
+    result = job.execute_in_process(
+        instance=instance, partition_key=source.name,
+        tags={"groundwork/trigger": "cli", "groundwork/job": "ingest"},
+        run_config={"loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "WARNING"}}}},
+        raise_on_error=False,
+    )
+    seconds = time.perf_counter() - started
+    if not result.success:
+        failure = next((e for e in result.all_events if e.is_failure), None)
+        message = failure.message if failure is not None else "run failed"
+        if args.json:
+            print(json.dumps({"success": False, "source": source.name, "error": message, "dagster_run_id": result.run_id}, indent=2))
+        else:
+            print(f"sync {source.name} FAILED (dagster run {result.run_id}): {message}", file=sys.stderr)
+        return 1
+    with store_connection(settings.store_path, read_only=True) as conn:
+        run = get_sync_run(conn, result.run_id)
+    detail = describe_source(settings, source.name)
+    per_source = (run.get("details") or {}).get("per_source", {}).get(source.source_id, {})
+    last = detail.get("last_sync") or {}
+    report = {
+        "success": True, "source": source.name, "kind": source.kind, "dagster_run_id": result.run_id,
+        "summary": run["summary"],
+        **{k: run[k] for k in ("added", "updated", "removed", "unchanged", "excluded", "failed")},
+        "seen": per_source.get("seen", 0),
+        "snapshot_version": run["snapshot_version"], "chunks_created": run["chunks_created"],
+        "embeddings_computed": run["embeddings_computed"], "embeddings_reused": run["embeddings_reused"],
+        "documents": detail["statistics"]["documents"], "chunks": detail["statistics"]["chunks"],
+        "crawl": last.get("crawl"), "open_failures": detail["open_failures"], "seconds": round(seconds, 2),
+    }
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    print(f"sync {source.name}: {run['summary']}")
+    crawl = report["crawl"]
+    if crawl:
+        print(f"crawl: {crawl.get('requests', 0)} requests, {crawl.get('fetched', 0)} fetched, "
+              f"{crawl.get('not_modified', 0)} not modified, {crawl.get('excluded', 0)} excluded, "
+              f"{crawl.get('failed', 0)} failed" + ("" if crawl.get("complete") else f"; INCOMPLETE: {crawl.get('aborted_reason')}"))
+    print(f"{source.name} now: {report['documents']} documents, {report['chunks']} chunks; index snapshot "
+          f"{report['snapshot_version']}; {run['embeddings_computed']} embeddings computed; {seconds:.1f} s")
+    if report["open_failures"]:
+        print(f"\nopen failures ({len(report['open_failures'])}), retry one with `groundwork failures retry ID`:")
+        print(format_table(report["open_failures"], ["failure_id", "path", "kind", "reason"], 70))
+    return 0
+
+
+def cmd_failures(args: argparse.Namespace) -> int:
+    from knowledge_store.ingest.failures import open_failures
+    from knowledge_store.ingest.source_actions import retry_failure
+    from knowledge_store.store import store_connection
+
+    settings = _settings(args)
+    if args.failures_command == "retry":
+        outcome = retry_failure(settings, args.failure_id)
+        if args.json:
+            print(json.dumps(outcome, indent=2, default=str))
+        else:
+            state = "resolved" if outcome["resolved"] else f"still failing: {outcome['still_failing']['reason']}"
+            print(f"retried {outcome['path']} ({outcome['stage']}): {state}; sync: {outcome['summary']}; "
+                  f"snapshot {outcome['snapshot_version']}; {outcome['seconds']} s")
+        return 0 if outcome["resolved"] else 1
+    with store_connection(settings.store_path, read_only=True, timeout_s=settings.lock_timeout_s) as conn:
+        failures = open_failures(conn)
+    if args.json:
+        print(json.dumps(failures, indent=2, default=str))
+    else:
+        print(format_table(failures, ["failure_id", "path", "stage", "kind", "reason", "last_seen_at"], 70))
+    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -342,6 +575,69 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--json", action="store_true", help="machine-readable output")
     ingest.add_argument("--verbose", action="store_true", help="show Dagster's event log")
     ingest.set_defaults(func=cmd_ingest)
+
+    sources = sub.add_parser("sources", help="add, list, show, update and delete sources (folders and web sites)")
+    sources_sub = sources.add_subparsers(dest="sources_command", required=True)
+
+    def web_flags(p: argparse.ArgumentParser, update: bool = False) -> None:
+        p.add_argument("--depth", type=int, help="link hops followed from the base URL, 0-5 (default 2)")
+        p.add_argument("--include", action="append", metavar="REGEX", help="only URLs matching (full URL, re.search); repeatable")
+        p.add_argument("--exclude", action="append", metavar="REGEX", help="skip URLs matching; repeatable")
+        p.add_argument("--max-pages", type=int, help="page cap (default 500)")
+        p.add_argument("--requests-per-second", type=float, help="politeness limit per host (default 5)")
+        p.add_argument("--llms-full-max-mb", type=float, help="size limit for llms-full.txt (default 10)")
+        p.add_argument("--ignore-robots", dest="robots", action="store_false", default=None, help="do not obey robots.txt")
+        p.add_argument("--no-llms-txt", dest="llms_txt", action="store_false", default=None, help="skip llms.txt / llms-full.txt")
+        p.add_argument("--no-sitemap", dest="sitemap", action="store_false", default=None, help="skip sitemap.xml")
+        if update:
+            p.add_argument("--respect-robots", dest="robots", action="store_true", default=None)
+            p.add_argument("--use-llms-txt", dest="llms_txt", action="store_true", default=None)
+            p.add_argument("--use-sitemap", dest="sitemap", action="store_true", default=None)
+            p.add_argument("--clear-include", action="store_true", help="drop every include rule")
+            p.add_argument("--clear-exclude", action="store_true", help="drop every exclude rule")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    s_add = sources_sub.add_parser("add", help="register a web site (--url) or a folder (--folder)")
+    s_add.add_argument("name")
+    s_add.add_argument("--url", help="base URL of a documentation site")
+    s_add.add_argument("--folder", help="a folder of documents")
+    s_add.add_argument("--disabled", action="store_true", help="register without syncing it")
+    web_flags(s_add)
+    common(s_add)
+    s_list = sources_sub.add_parser("list", help="every source with counts and last sync")
+    s_list.add_argument("--all", action="store_true", help="include deleted sources")
+    common(s_list)
+    s_show = sources_sub.add_parser("show", help="one source: options, counts, last sync, open failures")
+    s_show.add_argument("name")
+    common(s_show)
+    s_update = sources_sub.add_parser("update", help="change options; says when a re-sync is needed")
+    s_update.add_argument("name")
+    s_update.add_argument("--rename", metavar="NEW_NAME")
+    s_update.add_argument("--enable", action="store_true")
+    s_update.add_argument("--disable", action="store_true")
+    web_flags(s_update, update=True)
+    common(s_update)
+    s_delete = sources_sub.add_parser("delete", help="soft-delete a source: its chunks leave the index now, purged after retention")
+    s_delete.add_argument("name")
+    common(s_delete)
+    sources.set_defaults(func=cmd_sources)
+
+    sync = sub.add_parser("sync", help="re-sync one source now and publish the index")
+    sync.add_argument("name")
+    sync.add_argument("--verbose", action="store_true", help="show the run's log (crawl progress)")
+    common(sync)
+    sync.set_defaults(func=cmd_sync)
+
+    failures = sub.add_parser("failures", help="open ingestion failures; retry one")
+    failures_sub = failures.add_subparsers(dest="failures_command")
+    f_retry = failures_sub.add_parser("retry", help="run one failed item again (page fetch, parse, or its source's scan)")
+    f_retry.add_argument("failure_id")
+    common(f_retry)
+    common(failures)
+    failures.set_defaults(func=cmd_failures)
 
     status = sub.add_parser("status", help="sources, documents with versions, counts and failures")
     status.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")

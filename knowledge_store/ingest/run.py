@@ -92,6 +92,13 @@ def record_sources(
         if outcome.aborted_reason:
             reasons[source.source_id] = outcome.aborted_reason
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+        gone = _deleted_meanwhile(conn, sources)
+        if gone:  # deleted while we crawled: record nothing for them
+            sources = [s for s in sources if s.source_id not in gone]
+            outcomes = [o for o in outcomes if o.source.source_id not in gone]
+            scan.folders = [f for f in scan.folders if f.source_id not in gone]
+            scan.files = [f for f in scan.files if f.source_id not in gone]
+            scan.failures = [f for f in scan.failures if f.source_id not in gone]
         result = record_raw_documents(conn, scan, run_id, unreachable_reasons=reasons)
         by_id = {o.source.source_id: o for o in outcomes}
         with transaction(conn):
@@ -112,6 +119,14 @@ def record_sources(
                                      "excluded_preview": o.excluded_preview[:20]} for o in outcomes}
     result.sources = [s.name for s in sources]
     return result
+
+
+def _deleted_meanwhile(conn, sources) -> set[str]:
+    ids = [s.source_id for s in sources]
+    rows = conn.execute(
+        "SELECT source_id FROM sources WHERE list_contains(?, source_id) AND deleted_at IS NOT NULL", [ids]
+    ).fetchall()
+    return {row[0] for row in rows}
 
 
 def run_sync(

@@ -33,7 +33,15 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from knowledge_store.errors import GroundworkError, IndexNotBuiltError, StoreError
+from knowledge_store.errors import (
+    GroundworkError,
+    IndexNotBuiltError,
+    InvalidSourceError,
+    SourceExistsError,
+    SourceNotFoundError,
+    StoreError,
+)
+from knowledge_store.ingest.source_actions import FailureNotFoundError
 from knowledge_store.query_log import QueryLog, redact
 from knowledge_store.retrieval.engine import QueryValidationError, RetrievalEngine
 from knowledge_store.retrieval.filters import SearchFilters
@@ -79,7 +87,8 @@ class FeedbackBody(BaseModel):
 # ------------------------------------------------------------------ ingestion jobs
 
 class IngestJobs:
-    """Upload-triggered ingestion, in this process, one at a time, pollable by id."""
+    """Ingestion work started through the API (uploads, source syncs, retries), in this process,
+    one at a time (the store has one writer), pollable by id with live progress."""
 
     def __init__(self, settings: Settings, embedder) -> None:
         self.settings = settings
@@ -89,25 +98,40 @@ class IngestJobs:
         self._run_lock = threading.Lock()
 
     def submit(self, files: list[str]) -> dict[str, Any]:
-        job_id = uuid.uuid4().hex
-        job = {"job_id": job_id, "status": "queued", "files": files, "created_at": _now(), "started_at": None,
-               "finished_at": None, "summary": None, "error": None, "snapshot_version": None,
-               "runner": "in-process run_sync (the code path of the Dagster ingestion assets)"}
-        with self._lock:
-            self.jobs[job_id] = job
-        threading.Thread(target=self._run, args=(job_id,), daemon=True, name=f"ingest-{job_id[:8]}").start()
-        return dict(job)
-
-    def _run(self, job_id: str) -> None:
+        """An upload: sync the uploads source only (never a crawl of the web sources)."""
         from knowledge_store.ingest.run import run_sync
 
+        def work(progress) -> dict[str, Any]:
+            report = run_sync(self.settings, self.embedder, trigger="api-upload", kinds=["upload"])
+            return {"summary": report.summary, "snapshot_version": report.publish.snapshot_version,
+                    "documents_indexed": report.publish.document_count, "chunks_indexed": report.publish.chunk_count}
+
+        return self.submit_task("upload", work, files=files)
+
+    def submit_task(self, kind: str, work, **fields: Any) -> dict[str, Any]:
+        job_id = uuid.uuid4().hex
+        job = {"job_id": job_id, "kind": kind, "status": "queued", **fields, "created_at": _now(), "started_at": None,
+               "finished_at": None, "summary": None, "error": None, "snapshot_version": None, "progress": {},
+               "runner": "in-process (the code path of the Dagster ingestion assets)"}
+        with self._lock:
+            self.jobs[job_id] = job
+        threading.Thread(target=self._run, args=(job_id, work), daemon=True, name=f"ingest-{job_id[:8]}").start()
+        return dict(job)
+
+    def _progress(self, job_id: str):
+        def report(source: str, progress: dict[str, Any]) -> None:
+            with self._lock:
+                self.jobs[job_id]["progress"] = {"source": source, **progress, "updated_at": _now()}
+        return report
+
+    def _run(self, job_id: str, work) -> None:
         with self._run_lock:
             job = self.jobs[job_id]
             job.update(status="running", started_at=_now())
             try:
-                report = run_sync(self.settings, self.embedder, trigger="api-upload")
-                job.update(status="succeeded", summary=report.summary, snapshot_version=report.publish.snapshot_version,
-                           documents_indexed=report.publish.document_count, chunks_indexed=report.publish.chunk_count)
+                outcome = work(self._progress(job_id))
+                with self._lock:
+                    job.update(status="succeeded", **outcome)
             except Exception as error:  # noqa: BLE001 - reported through the job, never raised into the server
                 job.update(status="failed", error=f"{type(error).__name__}: {error}")
             finally:
@@ -116,7 +140,47 @@ class IngestJobs:
     def get(self, job_id: str) -> dict[str, Any] | None:
         with self._lock:
             job = self.jobs.get(job_id)
-            return dict(job) if job else None
+            return json.loads(json.dumps(job, default=str)) if job else None
+
+
+class SourceBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(..., description="Unique name: letters, digits, '.', '_', '-' (also the Dagster partition key).")
+    kind: Literal["web", "folder"] = "web"
+    url: str | None = Field(None, description="Base URL of the site (kind web).")
+    folder: str | None = Field(None, description="Folder on this machine (kind folder).")
+    enabled: bool = True
+    sync: bool = Field(False, description="Start a sync job right away (202 with its status URL).")
+    depth: int | None = None
+    include: list[str] | None = None
+    exclude: list[str] | None = None
+    respect_robots: bool | None = None
+    requests_per_second: float | None = None
+    max_pages: int | None = None
+    use_llms_txt: bool | None = None
+    use_sitemap: bool | None = None
+    llms_full_max_mb: float | None = None
+
+
+class SourceUpdateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    enabled: bool | None = None
+    depth: int | None = None
+    include: list[str] | None = None
+    exclude: list[str] | None = None
+    respect_robots: bool | None = None
+    requests_per_second: float | None = None
+    max_pages: int | None = None
+    use_llms_txt: bool | None = None
+    use_sitemap: bool | None = None
+    llms_full_max_mb: float | None = None
+
+
+WEB_OPTION_FIELDS = ("depth", "include", "exclude", "respect_robots", "requests_per_second", "max_pages",
+                     "use_llms_txt", "use_sitemap", "llms_full_max_mb")
 
 
 def _now() -> str:
@@ -201,6 +265,24 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
     @app.exception_handler(IndexNotBuiltError)
     async def no_index(request: Request, exc: IndexNotBuiltError):
         return JSONResponse(status_code=503, content={"error": "index_not_built", "message": str(exc)})
+
+    @app.exception_handler(SourceNotFoundError)
+    async def source_not_found(request: Request, exc: SourceNotFoundError):
+        return JSONResponse(status_code=404, content={"error": "source_not_found", "message": str(exc)})
+
+    @app.exception_handler(FailureNotFoundError)
+    async def failure_not_found(request: Request, exc: FailureNotFoundError):
+        return JSONResponse(status_code=404, content={"error": "failure_not_found", "message": str(exc)})
+
+    @app.exception_handler(SourceExistsError)
+    async def source_conflict(request: Request, exc: SourceExistsError):
+        return JSONResponse(status_code=409, content={"error": "source_conflict", "message": str(exc)})
+
+    @app.exception_handler(InvalidSourceError)
+    async def source_invalid(request: Request, exc: InvalidSourceError):
+        return JSONResponse(status_code=422, content={
+            "error": "validation_error", "message": str(exc),
+            "errors": [{"field": exc.field, "message": str(exc)}]})
 
     @app.exception_handler(GroundworkError)
     async def groundwork_error(request: Request, exc: GroundworkError):
@@ -305,6 +387,129 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         if job is None:
             raise HTTPException(status_code=404, detail=f"unknown job_id '{job_id}'")
         return job
+
+    # -------------------------------------------------------------- source registry
+    def _job_response(request: Request, job: dict[str, Any], **extra: Any) -> JSONResponse:
+        base = str(request.base_url).rstrip("/")
+        return JSONResponse(status_code=202, content={**job, **extra,
+                                                      "status_url": f"{base}/api/knowledge/jobs/{job['job_id']}"})
+
+    def _sync_job(name: str) -> dict[str, Any]:
+        from knowledge_store.ingest.run import run_sync
+
+        def work(progress) -> dict[str, Any]:
+            report = run_sync(settings, jobs.embedder, trigger="api", names=[name], progress=progress)
+            raw = report.raw
+            return {"summary": report.summary, "snapshot_version": report.publish.snapshot_version,
+                    "added": raw.added, "updated": raw.updated, "removed": raw.removed, "unchanged": raw.unchanged,
+                    "excluded": raw.excluded, "failed": raw.failed + report.parse.failed,
+                    "crawl": {k: v for k, v in raw.crawls.get(name, {}).items() if k != "excluded_preview"} or None,
+                    "documents_indexed": report.publish.document_count, "chunks_indexed": report.publish.chunk_count}
+
+        return jobs.submit_task("sync", work, source=name)
+
+    def _writer():
+        from knowledge_store.store import store_connection
+
+        return store_connection(settings.store_path, timeout_s=min(settings.lock_timeout_s, 10.0))
+
+    @app.get("/api/sources", tags=["sources"])
+    def sources_list(include_deleted: bool = False) -> dict[str, Any]:
+        """Every source with its counts and last sync."""
+        from knowledge_store.sources import list_sources, register_configured_sources, source_statistics
+
+        with _writer() as conn:
+            register_configured_sources(conn, settings)
+            rows = [{**s.as_dict(), "statistics": source_statistics(conn, s.source_id)}
+                    for s in list_sources(conn, include_deleted=include_deleted)]
+        return {"sources": rows}
+
+    @app.post("/api/sources", status_code=201, tags=["sources"])
+    def sources_add(body: SourceBody, request: Request):
+        """Register a web site or a folder; ``sync: true`` starts its first sync (202 + job)."""
+        from knowledge_store.sources import add_source
+
+        options = {k: getattr(body, k) for k in WEB_OPTION_FIELDS if getattr(body, k) is not None}
+        if body.kind == "web" and not body.url:
+            raise InvalidSourceError("url", None, "a web source needs a base URL")
+        if body.kind == "folder":
+            if not body.folder:
+                raise InvalidSourceError("folder", None, "a folder source needs a folder")
+            if options:
+                raise InvalidSourceError(next(iter(options)), next(iter(options.values())),
+                                         "crawl options apply to web sources only")
+        with _writer() as conn:
+            source = add_source(conn, body.name, body.kind, body.url if body.kind == "web" else body.folder,
+                                options, enabled=body.enabled)
+        if body.sync and source.enabled:
+            return _job_response(request, _sync_job(source.name), source=source.as_dict())
+        return JSONResponse(status_code=201, content={"source": source.as_dict()})
+
+    @app.get("/api/sources/{name}", tags=["sources"])
+    def sources_show(name: str) -> dict[str, Any]:
+        """One source: options, document/page/chunk counts, last sync summary, open failures."""
+        from knowledge_store.ingest.source_actions import describe_source
+
+        return json.loads(json.dumps(describe_source(settings, name), default=str))
+
+    @app.patch("/api/sources/{name}", tags=["sources"])
+    def sources_update(name: str, body: SourceUpdateBody) -> dict[str, Any]:
+        """Change options; ``resync_needed`` says when the index no longer matches the rules."""
+        from knowledge_store.sources import update_source
+
+        changes = body.model_dump(exclude_none=True)
+        if not changes:
+            raise InvalidSourceError("body", {}, "nothing to update")
+        with _writer() as conn:
+            source, changed, resync = update_source(conn, name, changes)
+        return {"source": source.as_dict(), "changed": changed, "resync_needed": source.resync_needed,
+                "message": (f"re-sync needed: POST /api/sources/{source.name}/sync to apply the new rules"
+                            if resync else "no re-sync needed")}
+
+    @app.delete("/api/sources/{name}", tags=["sources"])
+    def sources_delete(name: str) -> dict[str, Any]:
+        """Soft-delete: the source's chunks leave the index before this returns; purged after retention."""
+        from knowledge_store.ingest.source_actions import delete_source_now
+
+        result = delete_source_now(settings, name)
+        engine.snapshots.current()  # switch to the snapshot without the source now
+        return result
+
+    @app.post("/api/sources/{name}/sync", status_code=202, tags=["sources"])
+    def sources_sync(name: str, request: Request):
+        """Re-sync one source now (scan or crawl, parse, chunk, embed, publish); poll the job for progress."""
+        from knowledge_store.sources import get_source
+
+        with _writer() as conn:
+            source = get_source(conn, name)
+        if not source.enabled:
+            raise InvalidSourceError("enabled", False, f"source {name!r} is disabled; PATCH enabled=true first")
+        return _job_response(request, _sync_job(source.name))
+
+    @app.get("/api/failures", tags=["sources"])
+    def failures_list() -> dict[str, Any]:
+        """Open ingestion failures (files and URLs), newest first."""
+        from knowledge_store.ingest.failures import open_failures
+        from knowledge_store.store import store_connection
+
+        with store_connection(settings.store_path, read_only=True, timeout_s=5.0) as conn:
+            return json.loads(json.dumps({"failures": open_failures(conn)}, default=str))
+
+    @app.post("/api/failures/{failure_id}/retry", status_code=202, tags=["sources"])
+    def failures_retry(failure_id: str, request: Request):
+        """Run one failed item again (fetch the URL, parse the version, or re-scan its source)."""
+        from knowledge_store.ingest.source_actions import open_failure, retry_failure
+        from knowledge_store.store import store_connection
+
+        with store_connection(settings.store_path, read_only=True, timeout_s=5.0) as conn:
+            failure = open_failure(conn, failure_id)
+
+        def work(progress) -> dict[str, Any]:
+            outcome = retry_failure(settings, failure_id, jobs.embedder, progress=progress)
+            return {"summary": outcome["summary"], "snapshot_version": outcome["snapshot_version"],
+                    "resolved": outcome["resolved"], "still_failing": outcome["still_failing"]}
+
+        return _job_response(request, jobs.submit_task("retry", work, failure_id=failure_id, path=failure["path"]))
 
     # -------------------------------------------------------------- documents & sources
     @app.get("/api/knowledge/documents", tags=["documents"])
