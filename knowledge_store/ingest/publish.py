@@ -9,6 +9,7 @@ no-change sync therefore ends here having hashed files and nothing more.
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -23,6 +24,7 @@ from knowledge_store.index import (
 )
 from knowledge_store.errors import IndexNotBuiltError, StoreError
 from knowledge_store.ingest.sync_runs import add_counts, finish_sync_run
+from knowledge_store.ingest.web_sources import cache_dir
 from knowledge_store.settings import Settings
 from knowledge_store.store import store_connection, transaction, utcnow
 
@@ -34,6 +36,7 @@ class PublishResult:
     activated_updated: int = 0
     purged_documents: int = 0
     purged_versions: int = 0
+    purged_sources: list[str] = field(default_factory=list)
     snapshot_version: int | None = None
     snapshot_built: bool = False
     chunk_count: int = 0
@@ -107,6 +110,22 @@ def purge_expired(conn, retention_days: float) -> tuple[int, int]:
     return len(gone), len(old_versions)
 
 
+def purge_deleted_sources(conn, settings: Settings) -> list[str]:
+    """Forget sources deleted longer ago than the retention whose documents are all purged;
+    their cached web pages go with them.  Returns the names removed."""
+    cutoff = utcnow() - timedelta(days=settings.deleted_retention_days)
+    rows = conn.execute(
+        "SELECT source_id, name FROM sources s WHERE deleted_at IS NOT NULL AND deleted_at < ? "
+        "AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.source_id = s.source_id)",
+        [cutoff],
+    ).fetchall()
+    for source_id, _name in rows:
+        conn.execute("DELETE FROM web_pages WHERE source_id = ?", [source_id])
+        conn.execute("DELETE FROM sources WHERE source_id = ?", [source_id])
+        shutil.rmtree(cache_dir(settings, source_id), ignore_errors=True)
+    return [name for _, name in rows]
+
+
 def active_fingerprint(conn, model_id: str) -> tuple[str, int, int]:
     row = conn.execute(
         """
@@ -127,6 +146,7 @@ def publish_index(settings: Settings, model_id: str, sync_run_id: str) -> Publis
         with transaction(conn):
             result.activated_added, result.activated_updated = activate_ready_versions(conn, model_id)
             result.purged_documents, result.purged_versions = purge_expired(conn, settings.deleted_retention_days)
+            result.purged_sources = purge_deleted_sources(conn, settings)
             add_counts(conn, sync_run_id, added=result.activated_added, updated=result.activated_updated)
         missing = conn.execute(
             """

@@ -8,9 +8,7 @@ retry re-runs exactly the failed item, not the whole source.
 
 from __future__ import annotations
 
-import shutil
 import time
-from datetime import timedelta
 from typing import Any
 
 import duckdb
@@ -22,7 +20,6 @@ from knowledge_store.ingest.embed import embed_missing
 from knowledge_store.ingest.parse import parse_pending
 from knowledge_store.ingest.publish import publish_index
 from knowledge_store.ingest.sync_runs import get_sync_run, start_sync_run
-from knowledge_store.ingest.web_sources import cache_dir
 from knowledge_store.settings import Settings
 from knowledge_store.sources import delete_source, get_source, source_statistics
 from knowledge_store.store import store_connection, transaction, utcnow
@@ -62,22 +59,6 @@ def delete_source_now(settings: Settings, name: str) -> dict[str, Any]:
         "snapshot_version": publish.snapshot_version, "chunks_indexed": publish.chunk_count,
         "purge_after_days": settings.deleted_retention_days,
     }
-
-
-def purge_deleted_sources(conn: duckdb.DuckDBPyConnection, settings: Settings) -> list[str]:
-    """Forget sources deleted longer ago than the retention whose documents are all purged;
-    their cached web pages go with them.  Returns the names removed."""
-    cutoff = utcnow() - timedelta(days=settings.deleted_retention_days)
-    rows = conn.execute(
-        "SELECT source_id, name FROM sources s WHERE deleted_at IS NOT NULL AND deleted_at < ? "
-        "AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.source_id = s.source_id)",
-        [cutoff],
-    ).fetchall()
-    for source_id, _name in rows:
-        conn.execute("DELETE FROM web_pages WHERE source_id = ?", [source_id])
-        conn.execute("DELETE FROM sources WHERE source_id = ?", [source_id])
-        shutil.rmtree(cache_dir(settings, source_id), ignore_errors=True)
-    return [name for _, name in rows]
 
 
 def open_failure(conn: duckdb.DuckDBPyConnection, failure_id: str) -> dict[str, Any]:

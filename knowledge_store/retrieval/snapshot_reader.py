@@ -287,6 +287,11 @@ class SnapshotManager:
         self._pointer_mtime: float | None = None
         self.reloads = 0
 
+    def refresh(self) -> LoadedSnapshot:
+        """Look at the pointer now (after this process published, e.g. a source delete)."""
+        self._last_check = float("-inf")
+        return self.current()
+
     def current(self) -> LoadedSnapshot:
         import time
 

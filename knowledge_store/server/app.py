@@ -90,9 +90,10 @@ class IngestJobs:
     """Ingestion work started through the API (uploads, source syncs, retries), in this process,
     one at a time (the store has one writer), pollable by id with live progress."""
 
-    def __init__(self, settings: Settings, embedder) -> None:
+    def __init__(self, settings: Settings, embedder, on_published=None) -> None:
         self.settings = settings
         self.embedder = embedder
+        self.on_published = on_published  # e.g. the engine switching to the new snapshot before the job says done
         self.jobs: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._run_lock = threading.Lock()
@@ -130,6 +131,8 @@ class IngestJobs:
             job.update(status="running", started_at=_now())
             try:
                 outcome = work(self._progress(job_id))
+                if self.on_published is not None:
+                    self.on_published()
                 with self._lock:
                     job.update(status="succeeded", **outcome)
             except Exception as error:  # noqa: BLE001 - reported through the job, never raised into the server
@@ -183,6 +186,13 @@ WEB_OPTION_FIELDS = ("depth", "include", "exclude", "respect_robots", "requests_
                      "use_llms_txt", "use_sitemap", "llms_full_max_mb")
 
 
+def _refresh_quietly(engine: RetrievalEngine) -> None:
+    try:
+        engine.snapshots.refresh()
+    except IndexNotBuiltError:
+        pass
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
 
@@ -204,7 +214,7 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
     query_log = engine.query_log if engine is not None else QueryLog(settings.logs_path)
     engine = engine or RetrievalEngine(settings, query_log=query_log)
     metrics = Metrics()
-    jobs = IngestJobs(settings, engine.embedder)
+    jobs = IngestJobs(settings, engine.embedder, on_published=lambda: _refresh_quietly(engine))
     search_limiter = anyio.CapacityLimiter(settings.search_workers)
     started_at = time.time()
     mcp_lifespan = None
@@ -472,7 +482,7 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         from knowledge_store.ingest.source_actions import delete_source_now
 
         result = delete_source_now(settings, name)
-        engine.snapshots.current()  # switch to the snapshot without the source now
+        engine.snapshots.refresh()  # serve the snapshot without the source from the next query on
         return result
 
     @app.post("/api/sources/{name}/sync", status_code=202, tags=["sources"])
