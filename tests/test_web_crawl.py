@@ -118,7 +118,8 @@ def test_canonical_url_drops_fragment_tracking_params_default_port_and_sorts_que
         "https://docs.example.com/Guide?a=1&b=2"
     assert canonical_url("http://h:80") == "http://h/"
     assert canonical_url("http://h:8080/x") == "http://h:8080/x"
-    assert canonical_url("https://h/p?mc_cid=1&mc_eid=2&_ga=3&msclkid=4&ref_src=twsrc&ref=main") == "https://h/p?ref=main"
+    assert canonical_url("https://h/p?mc_cid=1&mc_eid=2&_ga=3&msclkid=4&ref_src=twsrc&ref=main") == \
+        "https://h/p?ref=main"
     assert canonical_url("https://h/docs?utm_medium=a") == "https://h/docs"
 
 
@@ -442,6 +443,15 @@ def test_llms_full_over_the_size_limit_is_a_permanent_too_large_failure(site):
     assert result.complete
 
 
+def test_html_served_for_llms_files_is_treated_as_missing(site):
+    spa = Reply(body=doc_page("App shell", links=["/docs/guide/deep"]))
+    site.routes["/llms.txt"] = spa
+    site.routes["/llms-full.txt"] = spa
+    result = run(site, depth=0, use_sitemap=False)
+    assert urls(result) == [site.url("/docs/")]
+    assert result.failures == [] and result.complete
+
+
 def test_llms_txt_is_skipped_when_disabled(site):
     result = run(site, depth=0, use_llms_txt=False, use_sitemap=False)
     assert not site.requested("/llms.txt") and not site.requested("/llms-full.txt")
@@ -496,8 +506,8 @@ def test_conditional_request_answered_304_is_not_modified_with_prior_links(site)
     def with_etag(request: Request) -> Reply:
         if request.headers.get("if-none-match") == '"v1"':
             return Reply(status=304, body=b"", content_type=None, headers={"ETag": '"v1"'})
-        return Reply(body=doc_page("Tagged", links=["guide/deep"]), headers={"ETag": '"v1"',
-                                                                          "Last-Modified": "Wed, 01 May 2024 10:00:00 GMT"})
+        validators = {"ETag": '"v1"', "Last-Modified": "Wed, 01 May 2024 10:00:00 GMT"}
+        return Reply(body=doc_page("Tagged", links=["guide/deep"]), headers=validators)
 
     site.routes["/docs/"] = with_etag
     first = run(site, depth=1, use_sitemap=False, use_llms_txt=False)
@@ -526,6 +536,16 @@ def test_a_sitemap_failing_transiently_makes_the_crawl_incomplete(site):
     assert not result.complete and "sitemap" in result.aborted_reason
     assert site.url("/docs/") in urls(result)  # the crawl still ran
     assert not failure(result, site.url("/sitemap-docs.xml")).permanent
+
+
+def test_a_declared_sitemap_that_is_missing_or_broken_is_a_permanent_failure(site):
+    site.remove("/sitemap-extra.xml.gz")
+    site.routes["/sitemap-docs.xml"] = Reply(body="<html><body>not a sitemap</body></html>")
+    result = run(site, depth=0, use_llms_txt=False)
+    missing = failure(result, site.url("/sitemap-extra.xml.gz"))
+    assert missing.kind == "http_404" and missing.permanent and missing.reason.startswith("sitemap:")
+    assert failure(result, site.url("/sitemap-docs.xml")).kind == "bad_sitemap"
+    assert result.complete
 
 
 # -- include / exclude -------------------------------------------------------------------------
@@ -584,6 +604,31 @@ def test_redirect_chains_stop_after_five_hops_and_loops_are_detected(site):
     assert all(f.permanent for f in result.failures)
 
 
+def test_redirect_to_a_page_already_fetched_is_a_duplicate(site):
+    site.routes["/docs/old"] = redirect("/docs/guide/install")
+    result = run(site, depth=1, use_sitemap=False, use_llms_txt=False)
+    assert urls(result).count(site.url("/docs/guide/install")) == 1
+    assert site.count("/docs/guide/install") == 1
+    assert result.stats["duplicates"] >= 1
+
+
+def test_base_url_without_trailing_slash_is_followed_to_the_directory(site):
+    site.routes["/docs"] = redirect("/docs/")
+    result = run(site, path="/docs", depth=1, use_sitemap=False, use_llms_txt=False, include=(r"/guide/",))
+    base = page(result, site.url("/docs/"))
+    assert base.origin == "base"  # the redirect target of the base is exempt from include, like the base
+    assert site.url("/docs/guide/install") in urls(result)
+    assert site.url("/docs/new") not in urls(result)
+
+
+def test_an_injected_client_that_follows_redirects_is_still_checked_hop_by_hop(site):
+    site.routes["/docs/old"] = redirect("/blog/moved")
+    with httpx.Client(follow_redirects=True) as client:
+        result = run(site, client=client, depth=1, use_sitemap=False, use_llms_txt=False)
+    assert dict(result.excluded)[site.url("/docs/old")].startswith("redirect out of scope")
+    assert not site.requested("/blog/moved")
+
+
 def test_base_url_redirecting_out_of_scope_leaves_the_crawl_incomplete(site):
     site.routes["/docs/"] = redirect("/elsewhere/")
     result = run(site, use_sitemap=False, use_llms_txt=False)
@@ -611,6 +656,14 @@ def test_retry_after_as_an_http_date_is_honoured(site):
     fake = FakeTime()
     run(site, fake=fake, depth=1, use_sitemap=False, use_llms_txt=False)
     assert any(1.5 <= s <= 3.5 for s in fake.sleeps), fake.sleeps
+
+
+def test_backoff_wins_over_a_shorter_retry_after(site):
+    site.routes["/docs/flaky"] = [Reply(status=503, content_type=None, headers={"Retry-After": "0"}),
+                                  Reply(body=doc_page("OK"))]
+    fake = FakeTime()
+    run(site, fake=fake, depth=1, use_sitemap=False, use_llms_txt=False)
+    assert 0.5 in fake.sleeps and site.count("/docs/flaky") == 2
 
 
 def test_retry_after_longer_than_max_backoff_gives_up_for_this_crawl(site):

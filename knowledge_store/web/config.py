@@ -22,7 +22,9 @@ class CrawlConfig:
     exempt from ``include`` (the crawl has to start somewhere) but not from
     ``exclude`` or robots.txt.  ``requests_per_second`` applies to every request
     to the host, robots.txt, sitemaps and retries included; a robots.txt
-    ``Crawl-delay`` that asks for more wins.  ``max_consecutive_failures``
+    ``Crawl-delay`` that asks for more wins.  ``max_pages`` caps the page URLs
+    visited (fetched, known unchanged, or failed; not ``llms-full.txt``); what
+    is left over is counted as ``capped``.  ``max_consecutive_failures``
     transient page failures in a row stop the crawl as incomplete: the site is
     down and retrying every remaining page would only hammer it.
     """

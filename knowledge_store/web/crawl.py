@@ -98,6 +98,12 @@ def _safe_canonical(url: str, base: str | None = None) -> str | None:
         return None
 
 
+def _is_html(answer: Response) -> bool:
+    if content_kind(answer.headers.get("content-type"), "", b"") == "html":
+        return True
+    return (answer.body or b"")[:512].lstrip().lower().startswith((b"<!doctype html", b"<html"))
+
+
 def _conditional_headers(prior: PriorPage | None) -> dict[str, str]:
     headers: dict[str, str] = {}
     if prior is not None and prior.etag:
@@ -228,8 +234,9 @@ class _Crawl:
         for pattern in self.excludes:
             if pattern.search(url):
                 return f"matches exclude pattern {pattern.pattern!r}"
-        if self.includes and not (is_base or url == self.base) and not any(pattern.search(url) for pattern in self.includes):
-            return "matches no include pattern"
+        if self.includes and not (is_base or url == self.base):
+            if not any(pattern.search(url) for pattern in self.includes):
+                return "matches no include pattern"
         return None
 
     def _exclude(self, url: str, reason: str) -> None:
@@ -316,7 +323,10 @@ class _Crawl:
                     return []
                 continue
             assert isinstance(answer, Response)
-            listed = parse_llms_txt((answer.body or b"").decode("utf-8", "replace"), answer.url)
+            if _is_html(answer):  # a single-page app's catch-all, not an llms.txt
+                continue
+            listed = parse_llms_txt(decode_text(answer.body or b"", charset_of(answer.headers.get("content-type"))),
+                                    answer.url)
             self.counts["llms_links"] += len(listed)
             links.extend(link.url for link in listed)
         return _unique(links)
@@ -431,6 +441,12 @@ class _Crawl:
             if status == 304 and prior is not None:
                 self._add_page(self._unchanged(current, prior, depth, origin, "304", answer))
                 return list(self._prior_links(prior))
+            if 200 <= status < 300 and force_kind is not None and _is_html(answer):
+                # a single-page app answering every path with its index.html: there is no such file
+                if missing_ok:
+                    return None
+                return self._failed(FetchError(current, "unsupported_content_type", "an HTML page was served "
+                                               f"where {force_kind} was expected", True, status, answer.attempts), url)
             if 200 <= status < 300:
                 return self._received(answer, url, depth, origin, force_kind)
             if missing_ok and status in _GONE:

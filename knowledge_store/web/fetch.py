@@ -3,9 +3,11 @@
 Redirects are *not* followed here: the crawler checks every hop against the
 scope and robots.txt, so it follows them itself.  Transient trouble (timeouts,
 connection errors, 408, 429, 5xx) is retried with exponential backoff
-(``backoff_base_s * 2**n``, or the server's ``Retry-After`` when it sends one),
-never waiting more than ``max_backoff_s``: if the server asks for a longer
-pause we give up on that URL for this crawl rather than come back early.
+(``backoff_base_s * 2**n``, or the server's ``Retry-After`` when that is
+longer), never waiting more than ``max_backoff_s``: if the server asks for a
+longer pause we give up on that URL for this crawl rather than come back early.
+No jitter: one crawler per site gains nothing from it, and tests can assert
+exact waits.
 Bodies are streamed and reading stops once ``max_bytes`` is passed, so an
 unexpected multi-gigabyte file costs at most ``max_bytes`` of download.
 """
@@ -159,7 +161,7 @@ class Fetcher:
                 error.reason += (f"; the server asked to retry after {retry_after:.0f} s, more than max_backoff_s="
                                  f"{self.max_backoff_s:g}, so it is left for the next sync")
                 return error
-            delay = retry_after if retry_after is not None else self.backoff_base_s * 2 ** (attempt - 1)
+            delay = max(retry_after or 0.0, self.backoff_base_s * 2 ** (attempt - 1))
             self.retries += 1
             self.sleep(min(delay, self.max_backoff_s))
 

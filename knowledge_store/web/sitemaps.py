@@ -74,7 +74,8 @@ def parse_sitemap(body: bytes) -> Sitemap:
     stripped = data.lstrip(b"\xef\xbb\xbf \t\r\n")
     if not stripped.startswith(b"<"):
         lines = (line.strip() for line in stripped.decode("utf-8", "replace").splitlines())
-        return Sitemap("urlset", [SitemapEntry(line, None) for line in lines if line.startswith(("http://", "https://"))])
+        urls = [line for line in lines if line.startswith(("http://", "https://"))]
+        return Sitemap("urlset", [SitemapEntry(url, None) for url in urls])
     parser = etree.XMLParser(resolve_entities=False, no_network=True, recover=True, huge_tree=False)
     try:
         root = etree.fromstring(stripped, parser=parser)
