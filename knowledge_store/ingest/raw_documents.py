@@ -80,6 +80,7 @@ class ScanResult:
     bytes_hashed: int = 0
     excluded: dict[str, int] = field(default_factory=dict)  # source_id -> items left out by rules (.groundworkignore, include/exclude, robots)
     partial: bool = False  # a retry of single items: nothing else is deleted or resolved
+    keep_unseen: set[str] = field(default_factory=set)  # sources whose unseen documents stay (crawl stopped by the page cap)
 
 
 @dataclass
@@ -373,8 +374,11 @@ def record_raw_documents(
             result.pending += len(new_rows)
 
         # documents whose file (or page) is gone from a scanned source
+        known_gone = {doc_id_for(f.source_id, f.relative_path) for f in scan.failures if not f.keeps_document}
         for doc_id, (version, status, _checksum) in latest.items():
             if scan.partial or doc_id in present or status in ("deleted", "superseded"):
+                continue
+            if doc_source[doc_id] in scan.keep_unseen and doc_id not in known_gone:
                 continue
             path_row = conn.execute(
                 "SELECT path, relative_path, url FROM documents WHERE doc_id = ? AND version = ?", [doc_id, version]

@@ -89,6 +89,8 @@ def record_sources(
         scan.files.extend(outcome.files)
         scan.failures.extend(outcome.failures)
         scan.excluded[source.source_id] = outcome.excluded
+        if outcome.capped:
+            scan.keep_unseen.add(source.source_id)
         if outcome.aborted_reason:
             reasons[source.source_id] = outcome.aborted_reason
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:

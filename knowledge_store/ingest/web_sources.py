@@ -56,6 +56,13 @@ class WebSourceOutcome:
     pages: list[FetchedPage] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     excluded_preview: list[tuple[str, str]] = field(default_factory=list)
+    transient_urls: set[str] = field(default_factory=set)  # failed for now: their state is kept
+    partial: bool = False  # a retry of single URLs: forget nothing
+
+    @property
+    def capped(self) -> bool:
+        """The page cap stopped the crawl: pages it did not reach are kept, not removed."""
+        return bool(self.stats.get("capped"))
 
 
 def cache_dir(settings: Settings, source_id: str) -> Path:
@@ -92,16 +99,17 @@ def load_prior_pages(conn: duckdb.DuckDBPyConnection, source_id: str) -> dict[st
     from knowledge_store.web import PriorPage
 
     rows = conn.execute(
-        "SELECT url, lastmod, etag, last_modified, links, checksum, body_path FROM web_pages WHERE source_id = ?",
+        "SELECT url, lastmod, etag, last_modified, links, checksum, body_path, content_type FROM web_pages WHERE source_id = ?",
         [source_id],
     ).fetchall()
     prior: dict[str, PriorPage] = {}
-    for url, lastmod, etag, last_modified, links, checksum, body_path in rows:
+    for url, lastmod, etag, last_modified, links, checksum, body_path, content_type in rows:
         if not checksum or not body_path or not os.path.isfile(body_path):
             continue
         prior[url] = PriorPage(
             url=url, lastmod=lastmod, etag=etag, last_modified=last_modified,
             links=tuple(json.loads(links) if isinstance(links, str) else (links or [])), checksum=checksum,
+            content_type=content_type,
         )
     return prior
 
@@ -147,6 +155,8 @@ def outcome_from_crawl(
             modified_at=None, checksum=checksum, url=page.url,
         ))
     for failure in result.failures:
+        if not failure.permanent:
+            outcome.transient_urls.add(failure.url)
         outcome.failures.append(ScanFailure(
             source_id=source.source_id, path=failure.url, relative_path=failure.url, kind=failure.kind,
             reason=failure.reason, identity="", stage="fetch", keeps_document=not failure.permanent,
@@ -161,6 +171,7 @@ def crawl_web_source(
     prior_paths: dict[str, str],
     progress: ProgressCallback | None = None,
     client: Any = None,
+    only: list[str] | None = None,
 ) -> WebSourceOutcome:
     """Crawl one site (store closed: a crawl takes minutes) and cache what it fetched."""
     from knowledge_store.web import crawl
@@ -179,8 +190,11 @@ def crawl_web_source(
     kwargs: dict[str, Any] = {"prior": prior, "progress": report}
     if client is not None:
         kwargs["client"] = client
+    if only is not None:
+        kwargs["only"] = only
     result = crawl(config, **kwargs)
     outcome = outcome_from_crawl(settings, source, result, prior, prior_paths)
+    outcome.partial = only is not None
     if progress is not None:
         progress(source.name, {**_stats_progress(result.stats), "done": True})
     return outcome
@@ -216,10 +230,10 @@ def record_web_pages(conn: duckdb.DuckDBPyConnection, outcome: WebSourceOutcome)
              page.http_status, page.etag, page.last_modified, page.lastmod, file.checksum, str(file.path),
              json.dumps(list(page.links)), page.depth, page.origin, None if page.not_modified else now, now],
         )
-    if outcome.complete:
+    if outcome.complete and not outcome.partial and not outcome.capped:
         conn.execute(
             "DELETE FROM web_pages WHERE source_id = ? AND NOT list_contains(?, url)",
-            [source_id, list(by_url)],
+            [source_id, list(by_url) + sorted(outcome.transient_urls)],
         )
 
 
@@ -240,3 +254,31 @@ def prune_body_cache(conn: duckdb.DuckDBPyConnection, settings: Settings, source
             entry.unlink(missing_ok=True)
             removed += 1
     return removed
+
+
+def retry_page(settings: Settings, failure: dict[str, Any], progress: ProgressCallback | None = None,
+               web_client: Any = None) -> str:
+    """Fetch one failed URL again with its source's rules and record it (nothing else is
+    touched or deleted); returns the sync run id for the remaining stages."""
+    from knowledge_store.ingest.raw_documents import ScanResult, SourceFolder, record_raw_documents
+    from knowledge_store.ingest.sync_runs import start_sync_run
+    from knowledge_store.sources import get_source
+    from knowledge_store.store import store_connection, transaction
+
+    with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+        source = get_source(conn, failure["source"])
+        run_id = start_sync_run(conn, None, "retry", scope=[source.name])
+        prior, paths = load_prior_pages(conn, source.source_id), prior_body_paths(conn, source.source_id)
+    outcome = crawl_web_source(settings, source, prior, paths, progress=progress, client=web_client,
+                               only=[failure["path"]])
+    scan = ScanResult(folders=[SourceFolder(source.source_id, source.name, source.location, True, "web")],
+                      files=outcome.files, failures=outcome.failures, partial=True)
+    with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+        record_raw_documents(conn, scan, run_id)
+        with transaction(conn):
+            record_web_pages(conn, outcome)
+        if outcome.files or not outcome.failures:
+            # fetched (or now excluded by the rules): this failure is over
+            conn.execute("UPDATE ingestion_failures SET resolved_at = ? WHERE failure_id = ? AND resolved_at IS NULL",
+                         [utcnow(), failure["failure_id"]])
+    return run_id

@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 
 import httpx
 
@@ -67,9 +68,13 @@ def crawl(
     client: httpx.Client | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    only: Sequence[str] | None = None,
 ) -> CrawlResult:
     """Crawl ``config.base_url`` and return every page seen (fetched or known unchanged),
     every failure, every excluded URL and whether the observation is complete.
+
+    ``only`` fetches just those URLs (same scope, robots, rules and politeness; no
+    llms.txt, sitemaps or link following): how a single failed page is retried.
 
     ``prior`` maps canonical page URLs to what the last sync stored, enabling
     sitemap-``lastmod`` skips and conditional requests.  ``client`` defaults to
@@ -81,7 +86,9 @@ def crawl(
         client = httpx.Client(timeout=config.timeout_s, follow_redirects=False,
                               headers={"User-Agent": config.user_agent})
     try:
-        return _Crawl(config, prior or {}, progress, client, sleep, clock).run()
+        if only is not None:
+            config = dataclasses.replace(config, depth=0, use_llms_txt=False, use_sitemap=False)
+        return _Crawl(config, prior or {}, progress, client, sleep, clock, only=only).run()
     finally:
         if own_client:
             client.close()
@@ -124,7 +131,9 @@ class _Crawl:
         client: httpx.Client,
         sleep: Callable[[float], None],
         clock: Callable[[], float],
+        only: Sequence[str] | None = None,
     ) -> None:
+        self.only = list(only) if only is not None else None
         self.config = config
         self.prior = prior
         self.progress = progress
@@ -169,7 +178,8 @@ class _Crawl:
                 self._read_llms_full()
             sitemap_urls = self._read_sitemaps() if config.use_sitemap and not self.aborted else []
             if not self.aborted:
-                seeds: list[tuple[str, Origin]] = [(self.base, "base")]
+                seeds: list[tuple[str, Origin]] = [(self.base, "base")] if self.only is None else \
+                    [(u, "link") for u in (_safe_canonical(url) for url in self.only) if u]
                 seeds += [(url, "llms.txt") for url in llms_links]
                 seeds += [(url, "sitemap") for url in sitemap_urls]
                 self._crawl_levels(seeds)
