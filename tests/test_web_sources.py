@@ -1,0 +1,187 @@
+"""Web sources end to end: a loopback documentation site crawled into the versioned store,
+re-synced after it changes, retried, and served with page-url#anchor citations."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from doc_site import default_site, doc_page, Reply
+from knowledge_store.cli import main
+from knowledge_store.index import read_pointer
+from knowledge_store.ingest.run import run_sync
+from knowledge_store.ingest.source_actions import retry_failure
+from knowledge_store.settings import Settings
+from knowledge_store.sources import add_source
+from knowledge_store.store import store_connection
+
+pytestmark = pytest.mark.slow
+
+FAST = {"requests_per_second": 500.0}  # politeness is tested in test_web_crawl; keep these quick
+
+
+def make_settings(tmp_path: Path) -> Settings:
+    base = tmp_path / "base"
+    base.mkdir(exist_ok=True)
+    (base / "local.md").write_text("# Local\n\nA local note about the garden hose.\n")
+    return Settings(data_dir=tmp_path / "data", sources=[base], web_backoff_base_s=0.05, web_progress_interval_s=0.0)
+
+
+def rows(settings: Settings, sql: str, params=None):
+    with store_connection(settings.store_path, read_only=True) as conn:
+        return conn.execute(sql, params or []).fetchall()
+
+
+def web_docs(settings: Settings, status: str = "active") -> dict[str, int]:
+    """path part of each web document's URL -> version."""
+    found = rows(settings, "SELECT url, version FROM documents WHERE url LIKE 'http%' AND status = ?", [status])
+    return {url.split("//", 1)[1].split("/", 1)[1]: version for url, version in found}
+
+
+def assert_index_consistent(settings: Settings) -> None:
+    """No duplicate versions, and the published snapshot holds exactly the active chunks."""
+    assert rows(settings, "SELECT count(*) FROM (SELECT doc_id FROM documents WHERE status = 'active' "
+                          "GROUP BY doc_id HAVING count(*) > 1)")[0][0] == 0
+    active_chunks = rows(settings, "SELECT count(*) FROM chunks c JOIN documents d USING (doc_id, version) "
+                                   "WHERE d.status = 'active'")[0][0]
+    assert read_pointer(settings.index_dir).chunk_count == active_chunks
+
+
+def open_failures(settings: Settings) -> dict[str, tuple[str, str]]:
+    return {path: (stage, kind) for path, stage, kind in rows(
+        settings, "SELECT path, stage, kind FROM ingestion_failures WHERE resolved_at IS NULL")}
+
+
+EXPECTED_FIRST = {
+    "docs/", "docs/quickstart.md", "docs/guide/install", "docs/guide/advanced", "docs/guide/deep",
+    "docs/guide/configure", "docs/reference/api", "docs/orphan", "docs/faq", "docs/new", "docs/flaky",
+    "llms-full.txt",
+}
+
+
+def test_crawl_sync_then_resync_follows_the_site(tmp_path, embedder, monkeypatch, capsys):
+    settings = make_settings(tmp_path)
+    with default_site() as site:
+        monkeypatch.setenv("GROUNDWORK_DATA_DIR", str(settings.data_dir))
+        monkeypatch.setenv("GROUNDWORK_SOURCES", str(tmp_path / "base"))
+        monkeypatch.setenv("GROUNDWORK_WEB_BACKOFF_BASE_S", "0.05")
+        monkeypatch.delenv("DAGSTER_HOME", raising=False)
+        assert main(["sources", "add", "site", "--url", site.url("/docs/"), "--depth", "3",
+                     "--exclude", "/changelog/", "--requests-per-second", "500"]) == 0
+        capsys.readouterr()
+        assert main(["sync", "site", "--json"]) == 0
+        first = json.loads(capsys.readouterr().out)
+
+        # what was indexed: every reachable page once, under its canonical URL
+        assert set(web_docs(settings)) == EXPECTED_FIRST
+        assert first["added"] == len(EXPECTED_FIRST) and first["updated"] == first["removed"] == 0
+        assert first["excluded"] >= 2  # /docs/changelog/ by regex, /docs/private/secret by robots.txt
+        assert not site.requested("/docs/private/secret") and not site.requested("/docs/changelog/")
+        assert first["crawl"]["complete"] is True and first["crawl"]["retries"] >= 1  # the 429
+        failures = open_failures(settings)
+        assert failures[site.url("/docs/missing")] == ("fetch", "http_404")
+        assert failures[site.url("/docs/logo.png")] == ("fetch", "unsupported_content_type")
+        assert first["failed"] == 2
+        # llms.txt links are fetched before pages found by following links
+        order = [hit.path for hit in site.hits]
+        assert order.index("/docs/quickstart.md") < order.index("/docs/guide/advanced")
+        # llms-full.txt is one document split by its headings
+        sections = {tuple(s) for s, in rows(settings, "SELECT b.section_path FROM blocks b JOIN documents d "
+                                                      "USING (doc_id, version) WHERE d.url LIKE '%/llms-full.txt'")}
+        assert any("Quickstart" in s for s in sections) and any("API" in s for s in sections)
+        assert_index_consistent(settings)
+        # every crawled page is remembered for the next sync
+        assert rows(settings, "SELECT count(*) FROM web_pages")[0][0] == len(EXPECTED_FIRST)
+
+        # citations point at page-url#anchor
+        from knowledge_store.retrieval.engine import RetrievalEngine
+
+        engine = RetrievalEngine(settings, embedder=embedder)
+        hit = engine.search("Set EXAMPLE_HOME", k=3, answer="none", min_relevance=0.0).results[0]
+        assert hit.url == site.url("/docs/guide/configure#options")
+
+        # ---- the site changes: install is rewritten (sitemap lastmod bumped), deep disappears,
+        # orphan is dropped from the sitemap (no longer reachable), faq's sitemap lastmod is unchanged
+        site.page("/docs/guide/install", "Install", [
+            ("requirements", "Requirements", "Python 3.12 or newer."), ("steps", "Steps", "pip install example."),
+        ], ["configure", "advanced"])
+        site.lastmods["/docs/guide/install"] = "2024-06-01"
+        site.remove("/docs/guide/deep")
+        del site.lastmods["/docs/orphan"]
+        site.clear_hits()
+        report = run_sync(settings, embedder, names=["site"])
+        raw = report.raw
+        assert (raw.added, raw.updated, raw.removed) == (0, 1, 2)
+        assert raw.unchanged == len(EXPECTED_FIRST) - 3
+        # pages the sitemap says are unchanged were not downloaded again
+        for path in ("/docs/guide/configure", "/docs/reference/api", "/docs/faq"):
+            assert not site.requested(path), path
+        docs = web_docs(settings)
+        assert docs["docs/guide/install"] == 2 and "docs/guide/deep" not in docs and "docs/orphan" not in docs
+        assert set(web_docs(settings, "deleted")) == {"docs/guide/deep", "docs/orphan"}
+        assert open_failures(settings)[site.url("/docs/guide/deep")] == ("fetch", "http_404")
+        assert_index_consistent(settings)
+        hit = engine.search("Python 3.12 requirement", k=1, answer="none", min_relevance=0.0).results[0]
+        assert hit.url == site.url("/docs/guide/install#requirements") and hit.version == 2
+
+        # a third sync with no change costs no downloads of unchanged pages and changes nothing
+        report = run_sync(settings, embedder, names=["site"])
+        assert (report.raw.added, report.raw.updated, report.raw.removed) == (0, 0, 0)
+        assert report.publish.snapshot_built is False
+
+
+def test_unreachable_site_deletes_nothing_and_a_failed_page_can_be_retried(tmp_path, embedder):
+    settings = make_settings(tmp_path)
+    site = default_site()
+    with store_connection(settings.store_path) as conn:
+        add_source(conn, "site", "web", site.url("/docs/"), {"depth": 1, **FAST})
+    with site:
+        run_sync(settings, embedder, names=["site"])
+        before = web_docs(settings)
+        assert "docs/reference/api" in before
+        (failure_id,) = rows(settings, "SELECT failure_id FROM ingestion_failures WHERE path = ?",
+                             [site.url("/docs/missing")])[0]
+        # the page appears; retrying fetches just that URL
+        site.routes["/docs/missing"] = Reply(body=doc_page("Found", [("here", "Here", "The gasket spec is 4 mm.")]))
+        site.clear_hits()
+        outcome = retry_failure(settings, failure_id, embedder)
+        assert outcome["resolved"], outcome
+        assert [h.path for h in site.hits if not h.path.endswith("robots.txt")] == ["/docs/missing"]
+        assert "docs/missing" in web_docs(settings)
+        assert_index_consistent(settings)
+    # the server is gone: the crawl cannot observe the site, so nothing is deleted
+    report = run_sync(settings, embedder, names=["site"])
+    assert report.raw.removed == 0
+    assert set(web_docs(settings)) == set(before) | {"docs/missing"}
+    kinds = {kind for _, kind in open_failures(settings).values()}
+    assert "source_unreachable" in kinds
+
+
+def test_api_sync_job_reports_crawl_progress(tmp_path, embedder):
+    from knowledge_store.retrieval.engine import RetrievalEngine
+    from knowledge_store.server.app import create_app
+
+    settings = make_settings(tmp_path)
+    run_sync(settings, embedder)
+    with default_site() as site, TestClient(create_app(settings, engine=RetrievalEngine(settings, embedder=embedder),
+                                                       mount_mcp=False)) as client:
+        created = client.post("/api/sources", json={"name": "site", "url": site.url("/docs/"), "depth": 1,
+                                                    "exclude": ["/changelog/"], **FAST, "sync": True})
+        assert created.status_code == 202, created.text
+        job = created.json()
+        for _ in range(600):
+            job = client.get(f"/api/knowledge/jobs/{job['job_id']}").json()
+            if job["status"] in ("succeeded", "failed"):
+                break
+            time.sleep(0.1)
+        assert job["status"] == "succeeded", job
+        assert job["progress"]["source"] == "site" and job["progress"]["done"] is True
+        assert job["progress"]["fetched"] >= 5 and job["crawl"]["complete"] is True
+        assert job["added"] >= 5 and job["excluded"] >= 1
+        hits = client.post("/api/knowledge/query", json={"query": "Set EXAMPLE_HOME", "k": 3, "answer": "none",
+                                                         "min_relevance": 0}).json()["results"]
+        assert hits[0]["url"] == site.url("/docs/guide/configure#options")
