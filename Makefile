@@ -14,7 +14,7 @@ export DAGSTER_DISABLE_TELEMETRY := 1
 DAGSTER_HOST ?= 127.0.0.1
 DAGSTER_PORT ?= 3000
 
-.PHONY: run test install ingest dagster status clean bench serve browser
+.PHONY: run test install ingest dagster status clean bench serve browser tesseract
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 2; }
@@ -31,7 +31,7 @@ $(DAGSTER_HOME)/dagster.yaml: pipelines/dagster.yaml
 	mkdir -p $(DAGSTER_HOME)
 	cp pipelines/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 
-ingest: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
+ingest: $(STAMP) $(DAGSTER_HOME)/dagster.yaml tesseract
 	$(BIN)/groundwork ingest
 
 status: $(STAMP)
@@ -49,7 +49,7 @@ run: ingest
 	  GROUNDWORK_SERVER_PORT=$(API_PORT) $(BIN)/groundwork serve & \
 	  $(BIN)/dagster dev -w workspace.yaml -h $(DAGSTER_HOST) -p $(DAGSTER_PORT)
 
-serve: $(STAMP)
+serve: $(STAMP) tesseract
 	GROUNDWORK_SERVER_PORT=$(API_PORT) $(BIN)/groundwork serve
 
 # Debian chromium for the real-browser console test (never a browser download by a test tool)
@@ -59,7 +59,19 @@ browser:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "note: chromium missing and cannot be installed here; the browser test will be skipped"; fi; }
 
-test: $(STAMP) browser
+# Debian Tesseract for OCR of scanned PDF pages (through PyMuPDF). Never fails the build: without it,
+# scanned pages get a no_text_layer failure row saying how to install it, and the OCR tests skip.
+TESSERACT_PACKAGES := tesseract-ocr tesseract-ocr-eng
+tesseract:
+	@command -v tesseract >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing $(TESSERACT_PACKAGES) (OCR of scanned PDF pages)"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TESSERACT_PACKAGES) >/dev/null; } \
+	      || echo "WARNING: apt-get could not install $(TESSERACT_PACKAGES); scanned PDF pages will not be OCR'd"; \
+	  else echo "WARNING: tesseract is missing and cannot be installed here (needs root and apt-get); scanned PDF pages" \
+	    "will not be OCR'd. Install it with: sudo apt-get install $(TESSERACT_PACKAGES)"; fi; }
+
+test: $(STAMP) browser tesseract
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

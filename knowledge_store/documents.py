@@ -47,12 +47,17 @@ class Page:
     paginated formats (PDF).  Formats without pages (Markdown, HTML, DOCX,
     TXT) have a single page numbered 1 and ``ParsedDocument.paginated`` is
     False.  ``has_text_layer`` is False for a scanned PDF page with no
-    extractable text: it is kept (with empty text) so it is reported, not lost.
+    extractable text.  Such a page is OCR'd when OCR is available: then
+    ``ocr`` is True, ``text`` is the OCR text and ``ocr_confidence`` the mean
+    Tesseract word confidence (0..1, None when unknown).  Otherwise it is kept
+    with empty text so it is reported, not lost.
     """
 
     page_number: int
     text: str
     has_text_layer: bool = True
+    ocr: bool = False
+    ocr_confidence: float | None = None
 
 
 @dataclass
@@ -68,7 +73,8 @@ class ParsedDocument:
 
     @property
     def pages_without_text(self) -> list[int]:
-        return [p.page_number for p in self.pages if not p.has_text_layer]
+        """Pages with no text layer that OCR did not fill (unavailable, off, or nothing found)."""
+        return [p.page_number for p in self.pages if not p.has_text_layer and not p.ocr]
 
     def page(self, page_number: int) -> Page:
         for candidate in self.pages:
@@ -126,5 +132,8 @@ class PageBuilder:
     def text(self) -> str:
         return "".join(self._parts)
 
-    def page(self, has_text_layer: bool = True) -> Page:
-        return Page(page_number=self.page_number, text=self.text, has_text_layer=has_text_layer)
+    def page(self, has_text_layer: bool = True, ocr: bool = False, ocr_confidence: float | None = None) -> Page:
+        return Page(
+            page_number=self.page_number, text=self.text, has_text_layer=has_text_layer,
+            ocr=ocr, ocr_confidence=ocr_confidence,
+        )

@@ -53,6 +53,30 @@ class NoTextError(IngestionError):
     kind = "no_text"
 
 
+class OcrTimeoutError(IngestionError):
+    """OCR of one document used up its time budget (``GROUNDWORK_OCR_TIMEOUT_S``).
+
+    That version fails with a failure row; the previous version stays indexed.
+    Carries where it stopped so the reason can say how far it got.
+    """
+
+    kind = "ocr_timeout"
+
+    def __init__(
+        self, path: str | Path, page_number: int, page_count: int, pages_done: int, seconds: float, limit_s: float
+    ) -> None:
+        self.page_number = page_number
+        self.page_count = page_count
+        self.pages_done = pages_done
+        self.seconds = seconds
+        self.limit_s = limit_s
+        super().__init__(
+            path,
+            f"OCR stopped at page {page_number} of {page_count}: {pages_done} scanned page(s) took {seconds:.1f} s, "
+            f"over the {limit_s:g} s per-document OCR limit; raise GROUNDWORK_OCR_TIMEOUT_S to index this document",
+        )
+
+
 class StoreError(GroundworkError):
     """The DuckDB store is missing, locked or inconsistent."""
 

@@ -92,6 +92,7 @@ SNAPSHOT_CHUNKS_SQL = f"""
         d.source_id, c.source_path, c.url, c.page_start, c.page_end, c.anchor,
         c.char_start, c.char_end, c.token_count, c.content_hash, d.doc_type,
         d.metadata, coalesce(d.modified_at, d.valid_from) AS last_updated, d.status,
+        coalesce(c.ocr, FALSE) AS ocr, c.ocr_confidence,
         e.embedding::FLOAT[{EMBEDDING_DIM}] AS embedding
     FROM chunks c
     JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version AND d.status IN ('active', 'superseded')

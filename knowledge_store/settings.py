@@ -100,6 +100,14 @@ class Settings(BaseSettings):
     web_max_backoff_s: float = Field(60.0, ge=0, description="Longest wait between retries, Retry-After included.")
     web_progress_interval_s: float = Field(2.0, ge=0, description="How often crawl progress is reported to logs and job status.")
 
+    # ---- OCR (issue 6): PDF pages without a text layer, Tesseract through PyMuPDF; digital pages never
+    ocr_enabled: bool = Field(True, description="OCR PDF pages that have no text layer (scans). Pages with text are never OCR'd.")
+    ocr_language: str = Field("eng", pattern=r"^[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*$", description="Tesseract language(s), e.g. eng or eng+deu; each needs <lang>.traineddata in the tessdata folder.")
+    ocr_dpi: int = Field(300, ge=72, le=600, description="Resolution scanned pages are rendered at for OCR (300 is Tesseract's sweet spot).")
+    ocr_timeout_s: float = Field(300.0, gt=0, description="OCR time allowed per document; past it that version fails (the previous one stays indexed).")
+    ocr_confidence_pass: bool = Field(True, description="Also run the tesseract command on each OCR'd page for word confidences (beside the OCR, on another core); off = confidence unknown.")
+    tessdata_dir: Path | None = Field(None, description="Tesseract language data folder; unset = TESSDATA_PREFIX, else the system's (Debian: /usr/share/tesseract-ocr/5/tessdata).")
+
     @field_validator("sources", mode="before")
     @classmethod
     def _split_sources(cls, value: object) -> object:

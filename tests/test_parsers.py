@@ -27,7 +27,7 @@ from knowledge_store.errors import (
     UnsupportedTypeError,
     WrongExtensionError,
 )
-from knowledge_store.parsers import SUPPORTED_EXTENSIONS, detect_type, parse_file
+from knowledge_store.parsers import SUPPORTED_EXTENSIONS, OcrOptions, detect_type, parse_file
 from knowledge_store.parsers.docx import parse_docx
 from knowledge_store.parsers.html import parse_html
 from knowledge_store.parsers.markdown import parse_markdown
@@ -275,22 +275,23 @@ def test_pdf_two_column_page_reads_left_column_before_right(tmp_path: Path) -> N
     assert_block_spans_match_page_text(doc)
 
 
-def test_pdf_image_only_page_is_kept_without_text_layer(tmp_path: Path) -> None:
-    doc = parse_pdf(make_image_page_pdf(tmp_path / "scan.pdf"))
+def test_pdf_image_only_page_is_kept_without_text_layer_when_ocr_is_off(tmp_path: Path) -> None:
+    doc = parse_pdf(make_image_page_pdf(tmp_path / "scan.pdf"), ocr=OcrOptions(enabled=False))
     assert [page.page_number for page in doc.pages] == [1, 2]
     assert doc.pages[0].has_text_layer and doc.pages[0].text
     assert doc.pages[1].has_text_layer is False
-    assert doc.pages[1].text == ""
+    assert doc.pages[1].text == "" and doc.pages[1].ocr is False
     assert doc.metadata["pages_without_text"] == [2]
+    assert doc.metadata["ocr_status"] == "disabled"
     assert all(block.page_number == 1 for block in doc.blocks)
 
 
-def test_pdf_where_every_page_is_an_image_raises_no_text(tmp_path: Path) -> None:
+def test_pdf_where_every_page_is_an_image_raises_no_text_when_ocr_is_off(tmp_path: Path) -> None:
     source = pymupdf.open(make_image_page_pdf(tmp_path / "scan.pdf"))
     source.delete_page(0)
     source.save(tmp_path / "all_scanned.pdf")
-    with pytest.raises(NoTextError, match="OCR is not supported yet"):
-        parse_file(tmp_path / "all_scanned.pdf")
+    with pytest.raises(NoTextError, match="no text layer .* OCR is switched off"):
+        parse_file(tmp_path / "all_scanned.pdf", ocr=OcrOptions(enabled=False))
 
 
 def test_pdf_running_headers_and_page_numbers_are_dropped(tmp_path: Path) -> None:

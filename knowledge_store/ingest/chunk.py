@@ -60,9 +60,10 @@ def chunk_id_for(doc_id: str, version: int, chunk_index: int, content_hash: str)
 
 def load_parsed(conn, doc_id: str, version: int, title: str, doc_type: str, paginated: bool) -> ParsedDocument:
     pages = [
-        Page(page_number=n, text=t, has_text_layer=h)
-        for n, t, h in conn.execute(
-            "SELECT page_number, text, has_text_layer FROM pages WHERE doc_id = ? AND version = ? ORDER BY page_number",
+        Page(page_number=n, text=t, has_text_layer=h, ocr=bool(o), ocr_confidence=c)
+        for n, t, h, o, c in conn.execute(
+            "SELECT page_number, text, has_text_layer, ocr, ocr_confidence FROM pages "
+            "WHERE doc_id = ? AND version = ? ORDER BY page_number",
             [doc_id, version],
         ).fetchall()
     ]
@@ -77,10 +78,21 @@ def load_parsed(conn, doc_id: str, version: int, title: str, doc_type: str, pagi
     return ParsedDocument(title=title or "", doc_type=doc_type or "", pages=pages, blocks=blocks, paginated=bool(paginated))
 
 
-def _frame(doc: dict, drafts: list[ChunkDraft]) -> pa.Table:
+def ocr_marks(pages: list[Page], draft: ChunkDraft) -> tuple[bool, float | None]:
+    """(ocr, confidence) of a chunk: OCR'd if any page it spans was, at the confidence of its
+    least sure OCR'd page (a search hit is as trustworthy as its worst page); None when unknown."""
+    spanned = [p for p in pages if p.ocr and draft.page_start <= p.page_number <= draft.page_end]
+    if not spanned:
+        return False, None
+    known = [p.ocr_confidence for p in spanned if p.ocr_confidence is not None]
+    return True, (min(known) if len(known) == len(spanned) else None)
+
+
+def _frame(doc: dict, drafts: list[ChunkDraft], pages: list[Page]) -> pa.Table:
     now = utcnow()
     paginated = bool(doc["paginated"])
     n = len(drafts)
+    marks = [ocr_marks(pages, d) for d in drafts]
     return pa.table(
         {
             "chunk_id": [chunk_id_for(doc["doc_id"], doc["version"], d.chunk_index, d.content_hash) for d in drafts],
@@ -102,6 +114,8 @@ def _frame(doc: dict, drafts: list[ChunkDraft]) -> pa.Table:
             "content_hash": [d.content_hash for d in drafts],
             "block_kinds": pa.array([d.block_kinds for d in drafts], type=pa.list_(pa.string())),
             "created_at": pa.array([now] * n, type=pa.timestamp("us")),
+            "ocr": [ocr for ocr, _ in marks],
+            "ocr_confidence": pa.array([conf for _, conf in marks], type=pa.float64()),
         }
     )
 
@@ -136,15 +150,15 @@ def chunk_parsed(settings: Settings, counter: TokenCounter, sync_run_id: str) ->
             with transaction(conn):
                 conn.execute("DELETE FROM chunks WHERE doc_id = ? AND version = ?", [doc["doc_id"], doc["version"]])
                 if drafts:
-                    frame = _frame(doc, drafts)
+                    frame = _frame(doc, drafts, parsed.pages)
                     conn.register("chunks_df", frame)
                     conn.execute(
                         "INSERT INTO chunks (chunk_id, doc_id, version, chunk_index, text, embed_text, title, "
                         "source_path, url, page_start, page_end, section_path, anchor, char_start, char_end, "
-                        "token_count, content_hash, block_kinds, created_at) "
+                        "token_count, content_hash, block_kinds, created_at, ocr, ocr_confidence) "
                         "SELECT chunk_id, doc_id, version, chunk_index, text, embed_text, title, "
                         "source_path, url, page_start, page_end, section_path::VARCHAR[], anchor, char_start, char_end, "
-                        "token_count, content_hash, block_kinds::VARCHAR[], created_at FROM chunks_df"
+                        "token_count, content_hash, block_kinds::VARCHAR[], created_at, ocr, ocr_confidence FROM chunks_df"
                     )
                     conn.unregister("chunks_df")
                 else:

@@ -1,8 +1,11 @@
 """Stage 2: parse pending document versions into pages and blocks.
 
 A parse failure marks only that *version* failed and writes a failure row;
-the previously active version (if any) stays in the index.  Pages without a
-text layer are stored (empty) and reported, never silently dropped.
+the previously active version (if any) stays in the index (an OCR time-out is
+such a failure).  Pages without a text layer are OCR'd when Tesseract is
+available (``pages.ocr``/``ocr_confidence`` mark them); those still without
+text are stored (empty) and reported with a ``no_text_layer`` row saying why,
+never silently dropped.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from knowledge_store.errors import IngestionError
 from knowledge_store.ingest.failures import failure_id, record_failure, resolve_failures
 from knowledge_store.ingest.raw_documents import sha256_file
 from knowledge_store.ingest.sync_runs import add_counts
-from knowledge_store.parsers import parse_file
+from knowledge_store.parsers import OcrOptions, parse_file
+from knowledge_store.parsers.ocr import missing_text_reason
 from knowledge_store.settings import Settings
 from knowledge_store.store import store_connection, transaction, utcnow
 
@@ -31,6 +35,8 @@ class ParseResult:
     skipped_changed: int = 0
     pages: int = 0
     pages_without_text: int = 0
+    pages_ocr: int = 0
+    ocr_seconds: float = 0.0
     blocks: int = 0
     seconds: float = 0.0
     by_type: dict[str, int] = field(default_factory=dict)
@@ -46,6 +52,18 @@ def _json_safe(value: object) -> object:
     return json.loads(json.dumps(value, default=str))
 
 
+def ocr_options(settings: Settings) -> OcrOptions:
+    """The OCR knobs of ``Settings`` as the parser takes them (parsers never read Settings)."""
+    return OcrOptions(
+        enabled=settings.ocr_enabled,
+        language=settings.ocr_language,
+        dpi=settings.ocr_dpi,
+        timeout_s=settings.ocr_timeout_s,
+        tessdata_dir=settings.tessdata_dir,
+        confidence_pass=settings.ocr_confidence_pass,
+    )
+
+
 def write_parsed(conn, doc_id: str, version: int, parsed: ParsedDocument) -> None:
     """Replace the pages and blocks of one version (idempotent) and fill its document fields."""
     conn.execute("DELETE FROM pages WHERE doc_id = ? AND version = ?", [doc_id, version])
@@ -58,12 +76,14 @@ def write_parsed(conn, doc_id: str, version: int, parsed: ParsedDocument) -> Non
             "page_number": [p.page_number for p in parsed.pages],
             "text": [p.text for p in parsed.pages],
             "has_text_layer": [p.has_text_layer for p in parsed.pages],
+            "ocr": [p.ocr for p in parsed.pages],
+            "ocr_confidence": pa.array([p.ocr_confidence for p in parsed.pages], type=pa.float64()),
         }
     )
     conn.register("pages_df", pages)
     conn.execute(
-        "INSERT INTO pages (doc_id, version, page_number, text, has_text_layer) "
-        "SELECT doc_id, version, page_number, text, has_text_layer FROM pages_df"
+        "INSERT INTO pages (doc_id, version, page_number, text, has_text_layer, ocr, ocr_confidence) "
+        "SELECT doc_id, version, page_number, text, has_text_layer, ocr, ocr_confidence FROM pages_df"
     )
     conn.unregister("pages_df")
     if parsed.blocks:
@@ -116,11 +136,7 @@ def _store_outcome(conn, outcome: tuple, sync_run_id: str, result: ParseResult) 
     missing = parsed.pages_without_text
     keep: set[str] = set()
     if missing:
-        shown = ", ".join(str(n) for n in missing[:20]) + (" …" if len(missing) > 20 else "")
-        reason = (
-            f"{len(missing)} of {len(parsed.pages)} pages have no text layer (scanned?): pages {shown}; "
-            "their content is not searchable until OCR is supported"
-        )
+        reason = missing_text_reason(missing, len(parsed.pages), parsed.metadata)
         record_failure(
             conn, path=path, stage="parse", kind="no_text_layer", reason=reason,
             sync_run_id=sync_run_id, source_id=source_id, doc_id=doc_id, checksum=checksum,
@@ -130,6 +146,8 @@ def _store_outcome(conn, outcome: tuple, sync_run_id: str, result: ParseResult) 
     result.parsed += 1
     result.pages += len(parsed.pages)
     result.pages_without_text += len(missing)
+    result.pages_ocr += sum(1 for page in parsed.pages if page.ocr)
+    result.ocr_seconds += float(parsed.metadata.get("ocr_seconds") or 0.0)
     result.blocks += len(parsed.blocks)
     result.by_type[parsed.doc_type] = result.by_type.get(parsed.doc_type, 0) + 1
     if len(result.preview) < 10:
@@ -148,6 +166,7 @@ def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, ba
     """
     result = ParseResult()
     started = time.perf_counter()
+    ocr = ocr_options(settings)
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
         todo = conn.execute(
             # failures of web pages are reported under the page URL, not the cache file
@@ -171,7 +190,7 @@ def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, ba
         parsed: ParsedDocument | None = None
         error: IngestionError | None = None
         try:
-            parsed = parse_file(Path(path), max_bytes=settings.max_file_bytes)
+            parsed = parse_file(Path(path), max_bytes=settings.max_file_bytes, ocr=ocr)
             if sha256_file(Path(path)) != checksum:
                 result.skipped_changed += 1  # changed while we read it: the next sync records the new bytes
                 continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from knowledge_store.documents import ParsedDocument
@@ -23,8 +24,9 @@ from knowledge_store.errors import (
     OversizeFileError,
 )
 from knowledge_store.parsers.detect import SUPPORTED_EXTENSIONS, detect_type
+from knowledge_store.parsers.ocr import OcrOptions
 
-__all__ = ["DEFAULT_MAX_BYTES", "SUPPORTED_EXTENSIONS", "detect_type", "parse_file"]
+__all__ = ["DEFAULT_MAX_BYTES", "SUPPORTED_EXTENSIONS", "OcrOptions", "detect_type", "parse_file"]
 
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 _WHITESPACE_BYTES = b" \t\r\n\x0b\x0c"
@@ -60,12 +62,12 @@ def _is_blank(path: Path) -> bool:
     return True
 
 
-def _parser_for(doc_type: str) -> Callable[[Path], ParsedDocument]:
+def _parser_for(doc_type: str, ocr: OcrOptions | None = None) -> Callable[[Path], ParsedDocument]:
     # Imported lazily so that e.g. a text-only ingestion does not pay for PyMuPDF.
     if doc_type == "pdf":
         from knowledge_store.parsers.pdf import parse_pdf
 
-        return parse_pdf
+        return partial(parse_pdf, ocr=ocr)
     if doc_type == "markdown":
         from knowledge_store.parsers.markdown import parse_markdown
 
@@ -98,13 +100,15 @@ def _check_size(path: Path, max_bytes: int) -> None:
         raise EmptyFileError(path, "file is empty")
 
 
-def parse_file(path: Path | str, max_bytes: int = DEFAULT_MAX_BYTES) -> ParsedDocument:
+def parse_file(path: Path | str, max_bytes: int = DEFAULT_MAX_BYTES, ocr: OcrOptions | None = None) -> ParsedDocument:
     """Parse any supported file, or raise a typed ``IngestionError``.
 
     Order matters: size first (never read a file we will refuse), then
     emptiness, then type, then content.  ``IngestionError`` (the base class)
     is only used for files that cannot be read at all (missing, a folder,
     permission denied); everything else gets its specific subclass.
+    ``ocr`` applies to PDF pages without a text layer (None: ``OcrOptions()``
+    defaults); an OCR time-out is an ``OcrTimeoutError``.
     """
     path = Path(path)
     _check_size(path, max_bytes)
@@ -113,7 +117,7 @@ def parse_file(path: Path | str, max_bytes: int = DEFAULT_MAX_BYTES) -> ParsedDo
         if _is_blank(path):
             raise EmptyFileError(path, "file is empty (it contains only whitespace)")
         doc_type = detect_type(path)
-        parsed = _parser_for(doc_type)(path)
+        parsed = _parser_for(doc_type, ocr)(path)
     except IngestionError:
         raise
     except OSError as exc:

@@ -11,8 +11,12 @@ PyMuPDF gives positioned lines grouped into blocks.  On top of that we:
   there on, and from font sizes when there is none;
 * keep monospace listings as single "code" blocks with their line breaks.
 
-Pages without any text but with images are kept with ``has_text_layer=False``
-so a later OCR step (and the user) can see what was skipped.
+Pages without any text but with images (scans) have ``has_text_layer=False``.
+They are OCR'd (``knowledge_store.parsers.ocr``: Tesseract through PyMuPDF) and
+the OCR text page goes through the same extraction as a digital page, with the
+font styles ignored (OCR text has none); ``Page.ocr`` marks them.  Pages with a
+text layer are never OCR'd.  When OCR is unavailable or finds nothing, the page
+is kept with empty text so the failure row (and the user) can see what was skipped.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import pymupdf
 
 from knowledge_store.documents import Block, BlockKind, Page, PageBuilder, ParsedDocument
 from knowledge_store.errors import CorruptFileError, NoTextError, PasswordProtectedError
+from knowledge_store.parsers.ocr import DocumentOcr, OcrOptions, missing_text_reason
 
 # Ligatures are expanded ("ﬁ" -> "fi") so words match what people type.
 _TEXT_FLAGS = pymupdf.TEXT_PRESERVE_WHITESPACE | pymupdf.TEXT_MEDIABOX_CLIP | pymupdf.TEXT_CID_FOR_UNKNOWN_UNICODE
@@ -128,6 +133,13 @@ class _RawPage:
     has_visuals: bool = False
     unreadable: bool = False
     items: list[_Item] = field(default_factory=list)
+    ocr: bool = False  # the lines come from OCR
+    ocr_confidence: float | None = None
+
+    @property
+    def needs_ocr(self) -> bool:
+        """No text layer but something drawn on it: a scan (the existing detection)."""
+        return not self.blocks and self.has_visuals and not self.unreadable
 
 
 # --------------------------------------------------------------------------- extraction
@@ -140,12 +152,14 @@ def _font_style(font: str) -> tuple[bool, bool]:
     return bool(_BOLD_FONT.search(font)), bool(_MONO_FONT.search(font))
 
 
-def _line_from_spans(raw_line: dict) -> _Line | None:
+def _line_from_spans(raw_line: dict, styled: bool = True) -> _Line | None:
     """Collapse a line's spans into one record: text plus char-weighted style.
 
     Hot path (a page of TeX output has ~1,000 spans: MuPDF makes every
     synthesised inter-word space its own span), so space-only spans are
-    skipped before any other work.
+    skipped before any other work.  ``styled=False`` (OCR text) ignores font
+    names and flags: MuPDF's OCR layer sets every span in a "GlyphLessFont"
+    flagged monospace, which would turn every scanned paragraph into code.
     """
     spans = raw_line["spans"]
     text = "".join([span["text"] for span in spans])
@@ -163,8 +177,8 @@ def _line_from_spans(raw_line: dict) -> _Line | None:
             continue
         weights += n
         size_sum += span["size"] * n
-        flags = span["flags"]
-        bold_name, mono_name = _font_style(span["font"])
+        flags = span["flags"] if styled else 0
+        bold_name, mono_name = _font_style(span["font"]) if styled else (False, False)
         if flags & _SPAN_BOLD or bold_name:
             bold_chars += n
         is_mono = flags & _SPAN_MONO or mono_name
@@ -194,20 +208,44 @@ def _line_from_spans(raw_line: dict) -> _Line | None:
     )
 
 
+def _text_blocks(page: pymupdf.Page, textpage: pymupdf.TextPage | None = None) -> list[list[_Line]]:
+    """Lines grouped as PyMuPDF's blocks, from the page's own text or from an OCR text page."""
+    styled = textpage is None
+    blocks: list[list[_Line]] = []
+    for raw_block in page.get_text("dict", flags=_TEXT_FLAGS, textpage=textpage)["blocks"]:
+        if raw_block.get("type") != 0:
+            continue
+        lines = [line for line in (_line_from_spans(raw, styled) for raw in raw_block["lines"]) if line is not None]
+        if lines:
+            blocks.append(lines)
+    return blocks
+
+
 def extract_page(page: pymupdf.Page, number: int) -> _RawPage:
     """Lines grouped as PyMuPDF's blocks; images/drawings only checked on empty pages."""
     rect = page.rect
-    blocks: list[list[_Line]] = []
-    for raw_block in page.get_text("dict", flags=_TEXT_FLAGS)["blocks"]:
-        if raw_block.get("type") != 0:
-            continue
-        lines = [line for line in map(_line_from_spans, raw_block["lines"]) if line is not None]
-        if lines:
-            blocks.append(lines)
+    blocks = _text_blocks(page)
     raw = _RawPage(number=number, width=rect.width, height=rect.height, blocks=blocks)
     if not blocks:
         raw.has_visuals = bool(page.get_image_info()) or bool(page.get_cdrawings())
     return raw
+
+
+def ocr_into(page: pymupdf.Page, raw: _RawPage, ocr: DocumentOcr) -> None:
+    """Fill a scanned page's lines from OCR, so everything downstream treats it like a digital page.
+
+    Only called for pages that need it (``_RawPage.needs_ocr``); raises
+    ``OcrTimeoutError`` when the document's OCR budget is spent.
+    """
+    result = ocr.ocr_page(page, _TEXT_FLAGS)
+    if result is None:
+        return
+    blocks = _text_blocks(page, result.textpage)
+    if blocks:
+        raw.blocks = blocks
+        raw.ocr = True
+        raw.ocr_confidence = result.confidence
+        ocr.record(raw.number, result)
 
 
 # --------------------------------------------------------------------------- running headers
@@ -711,7 +749,14 @@ def _assemble(pages: list[_RawPage], events: dict[int, list[_Event]]) -> tuple[l
         for event in pending:
             apply(event)
         has_text = bool(builder.blocks)
-        out_pages.append(builder.page(has_text_layer=has_text or not page.has_visuals))
+        ocr = page.ocr and has_text
+        out_pages.append(
+            builder.page(
+                has_text_layer=(has_text and not page.ocr) or not page.has_visuals,
+                ocr=ocr,
+                ocr_confidence=page.ocr_confidence if ocr else None,
+            )
+        )
         blocks.extend(builder.blocks)
     return out_pages, blocks
 
@@ -746,17 +791,27 @@ def _has_eof_marker(path: Path) -> bool:
         return b"%%EOF" in handle.read()
 
 
-def parse_pdf(path: Path | str) -> ParsedDocument:
-    """Parse a PDF into one Page per PDF page (1-based, complete) and ordered blocks."""
+def parse_pdf(path: Path | str, ocr: OcrOptions | None = None) -> ParsedDocument:
+    """Parse a PDF into one Page per PDF page (1-based, complete) and ordered blocks.
+
+    Pages without a text layer are OCR'd with ``ocr`` (defaults: on, English,
+    300 dpi, 5 minutes per document); ``OcrTimeoutError`` when that runs out.
+    """
     path = Path(path)
+    options = ocr or OcrOptions()
     doc = _open(path)
+    document_ocr: DocumentOcr | None = None  # started at the first scanned page only
     try:
         raw_pages: list[_RawPage] = []
         for index in range(doc.page_count):
             try:
-                raw_pages.append(extract_page(doc[index], index + 1))
+                raw = extract_page(doc[index], index + 1)
             except Exception:  # one broken page must not cost the whole document
-                raw_pages.append(_RawPage(index + 1, 612.0, 792.0, [], unreadable=True))
+                raw = _RawPage(index + 1, 612.0, 792.0, [], unreadable=True)
+            if raw.needs_ocr:
+                document_ocr = document_ocr or DocumentOcr.start(path, options, doc.page_count)
+                ocr_into(doc[index], raw, document_ocr)
+            raw_pages.append(raw)
         if all(page.unreadable for page in raw_pages):
             raise CorruptFileError(path, "no page of the PDF could be read; it is damaged")
         dropped = running_lines(raw_pages)
@@ -772,17 +827,20 @@ def parse_pdf(path: Path | str) -> ParsedDocument:
     finally:
         doc.close()
 
+    ocr_metadata = document_ocr.metadata() if document_ocr is not None else {}
+    missing = [page.page_number for page in pages if not page.has_text_layer and not page.ocr]
     if not blocks:
-        if any(not page.has_text_layer for page in pages):
-            raise NoTextError(path, "no page has a text layer (scanned document?); OCR is not supported yet")
+        if missing:
+            raise NoTextError(path, missing_text_reason(missing, len(pages), ocr_metadata))
         raise NoTextError(path, "the PDF contains no extractable text")
     first_heading = next((block.section_path[-1] for block in blocks if block.kind == "heading"), None)
     title = _meaningful_title(metadata_raw.get("title")) or _cover_title(raw_pages, stats) or first_heading or path.stem
     metadata: dict[str, object] = {
         "author": _clean(metadata_raw.get("author") or "") or None,
         "page_count": len(pages),
-        "pages_without_text": [page.page_number for page in pages if not page.has_text_layer],
+        "pages_without_text": missing,
         "heading_source": heading_source,
+        **ocr_metadata,
     }
     unreadable = [page.number for page in raw_pages if page.unreadable]
     if unreadable:

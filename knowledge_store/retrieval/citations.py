@@ -435,6 +435,10 @@ class Citation(BaseModel):
     last_updated: str | None = None
     doc_type: str = ""
     status: str = "active"
+    ocr: bool = Field(False, description="The passage was read by OCR from a scanned page.")
+    ocr_confidence: float | None = Field(
+        None, description="Mean OCR word confidence (0-1) of the passage's least sure page; only set when ocr is true and known."
+    )
 
 
 def citation_url(hit: SearchHit) -> str:
@@ -471,6 +475,8 @@ def build_citation(hit: SearchHit, query: str, n: int, max_snippet_chars: int = 
         last_updated=hit.last_updated,
         doc_type=hit.doc_type,
         status=hit.status,
+        ocr=hit.ocr,
+        ocr_confidence=hit.ocr_confidence if hit.ocr else None,
     )
 
 

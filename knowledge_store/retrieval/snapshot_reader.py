@@ -153,7 +153,8 @@ class LoadedSnapshot:
                     page_end=r["page_end"], url=r["url"], source_path=r["source_path"], source_id=r["source_id"],
                     text=r["text"], doc_type=r["doc_type"] or "", metadata=metadata,
                     last_updated=(updated.isoformat() + "Z") if updated is not None else None, status=r["status"],
-                    content_hash=r["content_hash"], row=int(row),
+                    content_hash=r["content_hash"], ocr=bool(r["ocr"]), ocr_confidence=r["ocr_confidence"],
+                    row=int(row),
                 )
             )
         return hits
@@ -185,6 +186,14 @@ class LoadedSnapshot:
             pass
 
 
+def _ocr_columns(conn) -> str:
+    """The OCR marks to load; snapshots published before OCR existed have none (not OCR'd)."""
+    columns = {row[0] for row in conn.execute("SELECT column_name FROM (DESCRIBE chunks)").fetchall()}
+    if {"ocr", "ocr_confidence"} <= columns:
+        return "ocr, ocr_confidence"
+    return "FALSE AS ocr, NULL::DOUBLE AS ocr_confidence"
+
+
 def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSnapshot:
     """Read a published snapshot into memory (vectors, postings, row metadata)."""
     import time
@@ -194,7 +203,7 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
     table = conn.execute("SELECT embedding FROM chunks ORDER BY rowid").arrow()
     records = conn.execute(
         "SELECT chunk_id, doc_id, version, title, section, section_path, page_start, page_end, url, source_path, "
-        "source_id, text, doc_type, metadata::VARCHAR AS metadata, last_updated, status, content_hash "
+        f"source_id, text, doc_type, metadata::VARCHAR AS metadata, last_updated, status, content_hash, {_ocr_columns(conn)} "
         "FROM chunks ORDER BY rowid"
     ).arrow()
     chunk_ids = records.column("chunk_id").to_pylist()

@@ -15,7 +15,10 @@ class SearchHit:
     1-based ranks in each list (None when the chunk was not in that list).
     ``score`` is the fused score (min-max weighted sum or RRF), ``relevance`` the
     absolute 0-1 relevance used for thresholds (see docs/ARCHITECTURE.md), and
-    ``rerank_score`` what a reranker assigned, if one ran.
+    ``rerank_score`` what a reranker assigned, if one ran.  ``ocr`` is True when
+    the passage's text was read by OCR from a scanned page; ``ocr_confidence``
+    is then the mean Tesseract word confidence (0-1) of its least sure page, or
+    None when unknown.
     """
 
     chunk_id: str
@@ -43,6 +46,8 @@ class SearchHit:
     relevance: float = 0.0
     rerank_score: float | None = None
     content_hash: str = ""
+    ocr: bool = False
+    ocr_confidence: float | None = None
     row: int = -1  # position in the snapshot's arrays (internal)
 
     @property
