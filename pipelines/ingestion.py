@@ -73,8 +73,8 @@ def parsed_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreRes
     settings = store.settings()
     result = parse_pending(settings, _run_id(store, context))
     context.log.info(
-        f"parsed {result.parsed} documents ({result.pages} pages, {result.pages_per_minute:.0f} pages/min), "
-        f"{result.failed} failed"
+        f"parsed {result.parsed} documents ({result.pages} pages, {result.pages_per_minute:.0f} pages/min, "
+        f"{result.pages_ocr} OCR'd in {result.ocr_seconds:.1f} s), {result.failed} failed"
     )
     for failure in result.failures:
         context.log.warning(f"ingestion failure: {failure['path']}: {failure['reason']}")
@@ -84,6 +84,8 @@ def parsed_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreRes
             "failures": result.failed,
             "pages": result.pages,
             "pages_without_text_layer": result.pages_without_text,
+            "pages_ocr": result.pages_ocr,
+            "ocr_seconds": round(result.ocr_seconds, 2),
             "blocks": result.blocks,
             "duration_s": round(result.seconds, 3),
             "pages_per_minute": round(result.pages_per_minute, 1),

@@ -101,6 +101,10 @@ class SearchResultItem(BaseModel):
     bm25_score: float | None = None
     vector_score: float | None = None
     relevance: float = Field(description="Absolute 0-1 relevance of the passage to the query.")
+    ocr: bool = Field(False, description="The passage was read by OCR from a scanned page.")
+    ocr_confidence: float | None = Field(
+        None, description="Mean OCR word confidence (0-1) of the passage's least sure page; set only when ocr is true and known."
+    )
 
 
 class SearchOutput(BaseModel):
@@ -168,6 +172,8 @@ def format_results(results: list[Citation], answer: str | None = None, coverage:
     for c in results:
         lines = [f"[{c.n}] {_heading(c.title, c.section, c.pages)} score {c.score:.2f} (relevance {c.relevance:.2f})"]
         lines.append(c.snippet)
+        if c.ocr:
+            lines.append("(OCR'd text" + (f", word confidence {c.ocr_confidence:.2f})" if c.ocr_confidence is not None else ")"))
         if c.url:
             lines.append(c.url)
         lines.append(f"chunk_id: {c.chunk_id}")
@@ -284,7 +290,7 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
             SearchResultItem(
                 n=c.n, chunk_id=c.chunk_id, doc_id=c.doc_id, version=c.version, title=c.title, section=c.section,
                 pages=c.pages, url=c.url, snippet=c.snippet, score=c.score, bm25_score=c.bm25_score,
-                vector_score=c.vector_score, relevance=c.relevance,
+                vector_score=c.vector_score, relevance=c.relevance, ocr=c.ocr, ocr_confidence=c.ocr_confidence,
             )
             for c in response.results
         ]
