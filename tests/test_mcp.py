@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 RESET = "how do I reset the Aurora to factory settings"
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 RESULT_KEYS = {"n", "chunk_id", "doc_id", "version", "title", "section", "pages", "url", "snippet", "score",
-               "bm25_score", "vector_score", "relevance"}
+               "bm25_score", "vector_score", "relevance", "ocr", "ocr_confidence"}
 
 
 @pytest.fixture(scope="module")

@@ -185,3 +185,28 @@ def test_api_sync_job_reports_crawl_progress(tmp_path, embedder):
         hits = client.post("/api/knowledge/query", json={"query": "Set EXAMPLE_HOME", "k": 3, "answer": "none",
                                                          "min_relevance": 0}).json()["results"]
         assert hits[0]["url"] == site.url("/docs/guide/configure#options")
+
+
+def test_dagster_partition_of_a_web_source_logs_progress_and_reports_the_crawl(tmp_path, embedder):
+    import dagster as dg
+
+    from pipelines.definitions import SYNC_SOURCE_JOB_NAME, build_definitions
+    from pipelines.resources import KnowledgeStoreResource
+
+    settings = make_settings(tmp_path)
+    with default_site() as site:
+        with store_connection(settings.store_path) as conn:
+            add_source(conn, "site", "web", site.url("/docs/"), {"depth": 1, "exclude": ["/changelog/"], **FAST})
+        store = KnowledgeStoreResource(data_dir=str(settings.data_dir), sources=str(tmp_path / "base"))
+        instance = dg.DagsterInstance.ephemeral()
+        instance.add_dynamic_partitions("sources", ["site"])
+        result = build_definitions(store=store).resolve_job_def(SYNC_SOURCE_JOB_NAME).execute_in_process(
+            instance=instance, partition_key="site")
+    assert result.success
+    (event,) = result.get_asset_materialization_events()
+    meta = {k: getattr(v, "value", v) for k, v in event.materialization.metadata.items()}
+    assert meta["kind"] == "web" and meta["added"] >= 5 and meta["excluded"] >= 1 and meta["failed"] >= 1
+    assert meta["crawl"]["complete"] is True and meta["crawl"]["requests"] >= meta["added"]
+    logs = [e.message for e in instance.all_logs(result.run_id) if e.user_message]
+    assert any(m.startswith("crawl site") and "fetched" in m for m in logs)
+    assert any(m.startswith("crawl site (done)") for m in logs)
