@@ -255,6 +255,9 @@ def cmd_sources(args: argparse.Namespace) -> int:
         return 0
     if action == "update":
         changes = _web_options(args)
+        if args.enable and args.disable:
+            print("error: --enable and --disable contradict each other", file=sys.stderr)
+            return 2
         if args.enable or args.disable:
             changes["enabled"] = bool(args.enable)
         if args.rename:

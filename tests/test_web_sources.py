@@ -125,6 +125,7 @@ def test_crawl_sync_then_resync_follows_the_site(tmp_path, embedder, monkeypatch
         assert set(web_docs(settings, "deleted")) == {"docs/guide/deep", "docs/orphan"}
         assert open_failures(settings)[site.url("/docs/guide/deep")] == ("fetch", "http_404")
         assert_index_consistent(settings)
+        engine.snapshots.refresh()  # a server notices the new snapshot within a second; do it now
         hit = engine.search("Python 3.12 requirement", k=1, answer="none", min_relevance=0.0).results[0]
         assert hit.url == site.url("/docs/guide/install#requirements") and hit.version == 2
 

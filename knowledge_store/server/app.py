@@ -267,32 +267,25 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         return JSONResponse(status_code=exc.status_code, content={"error": kind, "message": str(exc.detail), "detail": exc.detail},
                             headers=getattr(exc, "headers", None))
 
-    @app.exception_handler(QueryValidationError)
-    async def query_validation_error(request: Request, exc: QueryValidationError):
+    def field_error(request: Request, exc: QueryValidationError | InvalidSourceError):
         return JSONResponse(status_code=422, content={"error": "validation_error", "message": str(exc),
                                                       "errors": [{"field": exc.field, "message": str(exc)}]})
 
-    @app.exception_handler(IndexNotBuiltError)
-    async def no_index(request: Request, exc: IndexNotBuiltError):
-        return JSONResponse(status_code=503, content={"error": "index_not_built", "message": str(exc)})
+    app.add_exception_handler(QueryValidationError, field_error)
+    app.add_exception_handler(InvalidSourceError, field_error)
 
-    @app.exception_handler(SourceNotFoundError)
-    async def source_not_found(request: Request, exc: SourceNotFoundError):
-        return JSONResponse(status_code=404, content={"error": "source_not_found", "message": str(exc)})
+    def plain_error(status: int, code: str):
+        def handler(request: Request, exc: Exception):
+            return JSONResponse(status_code=status, content={"error": code, "message": str(exc)})
+        return handler
 
-    @app.exception_handler(FailureNotFoundError)
-    async def failure_not_found(request: Request, exc: FailureNotFoundError):
-        return JSONResponse(status_code=404, content={"error": "failure_not_found", "message": str(exc)})
-
-    @app.exception_handler(SourceExistsError)
-    async def source_conflict(request: Request, exc: SourceExistsError):
-        return JSONResponse(status_code=409, content={"error": "source_conflict", "message": str(exc)})
-
-    @app.exception_handler(InvalidSourceError)
-    async def source_invalid(request: Request, exc: InvalidSourceError):
-        return JSONResponse(status_code=422, content={
-            "error": "validation_error", "message": str(exc),
-            "errors": [{"field": exc.field, "message": str(exc)}]})
+    for error_type, status, code in (
+        (IndexNotBuiltError, 503, "index_not_built"),
+        (SourceNotFoundError, 404, "source_not_found"),
+        (FailureNotFoundError, 404, "failure_not_found"),
+        (SourceExistsError, 409, "source_conflict"),
+    ):
+        app.add_exception_handler(error_type, plain_error(status, code))
 
     @app.exception_handler(GroundworkError)
     async def groundwork_error(request: Request, exc: GroundworkError):

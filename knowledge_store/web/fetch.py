@@ -22,6 +22,7 @@ from email.utils import parsedate_to_datetime
 import httpx
 
 from knowledge_store.web.politeness import RateLimiter
+from knowledge_store.web.results import CrawlFailure
 from knowledge_store.web.urls import host_key
 
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504}) | frozenset(range(520, 530))
@@ -39,16 +40,9 @@ class Response:
     attempts: int
 
 
-@dataclass
-class FetchError:
-    """Why a GET produced no usable answer; the crawler turns it into a ``CrawlFailure``."""
-
-    url: str
-    kind: str
-    reason: str
-    permanent: bool
-    http_status: int | None
-    attempts: int
+# A GET that produced no usable answer is already a crawl failure (same fields); one type, two names
+# so the fetch layer reads naturally.
+FetchError = CrawlFailure
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
