@@ -38,7 +38,7 @@ from knowledge_store.sources import WEB_DEFAULTS, Source
 from knowledge_store.store import utcnow
 
 if TYPE_CHECKING:
-    from knowledge_store.web import CrawlConfig, CrawlResult, FetchedPage, PriorPage
+    from knowledge_store.web import CrawlConfig, CrawlResult, FetchedPage, PriorPage  # noqa: F401
 
 EXTENSIONS = {"html": ".html", "markdown": ".md", "text": ".txt", "pdf": ".pdf"}
 
@@ -128,10 +128,28 @@ def _write_body(directory: Path, body: bytes, kind: str) -> tuple[Path, str]:
     return path, checksum
 
 
+def body_writer(settings: Settings, source_id: str) -> tuple[Callable[[FetchedPage], None], dict[str, tuple[Path, str, int]]]:
+    """An ``on_page`` callback that writes each fetched body to the cache as it arrives and drops
+    it from memory (a site of large PDFs must not sit in RAM), and the url -> (path, sha256, size) it fills."""
+    written: dict[str, tuple[Path, str, int]] = {}
+    directory = cache_dir(settings, source_id)
+
+    def write(page: FetchedPage) -> None:
+        if page.not_modified or page.body is None:
+            return
+        path, checksum = _write_body(directory, page.body, page.kind or "")
+        written[page.url] = (path, checksum, len(page.body))
+        page.body = None
+
+    return write, written
+
+
 def outcome_from_crawl(
-    settings: Settings, source: Source, result: CrawlResult, prior: dict[str, PriorPage], prior_paths: dict[str, str]
+    settings: Settings, source: Source, result: CrawlResult, prior: dict[str, PriorPage], prior_paths: dict[str, str],
+    written: dict[str, tuple[Path, str, int]] | None = None,
 ) -> WebSourceOutcome:
-    """Cache the fetched bodies and express the crawl as scan files and failures."""
+    """Express the crawl as scan files and failures (bodies cached by ``body_writer``, or here)."""
+    written = {} if written is None else written
     outcome = WebSourceOutcome(source=source, complete=result.complete, aborted_reason=result.aborted_reason,
                                stats=dict(result.stats), excluded=len(result.excluded),
                                excluded_preview=list(result.excluded[:50]))
@@ -144,10 +162,12 @@ def outcome_from_crawl(
                 continue  # cannot happen unless the cache vanished mid-run; the next sync fetches it again
             path, checksum = Path(body_path), str(known.checksum)
             size = path.stat().st_size if path.exists() else 0
+        elif page.url in written:
+            path, checksum, size = written[page.url]
         else:
             if page.body is None:
                 continue
-            path, checksum = _write_body(directory, page.body, page.kind)
+            path, checksum = _write_body(directory, page.body, page.kind or "")
             size = len(page.body)
         outcome.pages.append(page)
         outcome.files.append(SourceFile(
@@ -192,8 +212,9 @@ def crawl_web_source(
         kwargs["client"] = client
     if only is not None:
         kwargs["only"] = only
-    result = crawl(config, **kwargs)
-    outcome = outcome_from_crawl(settings, source, result, prior, prior_paths)
+    on_page, written = body_writer(settings, source.source_id)
+    result = crawl(config, on_page=on_page, **kwargs)
+    outcome = outcome_from_crawl(settings, source, result, prior, prior_paths, written)
     outcome.partial = only is not None
     if progress is not None:
         progress(source.name, {**_stats_progress(result.stats), "done": True})

@@ -69,10 +69,13 @@ def crawl(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     only: Sequence[str] | None = None,
+    on_page: Callable[[FetchedPage], None] | None = None,
 ) -> CrawlResult:
     """Crawl ``config.base_url`` and return every page seen (fetched or known unchanged),
     every failure, every excluded URL and whether the observation is complete.
 
+    ``on_page`` is called with each page as soon as it is seen, so a caller can write the body
+    to disk and drop it (``page.body = None``) instead of holding a whole site in memory.
     ``only`` fetches just those URLs (same scope, robots, rules and politeness; no
     llms.txt, sitemaps or link following): how a single failed page is retried.
 
@@ -88,7 +91,7 @@ def crawl(
     try:
         if only is not None:
             config = dataclasses.replace(config, depth=0, use_llms_txt=False, use_sitemap=False)
-        return _Crawl(config, prior or {}, progress, client, sleep, clock, only=only).run()
+        return _Crawl(config, prior or {}, progress, client, sleep, clock, only=only, on_page=on_page).run()
     finally:
         if own_client:
             client.close()
@@ -132,8 +135,10 @@ class _Crawl:
         sleep: Callable[[float], None],
         clock: Callable[[], float],
         only: Sequence[str] | None = None,
+        on_page: Callable[[FetchedPage], None] | None = None,
     ) -> None:
         self.only = list(only) if only is not None else None
+        self.on_page = on_page
         self.config = config
         self.prior = prior
         self.progress = progress
@@ -569,6 +574,8 @@ class _Crawl:
         self.identities.add(page.url)
         self.counts["not_modified" if page.not_modified else "fetched"] += 1
         self.consecutive_transient = 0
+        if self.on_page is not None:
+            self.on_page(page)
 
     def _failed(self, error: FetchError, requested: str) -> list[str]:
         """Record a failure; a transient one on the base URL (or before the site ever
