@@ -211,3 +211,21 @@ def test_dagster_partition_of_a_web_source_logs_progress_and_reports_the_crawl(t
     logs = [e.message for e in instance.all_logs(result.run_id) if e.user_message]
     assert any(m.startswith("crawl site") and "fetched" in m for m in logs)
     assert any(m.startswith("crawl site (done)") for m in logs)
+
+
+def test_a_page_whose_charset_is_only_in_the_http_header_is_read_in_that_charset(tmp_path, embedder):
+    """A Markdown page in windows-1251: the bytes alone would be decoded as windows-1252 (mojibake)."""
+    from doc_site import DocSite
+
+    settings = make_settings(tmp_path)
+    page = "# Давление\n\nДавление в системе 4 бар; проверка ежегодно.\n"
+    with DocSite() as site:
+        site.routes["/docs/guide.md"] = Reply(body=page.encode("windows-1251"),
+                                              content_type="text/markdown; charset=windows-1251")
+        with store_connection(settings.store_path) as conn:
+            add_source(conn, "ru", "web", site.url("/docs/guide.md"), {"depth": 0, **FAST})
+        run_sync(settings, embedder, names=["ru"])
+    (text,) = rows(settings, "SELECT c.text FROM chunks c JOIN documents d USING (doc_id, version) "
+                             "WHERE d.url LIKE 'http%'")[0]
+    assert "Давление в системе 4 бар; проверка ежегодно." in text
+    assert rows(settings, "SELECT title FROM documents WHERE url LIKE 'http%'")[0][0] == "Давление"

@@ -114,6 +114,27 @@ def load_prior_pages(conn: duckdb.DuckDBPyConnection, source_id: str) -> dict[st
     return prior
 
 
+_UTF8 = {"utf-8", "utf8", "us-ascii", "ascii"}
+
+
+def utf8_body(body: bytes, content_type: str | None, kind: str) -> bytes:
+    """Text bodies whose HTTP header declares another charset, re-encoded as UTF-8 with a BOM.
+
+    The charset lives in the response header, which the cache file does not keep; the
+    parsers would otherwise guess.  The BOM outranks any ``<meta charset>`` in the page
+    (which would now be wrong), for BeautifulSoup and for the text decoder alike.
+    """
+    from knowledge_store.web.content_types import charset_of
+
+    charset = (charset_of(content_type) or "").lower()
+    if kind not in ("html", "markdown", "text") or not charset or charset in _UTF8:
+        return body
+    try:
+        return b"\xef\xbb\xbf" + body.decode(charset).encode("utf-8")
+    except (LookupError, UnicodeDecodeError):
+        return body  # unknown or wrong charset: leave the bytes to the parser's own detection
+
+
 def _write_body(directory: Path, body: bytes, kind: str) -> tuple[Path, str]:
     checksum = hashlib.sha256(body).hexdigest()
     path = directory / f"{checksum[:32]}{EXTENSIONS.get(kind, '.bin')}"
@@ -137,8 +158,9 @@ def body_writer(settings: Settings, source_id: str) -> tuple[Callable[[FetchedPa
     def write(page: FetchedPage) -> None:
         if page.not_modified or page.body is None:
             return
-        path, checksum = _write_body(directory, page.body, page.kind or "")
-        written[page.url] = (path, checksum, len(page.body))
+        body = utf8_body(page.body, page.content_type, page.kind or "")
+        path, checksum = _write_body(directory, body, page.kind or "")
+        written[page.url] = (path, checksum, len(body))
         page.body = None
 
     return write, written
@@ -167,8 +189,9 @@ def outcome_from_crawl(
         else:
             if page.body is None:
                 continue
-            path, checksum = _write_body(directory, page.body, page.kind or "")
-            size = len(page.body)
+            body = utf8_body(page.body, page.content_type, page.kind or "")
+            path, checksum = _write_body(directory, body, page.kind or "")
+            size = len(body)
         outcome.pages.append(page)
         outcome.files.append(SourceFile(
             source_id=source.source_id, path=path, relative_path=page.url, size_bytes=size,
