@@ -27,7 +27,10 @@ SYNC_SOURCE_JOB_NAME = "sync_source"
 
 
 def crawl_logger(context: dg.AssetExecutionContext):
-    """Crawl progress into the run's log (the crawler reports every ``web_progress_interval_s``)."""
+    """Crawl progress while the run is going: a line in the run's log and an asset observation
+    carrying the counters (visible on the asset's page before the materialisation lands).
+    The crawler reports every ``web_progress_interval_s``."""
+    partition = context.partition_key if context.has_partition_key else None
 
     def report(source: str, progress: dict) -> None:
         done = " (done)" if progress.get("done") else ""
@@ -36,6 +39,12 @@ def crawl_logger(context: dg.AssetExecutionContext):
             f"queued {progress.get('queued', '-')}, excluded {progress.get('excluded', 0)}, failed {progress.get('failed', 0)}, "
             f"{progress.get('requests', 0)} requests"
         )
+        context.log_event(dg.AssetObservation(
+            asset_key=context.asset_key, partition=partition,
+            metadata={"crawl_source": source, **{f"crawl_{k}": v for k, v in progress.items()
+                                                 if isinstance(v, (int, float)) and not isinstance(v, bool)},
+                      "crawl_done": bool(progress.get("done"))},
+        ))
 
     return report
 

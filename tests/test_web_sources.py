@@ -211,6 +211,11 @@ def test_dagster_partition_of_a_web_source_logs_progress_and_reports_the_crawl(t
     logs = [e.message for e in instance.all_logs(result.run_id) if e.user_message]
     assert any(m.startswith("crawl site") and "fetched" in m for m in logs)
     assert any(m.startswith("crawl site (done)") for m in logs)
+    observations = [e.asset_observation_data.asset_observation for e in result.all_events
+                    if e.event_type_value == "ASSET_OBSERVATION"]
+    assert observations and observations[-1].partition == "site"
+    assert observations[-1].metadata["crawl_done"].value is True
+    assert observations[-1].metadata["crawl_fetched"].value >= 5
 
 
 def test_a_page_whose_charset_is_only_in_the_http_header_is_read_in_that_charset(tmp_path, embedder):
