@@ -311,3 +311,23 @@ def test_a_snapshot_published_before_ocr_loads_as_not_ocrd():
     conn.execute("ALTER TABLE chunks ADD COLUMN ocr BOOLEAN DEFAULT TRUE")
     conn.execute("ALTER TABLE chunks ADD COLUMN ocr_confidence DOUBLE DEFAULT 0.5")
     assert conn.execute(f"SELECT {_ocr_columns(conn)} FROM chunks").fetchall() == [(True, 0.5)]
+
+
+@pytest.mark.slow
+@needs_tesseract
+def test_retrying_a_no_text_layer_failure_once_ocr_is_available_ocrs_that_version(tmp_path, embedder):
+    from knowledge_store.ingest.source_actions import retry_failure
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    make_pdf(docs / "mixed.pdf", ["digital", "scanned"])
+    without = Settings(data_dir=tmp_path / "data", sources=[docs], ocr_enabled=False)
+    run_sync(without, embedder)
+    (failure_id, kind), = query(without, "SELECT failure_id, kind FROM ingestion_failures WHERE resolved_at IS NULL")
+    assert kind == "no_text_layer"
+
+    outcome = retry_failure(without.model_copy(update={"ocr_enabled": True}), failure_id, embedder)
+    assert outcome["resolved"], outcome
+    assert query(without, "SELECT version, status FROM documents ORDER BY version") == [(1, "superseded"), (2, "active")]
+    assert query(without, "SELECT bool_or(c.ocr) FROM chunks c JOIN documents d USING (doc_id, version) "
+                          "WHERE d.status = 'active'")[0][0] is True

@@ -50,7 +50,8 @@ log = logging.getLogger(__name__)
 INSTALL_HINT = (
     "install Tesseract to OCR them (Debian/Ubuntu: `sudo apt-get install tesseract-ocr tesseract-ocr-eng`; "
     "`make run`/`make test` do it when run as root) or point GROUNDWORK_TESSDATA_DIR at a folder with the "
-    "language data; a document already parsed is OCR'd when its file next changes"
+    "language data; a document parsed without OCR is OCR'd when its file next changes, or at once with "
+    "`groundwork failures retry FAILURE_ID` on its no_text_layer row"
 )
 # Where Debian/Ubuntu, Fedora and source builds put the language data; checked before
 # asking the tesseract binary (a subprocess) where its data lives.

@@ -300,6 +300,11 @@
     var pages = formatPages(item.pages);
     if (pages) where.push(pages);
     if (item.version) where.push("version " + item.version);
+    if (item.ocr) {
+      where.push(typeof item.ocr_confidence === "number"
+        ? "OCR text, " + Math.round(item.ocr_confidence * 100) + "% word confidence"
+        : "OCR text");
+    }
     node.querySelector(".result-where").textContent = where.join(" \u00b7 ");
 
     appendHighlighted(node.querySelector(".snippet"), item.snippet || "", terms);
