@@ -311,7 +311,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
     result = job.execute_in_process(
         instance=instance, partition_key=source.name,
         tags={"groundwork/trigger": "cli", "groundwork/job": "ingest"},
-        run_config={"loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "WARNING"}}}},
+        run_config={"loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "WARNING"}}},
+                    "ops": {"source_sync": {"config": {"refresh": bool(args.refresh)}}}},
         raise_on_error=False,
     )
     seconds = time.perf_counter() - started
@@ -631,6 +632,8 @@ def build_parser() -> argparse.ArgumentParser:
     sync = sub.add_parser("sync", help="re-sync one source now and publish the index")
     sync.add_argument("name")
     sync.add_argument("--verbose", action="store_true", help="show the run's log (crawl progress)")
+    sync.add_argument("--refresh", action="store_true",
+                      help="web: download every page again, ignoring sitemap <lastmod> and ETag/Last-Modified")
     common(sync)
     sync.set_defaults(func=cmd_sync)
 

@@ -49,6 +49,10 @@ def crawl_logger(context: dg.AssetExecutionContext):
     return report
 
 
+class SourceSyncConfig(dg.Config):
+    refresh: bool = False  # web: download every page again, ignoring sitemap <lastmod> and ETag/Last-Modified
+
+
 @dg.asset(
     group_name="sources",
     partitions_def=SOURCE_PARTITIONS,
@@ -56,14 +60,15 @@ def crawl_logger(context: dg.AssetExecutionContext):
     description="One source (folder, uploads or web site) synced on its own, then the index published.",
 )
 def source_sync(
-    context: dg.AssetExecutionContext, store: KnowledgeStoreResource, model: EmbeddingModelResource
+    context: dg.AssetExecutionContext, config: SourceSyncConfig, store: KnowledgeStoreResource,
+    model: EmbeddingModelResource,
 ) -> dg.MaterializeResult:
     settings = store.settings()
     name = context.partition_key
     started = time.perf_counter()
     report = run_sync(
         settings, model.embedder(), trigger=context.run.tags.get("groundwork/trigger", "dagster-partition"),
-        names=[name], progress=crawl_logger(context), sync_run_id=context.run.run_id,
+        names=[name], progress=crawl_logger(context), sync_run_id=context.run.run_id, refresh=config.refresh,
     )
     raw = report.raw
     with store_connection(settings.store_path, read_only=True) as conn:

@@ -134,6 +134,14 @@ def test_crawl_sync_then_resync_follows_the_site(tmp_path, embedder, monkeypatch
         assert (report.raw.added, report.raw.updated, report.raw.removed) == (0, 0, 0)
         assert report.publish.snapshot_built is False
 
+        # --refresh downloads every page again (for sites whose lastmod lies); checksums still decide
+        site.clear_hits()
+        assert main(["sync", "site", "--refresh", "--json"]) == 0
+        refreshed = json.loads(capsys.readouterr().out)
+        assert site.requested("/docs/faq") and site.requested("/docs/reference/api")
+        assert (refreshed["added"], refreshed["updated"], refreshed["removed"]) == (0, 0, 0)
+        assert refreshed["unchanged"] == len(EXPECTED_FIRST) - 2
+
 
 def test_unreachable_site_deletes_nothing_and_a_failed_page_can_be_retried(tmp_path, embedder):
     settings = make_settings(tmp_path)

@@ -61,6 +61,7 @@ def record_sources(
     kinds: list[str] | None = None,
     progress: ProgressCallback | None = None,
     web_client: Any = None,
+    refresh: bool = False,
 ) -> RawDocumentsResult:
     """Stage 1 for the chosen sources (default: all enabled): scan folders, crawl sites, record versions.
 
@@ -73,7 +74,10 @@ def record_sources(
         scope = [s.name for s in sources] if (names or kinds) else None
         run_id = start_sync_run(conn, sync_run_id, trigger, scope=scope)
         web = [s for s in sources if s.kind == "web"]
-        priors = {s.source_id: (load_prior_pages(conn, s.source_id), prior_body_paths(conn, s.source_id)) for s in web}
+        # refresh: download every page again (a site whose <lastmod>/ETag cannot be trusted); the
+        # checksums still decide, so unchanged pages stay unchanged
+        priors = {s.source_id: ({} if refresh else load_prior_pages(conn, s.source_id), prior_body_paths(conn, s.source_id))
+                  for s in web}
     folders = [
         SourceFolder(s.source_id, s.name, Path(s.location), Path(s.location).is_dir(), s.kind)
         for s in sources if s.kind != "web"
@@ -140,12 +144,13 @@ def run_sync(
     progress: ProgressCallback | None = None,
     web_client: Any = None,
     sync_run_id: str | None = None,
+    refresh: bool = False,
 ) -> SyncReport:
     """Every stage for the chosen sources (default all), then publish the whole index."""
     started = time.perf_counter()
     embedder = embedder or Embedder(settings.model_path, settings.embed_batch_size, settings.torch_threads, settings.embedding_dim)
     raw = record_sources(settings, sync_run_id=sync_run_id, trigger=trigger, names=names, kinds=kinds,
-                         progress=progress, web_client=web_client)
+                         progress=progress, web_client=web_client, refresh=refresh)
     run_id = raw.sync_run_id
     parse = parse_pending(settings, run_id)
     chunk = chunk_parsed(settings, token_counter(str(settings.model_path)), run_id)

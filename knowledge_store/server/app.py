@@ -397,11 +397,11 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         return JSONResponse(status_code=202, content={**job, **extra,
                                                       "status_url": f"{base}/api/knowledge/jobs/{job['job_id']}"})
 
-    def _sync_job(name: str) -> dict[str, Any]:
+    def _sync_job(name: str, refresh: bool = False) -> dict[str, Any]:
         from knowledge_store.ingest.run import run_sync
 
         def work(progress) -> dict[str, Any]:
-            report = run_sync(settings, jobs.embedder, trigger="api", names=[name], progress=progress)
+            report = run_sync(settings, jobs.embedder, trigger="api", names=[name], progress=progress, refresh=refresh)
             raw = report.raw
             return {"summary": report.summary, "snapshot_version": report.publish.snapshot_version,
                     "added": raw.added, "updated": raw.updated, "removed": raw.removed, "unchanged": raw.unchanged,
@@ -479,15 +479,16 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         return result
 
     @app.post("/api/sources/{name}/sync", status_code=202, tags=["sources"])
-    def sources_sync(name: str, request: Request):
-        """Re-sync one source now (scan or crawl, parse, chunk, embed, publish); poll the job for progress."""
+    def sources_sync(name: str, request: Request, refresh: bool = False):
+        """Re-sync one source now (scan or crawl, parse, chunk, embed, publish); poll the job for progress.
+        ``refresh=true`` downloads every page of a web source again (ignores lastmod and validators)."""
         from knowledge_store.sources import get_source
 
         with _writer() as conn:
             source = get_source(conn, name)
         if not source.enabled:
             raise InvalidSourceError("enabled", False, f"source {name!r} is disabled; PATCH enabled=true first")
-        return _job_response(request, _sync_job(source.name))
+        return _job_response(request, _sync_job(source.name, refresh), refresh=refresh)
 
     @app.get("/api/failures", tags=["sources"])
     def failures_list() -> dict[str, Any]:
