@@ -162,6 +162,15 @@ def test_unreachable_site_deletes_nothing_and_a_failed_page_can_be_retried(tmp_p
         assert [h.path for h in site.hits if not h.path.endswith("robots.txt")] == ["/docs/missing"]
         assert "docs/missing" in web_docs(settings)
         assert_index_consistent(settings)
+
+        # a page failing transiently (503 after every retry) keeps its indexed version and gets a failure row
+        # (a page the sitemap gives no <lastmod> for, so it is requested on every sync)
+        site.routes["/docs/quickstart.md"] = Reply(status=503, body="maintenance", content_type="text/plain")
+        site.clear_hits()
+        report = run_sync(settings, embedder, names=["site"])
+        assert report.raw.removed == 0 and "docs/quickstart.md" in web_docs(settings)
+        assert open_failures(settings)[site.url("/docs/quickstart.md")] == ("fetch", "http_503")
+        assert site.count("/docs/quickstart.md") == 1 + settings.web_max_retries
     # the server is gone: the crawl cannot observe the site, so nothing is deleted
     report = run_sync(settings, embedder, names=["site"])
     assert report.raw.removed == 0
