@@ -98,6 +98,7 @@ class Settings(BaseSettings):
     web_max_retries: int = Field(3, ge=0, le=10, description="Retries of a transient fetch failure (timeout, 429, 5xx).")
     web_backoff_base_s: float = Field(0.5, ge=0, description="First retry wait; doubles per retry (Retry-After wins when larger).")
     web_max_backoff_s: float = Field(60.0, ge=0, description="Longest wait between retries; a Retry-After asking for more ends the retries (transient failure, kept for the next sync).")
+    web_revalidate_days: float = Field(7.0, ge=0, description="A page skipped by sitemap <lastmod> this long is requested again (conditionally: 304 is cheap), so a lagging sitemap cannot hide a change longer.")
     web_progress_interval_s: float = Field(2.0, ge=0, description="How often crawl progress is reported to logs and job status.")
 
     # ---- OCR (issue 6): PDF pages without a text layer, Tesseract through PyMuPDF; digital pages never

@@ -130,9 +130,16 @@ def test_crawl_sync_then_resync_follows_the_site(tmp_path, embedder, monkeypatch
         assert hit.url == site.url("/docs/guide/install#requirements") and hit.version == 2
 
         # a third sync with no change costs no downloads of unchanged pages and changes nothing
+        site.clear_hits()
         report = run_sync(settings, embedder, names=["site"])
         assert (report.raw.added, report.raw.updated, report.raw.removed) == (0, 0, 0)
         assert report.publish.snapshot_built is False
+        assert not site.requested("/docs/faq")  # validated less than web_revalidate_days ago
+        # pages not validated for web_revalidate_days are requested again despite their <lastmod>
+        site.clear_hits()
+        report = run_sync(settings.model_copy(update={"web_revalidate_days": 0.0}), embedder, names=["site"])
+        assert site.requested("/docs/faq") and site.requested("/docs/reference/api")
+        assert (report.raw.added, report.raw.updated, report.raw.removed) == (0, 0, 0)
 
         # --refresh downloads every page again (for sites whose lastmod lies); checksums still decide
         site.clear_hits()

@@ -76,7 +76,8 @@ def record_sources(
         web = [s for s in sources if s.kind == "web"]
         # refresh: download every page again (a site whose <lastmod>/ETag cannot be trusted); the
         # checksums still decide, so unchanged pages stay unchanged
-        priors = {s.source_id: ({} if refresh else load_prior_pages(conn, s.source_id), prior_body_paths(conn, s.source_id))
+        priors = {s.source_id: ({} if refresh else load_prior_pages(conn, s.source_id, settings.web_revalidate_days),
+                                prior_body_paths(conn, s.source_id))
                   for s in web}
     folders = [
         SourceFolder(s.source_id, s.name, Path(s.location), Path(s.location).is_dir(), s.kind)

@@ -26,6 +26,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,19 +94,30 @@ def crawl_config_for(source: Source, settings: Settings) -> CrawlConfig:
     )
 
 
-def load_prior_pages(conn: duckdb.DuckDBPyConnection, source_id: str) -> dict[str, PriorPage]:
+def load_prior_pages(
+    conn: duckdb.DuckDBPyConnection, source_id: str, revalidate_days: float | None = None
+) -> dict[str, PriorPage]:
     """What the last syncs know per canonical URL - only where the cached body is still on disk,
-    so a skipped fetch can always be answered with a real file and checksum."""
+    so a skipped fetch can always be answered with a real file and checksum.
+
+    A page not validated with the server for ``revalidate_days`` loses its sitemap
+    ``<lastmod>`` here, so it is requested again (conditionally: a 304 costs no download):
+    a sitemap whose dates lag behind the pages cannot hide a change for longer than that.
+    """
     from knowledge_store.web import PriorPage
 
     rows = conn.execute(
-        "SELECT url, lastmod, etag, last_modified, links, checksum, body_path, content_type FROM web_pages WHERE source_id = ?",
+        "SELECT url, lastmod, etag, last_modified, links, checksum, body_path, content_type, fetched_at "
+        "FROM web_pages WHERE source_id = ?",
         [source_id],
     ).fetchall()
+    stale_before = utcnow() - timedelta(days=revalidate_days) if revalidate_days is not None else None
     prior: dict[str, PriorPage] = {}
-    for url, lastmod, etag, last_modified, links, checksum, body_path, content_type in rows:
+    for url, lastmod, etag, last_modified, links, checksum, body_path, content_type, fetched_at in rows:
         if not checksum or not body_path or not os.path.isfile(body_path):
             continue
+        if stale_before is not None and (fetched_at is None or fetched_at < stale_before):
+            lastmod = None
         prior[url] = PriorPage(
             url=url, lastmod=lastmod, etag=etag, last_modified=last_modified,
             links=tuple(json.loads(links) if isinstance(links, str) else (links or [])), checksum=checksum,
@@ -263,8 +275,11 @@ def record_web_pages(conn: duckdb.DuckDBPyConnection, outcome: WebSourceOutcome)
     now = utcnow()
     source_id = outcome.source.source_id
     by_url = {f.relative_path: f for f in outcome.files}
+    validated = dict(conn.execute("SELECT url, fetched_at FROM web_pages WHERE source_id = ?", [source_id]).fetchall())
     for page in outcome.pages:
         file = by_url[page.url]
+        # fetched_at = last time the server vouched for the body (a download or a 304), not a lastmod skip
+        fetched_at = validated.get(page.url) if page.how == "lastmod" else now
         conn.execute("DELETE FROM web_pages WHERE source_id = ? AND url = ?", [source_id, page.url])
         conn.execute(
             "INSERT INTO web_pages (source_id, url, doc_id, final_url, content_type, http_status, etag, last_modified, "
@@ -272,7 +287,7 @@ def record_web_pages(conn: duckdb.DuckDBPyConnection, outcome: WebSourceOutcome)
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [source_id, page.url, doc_id_for(source_id, page.url), page.final_url, page.content_type,
              page.http_status, page.etag, page.last_modified, page.lastmod, file.checksum, str(file.path),
-             json.dumps(list(page.links)), page.depth, page.origin, None if page.not_modified else now, now],
+             json.dumps(list(page.links)), page.depth, page.origin, fetched_at, now],
         )
     if outcome.complete and not outcome.partial and not outcome.capped:
         conn.execute(
