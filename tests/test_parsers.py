@@ -735,3 +735,61 @@ def test_unexpected_parser_exception_becomes_corrupt_file_error(tmp_path: Path, 
     with pytest.raises(CorruptFileError) as caught:
         parse_file(tmp_path / "note.md")
     assert caught.value.reason == "the markdown parser could not read the file: parser library blew up"
+
+
+# Trimmed from what real documentation generators emit (the structure, not the prose).
+SPHINX_RTD_PAGE = """<!DOCTYPE html><html><head><title>Configuration &mdash; Example 2.1 documentation</title></head>
+<body class="wy-body-for-nav"><div class="wy-grid-for-nav">
+<nav data-toggle="wy-nav-shift" class="wy-nav-side"><div class="wy-side-scroll">SIDEBAR_MARKER</div></nav>
+<section data-toggle="wy-nav-shift" class="wy-nav-content-wrap">
+<div class="wy-nav-content"><div class="rst-content">
+<div role="navigation" aria-label="Page navigation"><ul class="wy-breadcrumbs"><li>BREADCRUMB_MARKER</li></ul></div>
+<div role="main" class="document" itemscope="itemscope">
+<div itemprop="articleBody">
+<section id="configuration"><h1>Configuration<a class="headerlink" href="#configuration" title="Permalink">¶</a></h1>
+<p>Settings are read from <code class="docutils literal">example.toml</code> at start-up.</p>
+<section id="timeouts"><h2>Timeouts<a class="headerlink" href="#timeouts">¶</a></h2>
+<p>The request timeout defaults to 30 seconds.</p>
+<div class="highlight-python notranslate"><div class="highlight"><pre>client = Client(timeout=30)</pre></div></div>
+</section></section></div></div>
+<footer><div class="rst-footer-buttons" role="navigation">PREV_NEXT_MARKER</div><p>FOOTER_MARKER</p></footer>
+</div></div></section></div></body></html>"""
+
+DOCUSAURUS_PAGE = """<!doctype html><html><head><title>Install | Example</title></head><body>
+<div id="__docusaurus"><nav class="navbar">NAVBAR_MARKER</nav>
+<div class="main-wrapper"><div class="docsWrapper"><aside class="theme-doc-sidebar-container">SIDEBAR_MARKER</aside>
+<main class="docMainContainer"><div class="container"><div class="row"><div class="col">
+<nav aria-label="Breadcrumbs">BREADCRUMB_MARKER</nav>
+<article><div class="theme-doc-markdown markdown"><header><h1>Install</h1></header>
+<h2 class="anchor" id="requirements">Requirements<a href="#requirements" class="hash-link" aria-label="Direct link to Requirements">&#8203;</a></h2>
+<p>Node 18 or newer is required.</p>
+<div class="codeBlockContainer"><pre><code>npm install example</code></pre>
+<button type="button" aria-label="Copy code to clipboard" class="copyButton">COPY_BUTTON_MARKER</button></div>
+</div><footer class="theme-doc-footer"><a href="https://github.com/x/edit">EDIT_MARKER</a></footer></article>
+<nav class="pagination-nav">PAGINATION_MARKER</nav>
+</div><div class="col col--3"><div class="tableOfContents">TOC_MARKER</div></div></div></div></main></div></div>
+<footer class="footer">SITE_FOOTER_MARKER</footer></div></body></html>"""
+
+
+def test_html_from_a_sphinx_read_the_docs_theme_keeps_only_the_article() -> None:
+    doc = parse_html(SPHINX_RTD_PAGE)
+    text = doc.pages[0].text
+    for marker in ("SIDEBAR_MARKER", "BREADCRUMB_MARKER", "PREV_NEXT_MARKER", "FOOTER_MARKER", "¶"):
+        assert marker not in text, marker
+    headings = [(b.text, b.anchor) for b in doc.blocks if b.kind == "heading"]
+    assert headings == [("Configuration", "configuration"), ("Timeouts", "timeouts")]
+    assert "The request timeout defaults to 30 seconds." in texts(doc, "paragraph")
+    assert "client = Client(timeout=30)" in texts(doc, "code")
+    assert_block_spans_match_page_text(doc)
+
+
+def test_html_from_docusaurus_drops_copy_buttons_toc_and_permalinks() -> None:
+    doc = parse_html(DOCUSAURUS_PAGE)
+    text = doc.pages[0].text
+    for marker in ("NAVBAR_MARKER", "SIDEBAR_MARKER", "BREADCRUMB_MARKER", "COPY_BUTTON_MARKER",
+                   "PAGINATION_MARKER", "TOC_MARKER", "SITE_FOOTER_MARKER", "\u200b"):
+        assert marker not in text, marker
+    headings = [(b.text, b.anchor) for b in doc.blocks if b.kind == "heading"]
+    assert ("Requirements", "requirements") in headings
+    assert "npm install example" in texts(doc, "code")
+    assert_block_spans_match_page_text(doc)

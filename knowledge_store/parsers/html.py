@@ -22,7 +22,8 @@ from bs4.element import CData, Comment, Declaration, Doctype, ProcessingInstruct
 from knowledge_store.documents import BlockKind, PageBuilder, ParsedDocument
 from knowledge_store.parsers.text import UNTITLED, read_source
 
-_DROP_TAGS = ("script", "style", "noscript", "template", "svg", "iframe", "nav", "aside", "form", "head")
+# <button>: "Copy", "Toggle navigation", "Was this helpful?" - interface words, not content.
+_DROP_TAGS = ("script", "style", "noscript", "template", "svg", "iframe", "nav", "aside", "form", "head", "button")
 _CHROME_TAGS = ("header", "footer")  # dropped unless they belong to the article itself
 _DROP_ROLES = {"navigation", "banner", "contentinfo"}
 _HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
@@ -91,15 +92,20 @@ def _strip_chrome(soup: BeautifulSoup) -> None:
         role = str(tag.get("role", "")).lower() if tag.attrs else ""
         if role in _DROP_ROLES or _is_hidden(tag):
             tag.decompose()
-    for tag in soup.select("a.headerlink, a.anchor-link, a.heading-anchor"):
+    # permalink glyphs doc generators put in headings: Sphinx/MkDocs (headerlink), Jupyter (anchor-link),
+    # Docusaurus (hash-link), VuePress/VitePress (header-anchor)
+    for tag in soup.select("a.headerlink, a.anchor-link, a.heading-anchor, a.hash-link, a.header-anchor"):
         tag.decompose()
 
 
 def _content_root(soup: BeautifulSoup) -> Tag:
-    """``<main>``, or the single ``<article>``, else the body: the part worth indexing."""
-    main = soup.find("main")
+    """``<main>`` (or ``role="main"``, as Sphinx themes mark it) - its one ``<article>`` when it has
+    exactly one - or the single ``<article>``, else the body: the part worth indexing."""
+    main = soup.find("main") or soup.find(attrs={"role": "main"})
     if isinstance(main, Tag) and inline_text(main):
-        return main
+        # Docusaurus-style layouts put the table of contents and pager beside the one article inside <main>
+        inner = [a for a in main.find_all("article") if inline_text(a)]
+        return inner[0] if len(inner) == 1 else main
     articles = [a for a in soup.find_all("article") if inline_text(a)]
     if len(articles) == 1:
         return articles[0]
