@@ -301,6 +301,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
         register_configured_sources(conn, settings)
         source = get_source(conn, args.name)  # SourceNotFoundError lists the known names
+    if not source.enabled:
+        print(f"error: source {source.name!r} is disabled; `groundwork sources update {source.name} --enable` first",
+              file=sys.stderr)
+        return 2
     instance = _dagster_instance()
     if source.name not in instance.get_dynamic_partitions(SOURCE_PARTITIONS.name):
         instance.add_dynamic_partitions(SOURCE_PARTITIONS.name, [source.name])

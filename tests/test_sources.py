@@ -225,8 +225,12 @@ def test_cli_sources_lifecycle_and_one_source_sync(tmp_path, capsys, monkeypatch
     shown = capsys.readouterr().out
     assert "2 documents" in shown and "2 added" in shown
 
-    assert main(["sources", "update", "manuals", "--rename", "pumps"]) == 0
-    assert "updated pumps: name" in capsys.readouterr().out
+    assert main(["sources", "update", "manuals", "--disable"]) == 0
+    capsys.readouterr()
+    assert main(["sync", "manuals"]) == 2
+    assert "is disabled" in capsys.readouterr().err
+    assert main(["sources", "update", "manuals", "--enable", "--rename", "pumps"]) == 0
+    assert "updated pumps: enabled, name" in capsys.readouterr().out
     assert main(["sources", "delete", "pumps", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["documents_deleted"] == 2
     assert active_docs_by_source(settings) == {}
