@@ -258,3 +258,30 @@ def test_a_page_whose_charset_is_only_in_the_http_header_is_read_in_that_charset
                              "WHERE d.url LIKE 'http%'")[0]
     assert "Давление в системе 4 бар; проверка ежегодно." in text
     assert rows(settings, "SELECT title FROM documents WHERE url LIKE 'http%'")[0][0] == "Давление"
+
+
+def test_a_pdf_linked_from_the_site_is_indexed_with_page_links(tmp_path, embedder):
+    import pymupdf
+
+    from doc_site import DocSite
+
+    settings = make_settings(tmp_path)
+    pdf = pymupdf.open()
+    for number, text in ((1, "Unpack the pump and check the crate for transport damage. " * 12),
+                         (2, "Bleed the hydraulic circuit before the first start of the pump. " * 12)):
+        page = pdf.new_page()
+        page.insert_text((72, 72), f"Chapter {number}", fontsize=18)
+        page.insert_textbox(pymupdf.Rect(72, 100, 520, 700), text, fontsize=11)
+    body = pdf.tobytes()
+    with DocSite() as site:
+        site.page("/docs/", "Manuals", [("pdfs", "PDFs", "Download the manual.")], ["manual.pdf"])
+        site.routes["/docs/manual.pdf"] = Reply(body=body, content_type="application/pdf")
+        with store_connection(settings.store_path) as conn:
+            add_source(conn, "manuals", "web", site.url("/docs/"), {"depth": 1, **FAST})
+        run_sync(settings, embedder, names=["manuals"])
+    assert rows(settings, "SELECT doc_type, page_count FROM documents WHERE url LIKE '%manual.pdf'") == [("pdf", 2)]
+    from knowledge_store.retrieval.engine import RetrievalEngine
+
+    hit = RetrievalEngine(settings, embedder=embedder).search(
+        "bleed the hydraulic circuit", k=1, answer="none", min_relevance=0.0).results[0]
+    assert hit.url == site.url("/docs/manual.pdf#page=2") and hit.pages == [2]
