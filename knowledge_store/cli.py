@@ -122,7 +122,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         "success": True,
         "dagster_run_id": result.run_id,
         "summary": run["summary"],
-        **{k: run[k] for k in ("added", "updated", "removed", "unchanged", "failed", "chunks_created",
+        **{k: run[k] for k in ("added", "updated", "removed", "unchanged", "excluded", "failed", "chunks_created",
                                "embeddings_computed", "embeddings_reused", "snapshot_version")},
         "documents_indexed": status["index_snapshot"]["document_count"] if status["index_snapshot"] else 0,
         "chunks_indexed": status["index_snapshot"]["chunk_count"] if status["index_snapshot"] else 0,

@@ -285,3 +285,19 @@ def test_a_pdf_linked_from_the_site_is_indexed_with_page_links(tmp_path, embedde
     hit = RetrievalEngine(settings, embedder=embedder).search(
         "bleed the hydraulic circuit", k=1, answer="none", min_relevance=0.0).results[0]
     assert hit.url == site.url("/docs/manual.pdf#page=2") and hit.pages == [2]
+
+
+def test_full_ingest_job_syncs_web_sources_too_and_reports_them(tmp_path, monkeypatch, capsys):
+    settings = make_settings(tmp_path)
+    monkeypatch.setenv("GROUNDWORK_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("GROUNDWORK_SOURCES", str(tmp_path / "base"))
+    monkeypatch.setenv("GROUNDWORK_WEB_PROGRESS_INTERVAL_S", "0")
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    with default_site() as site:
+        with store_connection(settings.store_path) as conn:
+            add_source(conn, "site", "web", site.url("/docs/"), {"depth": 1, "exclude": ["/changelog/"], **FAST})
+        assert main(["ingest", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["success"] and all(report["checks"].values())
+    assert report["excluded"] >= 1 and report["added"] == 1 + len(web_docs(settings))  # local.md + the pages
+    assert "docs/guide/install" in web_docs(settings)
