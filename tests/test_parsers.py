@@ -793,3 +793,18 @@ def test_html_from_docusaurus_drops_copy_buttons_toc_and_permalinks() -> None:
     assert ("Requirements", "requirements") in headings
     assert "npm install example" in texts(doc, "code")
     assert_block_spans_match_page_text(doc)
+
+
+def test_an_empty_single_page_app_shell_says_it_needs_javascript(tmp_path: Path) -> None:
+    from knowledge_store.errors import NoTextError
+    from knowledge_store.parsers import parse_file
+
+    shell = tmp_path / "index.html"
+    shell.write_text('<!doctype html><html><head><title>Docs</title><script src="/assets/app.js" defer></script>'
+                     '</head><body><div id="root"></div><noscript>Enable JavaScript</noscript></body></html>')
+    with pytest.raises(NoTextError, match="no text until JavaScript runs"):
+        parse_file(shell)
+    plain = tmp_path / "empty.html"
+    plain.write_text("<html><head><title>x</title></head><body><p> </p></body></html>")
+    with pytest.raises(NoTextError, match="only markup"):
+        parse_file(plain)

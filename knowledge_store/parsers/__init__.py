@@ -11,6 +11,7 @@ folder must record a failure row and move on, never die on a traceback.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -130,5 +131,18 @@ def parse_file(path: Path | str, max_bytes: int = DEFAULT_MAX_BYTES, ocr: OcrOpt
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CorruptFileError(path, f"the {doc_type} parser could not read the file: {detail[:300]}") from None
     if not any(block.text.strip() for block in parsed.blocks):
+        if doc_type == "html" and _looks_like_script_rendered(path):
+            raise NoTextError(path, "the page has no text until JavaScript runs (a single-page-app shell); Groundwork "
+                                    "does not run scripts - index the site's llms.txt, llms-full.txt or a static/"
+                                    "server-rendered version of the docs instead")
         raise NoTextError(path, "the file has no text content to index (only markup, scripts or metadata)")
     return parsed
+
+
+_APP_ROOTS = re.compile(rb"<(?:div|main)[^>]+id=[\"']?(?:root|app|__next|__nuxt|___gatsby|svelte)[\"' >]", re.I)
+
+
+def _looks_like_script_rendered(path: Path) -> bool:
+    """An empty page that loads scripts into an app root: content rendered client-side."""
+    head = path.read_bytes()[:262144]
+    return b"<script" in head.lower() and bool(_APP_ROOTS.search(head))
