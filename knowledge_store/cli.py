@@ -231,20 +231,26 @@ def cmd_sources(args: argparse.Namespace) -> int:
         return 0
     if action == "list":
         with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
-            register_configured_sources(conn, settings)
+            configured = {s.source_id for s in register_configured_sources(conn, settings)}
             sources = list_sources(conn, include_deleted=args.all)
             rows = []
             for source in sources:
                 stats = source_statistics(conn, source.source_id)
-                rows.append({**source.as_dict(), **stats})
+                # a folder the settings used to name: kept as indexed, no longer synced
+                detached = source.origin == "settings" and source.source_id not in configured
+                rows.append({**source.as_dict(), **stats, "configured": not detached})
         if args.json:
             print(json.dumps(rows, indent=2, default=str))
             return 0
         for row in rows:
-            row["state"] = "deleted" if row["deleted_at"] else ("enabled" if row["enabled"] else "disabled")
+            row["state"] = ("deleted" if row["deleted_at"] else "not configured" if not row["configured"]
+                            else "enabled" if row["enabled"] else "disabled")
             row["resync"] = "needed" if row["resync_needed"] else ""
         print(format_table(rows, ["name", "kind", "state", "location", "documents", "chunks", "open_failures",
                                   "last_synced_at", "resync"], 50))
+        if any(not row["configured"] and not row["deleted_at"] for row in rows):
+            print("\n'not configured': folders GROUNDWORK_SOURCES no longer names; what they indexed stays searchable "
+                  "but is not synced - `groundwork sources delete NAME` removes it")
         return 0
     if action == "show":
         detail = describe_source(settings, args.name)

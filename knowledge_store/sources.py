@@ -300,13 +300,16 @@ def update_source(
     return get_source(conn, new_name or source.name), changed, resync
 
 
-def delete_source(conn: duckdb.DuckDBPyConnection, name: str) -> tuple[Source, int]:
+def delete_source(conn: duckdb.DuckDBPyConnection, name: str, configured_ids: set[str] | frozenset[str] = frozenset()) -> tuple[Source, int]:
     """Soft-delete a source and all its documents in one transaction; returns (source, documents deleted).
 
-    The caller publishes a snapshot afterwards so the chunks leave the index at once.
+    A folder the settings name right now (``configured_ids``) cannot be deleted here: the next
+    sync would bring it back.  One the settings no longer name can (its documents would otherwise
+    stay indexed, never synced).  The caller publishes a snapshot afterwards so the chunks leave
+    the index at once.
     """
     source = get_source(conn, name)
-    if source.origin == "settings" and source.kind != "upload":
+    if source.source_id in configured_ids and source.kind != "upload":
         raise SourceExistsError(
             name, "this folder comes from GROUNDWORK_SOURCES (or the default corpus); remove it there instead"
         )

@@ -148,11 +148,18 @@ def test_delete_removes_chunks_from_the_index_at_once_and_purges_after_retention
     assert rows(settings, "SELECT count(*) FROM sources WHERE name = 'manuals'")[0][0] == 0
 
 
-def test_configured_folders_cannot_be_deleted_through_the_registry(tmp_path, counting_embedder):
+def test_configured_folders_can_be_deleted_only_once_the_settings_stop_naming_them(tmp_path, counting_embedder):
     settings = setup(tmp_path)
     run_sync(settings, counting_embedder)
     with pytest.raises(SourceExistsError, match="GROUNDWORK_SOURCES"):
         delete_source_now(settings, "base")
+    # once the settings stop naming it, its documents stay indexed (not synced) until deleted here
+    write_docs(tmp_path / "other", "other", 1)
+    moved = settings.model_copy(update={"sources": [tmp_path / "other"]})
+    run_sync(moved, counting_embedder)
+    assert active_docs_by_source(settings) == {"base": 2, "other": 1}
+    assert delete_source_now(moved, "base")["documents_deleted"] == 2
+    assert active_docs_by_source(settings) == {"other": 1}
 
 
 def test_retry_reruns_a_failed_parse_and_resolves_the_failure(tmp_path, counting_embedder, monkeypatch):

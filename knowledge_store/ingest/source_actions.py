@@ -21,7 +21,7 @@ from knowledge_store.ingest.parse import parse_pending
 from knowledge_store.ingest.publish import publish_index
 from knowledge_store.ingest.sync_runs import get_sync_run, start_sync_run
 from knowledge_store.settings import Settings
-from knowledge_store.sources import delete_source, get_source, source_statistics
+from knowledge_store.sources import delete_source, get_source, register_configured_sources, source_statistics
 from knowledge_store.store import store_connection, transaction, utcnow
 
 
@@ -49,7 +49,8 @@ def describe_source(settings: Settings, name: str) -> dict[str, Any]:
 def delete_source_now(settings: Settings, name: str) -> dict[str, Any]:
     """Soft-delete the source and its documents, then publish the index without them (one call)."""
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
-        source, documents = delete_source(conn, name)
+        configured = {s.source_id for s in register_configured_sources(conn, settings)}
+        source, documents = delete_source(conn, name, configured)
         run_id = start_sync_run(conn, None, "source-delete", scope=[name])
         with transaction(conn):
             conn.execute("UPDATE sync_runs SET removed = ? WHERE sync_run_id = ?", [documents, run_id])
