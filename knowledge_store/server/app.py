@@ -422,8 +422,10 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         from knowledge_store.sources import list_sources, register_configured_sources, source_statistics
 
         with _writer() as conn:
-            register_configured_sources(conn, settings)
-            rows = [{**s.as_dict(), "statistics": source_statistics(conn, s.source_id)}
+            configured = {s.source_id for s in register_configured_sources(conn, settings)}
+            # configured=false: a folder the settings no longer name (indexed, not synced; DELETE removes it)
+            rows = [{**s.as_dict(), "statistics": source_statistics(conn, s.source_id),
+                     "configured": s.origin != "settings" or s.source_id in configured}
                     for s in list_sources(conn, include_deleted=include_deleted)]
         return {"sources": rows}
 
