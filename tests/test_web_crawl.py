@@ -903,3 +903,37 @@ def test_progress_is_reported_after_every_request(site):
 def test_user_agent_is_sent_on_every_request(site):
     run(site, depth=0)
     assert all(hit.headers["user-agent"].startswith("GroundworkBot/") for hit in site.hits)
+
+
+def test_shared_rate_limiter_spaces_requests_from_separate_crawlers_on_one_host(tmp_path):
+    """Two limiters on one folder stand for two processes (each open() is its own flock)."""
+    import threading
+    import time as real_time
+
+    from knowledge_store.web.politeness import SharedRateLimiter
+
+    interval = 0.05
+    starts: list[float] = []
+    lock = threading.Lock()
+
+    def crawler() -> None:
+        limiter = SharedRateLimiter(tmp_path, interval, real_time.sleep)
+        for _ in range(8):
+            limiter.wait("docs.example.org")
+            with lock:
+                starts.append(real_time.time())
+
+    threads = [threading.Thread(target=crawler) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    starts.sort()
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    # one budget for both, not two (independent limiters would interleave with gaps near 0);
+    # the times are taken after wait() returns, so allow thread-scheduling jitter per gap
+    assert len(starts) == 16 and min(gaps) >= interval * 0.5
+    assert starts[-1] - starts[0] >= 15 * interval * 0.95
+    # another host has its own budget
+    other = SharedRateLimiter(tmp_path, 10.0, real_time.sleep)
+    assert other.wait("other.example.org") == 0.0

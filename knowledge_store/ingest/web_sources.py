@@ -91,6 +91,8 @@ def crawl_config_for(source: Source, settings: Settings) -> CrawlConfig:
         max_retries=settings.web_max_retries,
         backoff_base_s=settings.web_backoff_base_s,
         max_backoff_s=settings.web_max_backoff_s,
+        # a Dagster run and an API sync crawling at once share each host's request budget
+        politeness_dir=str(settings.data_dir / "web" / ".hosts"),
     )
 
 

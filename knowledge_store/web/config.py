@@ -46,6 +46,8 @@ class CrawlConfig:
     max_backoff_s: float = 60.0
     max_consecutive_failures: int = 5
     user_agent: str = USER_AGENT
+    # folder where request times per host are shared between processes (None: this crawl only)
+    politeness_dir: str | None = None
 
     def __post_init__(self) -> None:
         self._check_base_url()

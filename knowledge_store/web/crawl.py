@@ -36,7 +36,7 @@ from knowledge_store.web.errors import BadSitemapError, InvalidUrlError
 from knowledge_store.web.fetch import FetchError, Fetcher, Response, status_error
 from knowledge_store.web.links import canonical_from_link_header, html_links, markdown_links
 from knowledge_store.web.llms_txt import parse_llms_txt
-from knowledge_store.web.politeness import RateLimiter
+from knowledge_store.web.politeness import RateLimiter, SharedRateLimiter
 from knowledge_store.web.results import (
     CrawlFailure,
     CrawlProgress,
@@ -151,7 +151,10 @@ class _Crawl:
         self.excludes = [re.compile(pattern) for pattern in config.exclude]
         self.robots = RobotsRules.allow_everything()
         self.robots_sitemaps: list[str] = []
-        self.limiter = RateLimiter(1.0 / config.requests_per_second, sleep, clock)
+        self.limiter = (
+            SharedRateLimiter(config.politeness_dir, 1.0 / config.requests_per_second, sleep)
+            if config.politeness_dir else RateLimiter(1.0 / config.requests_per_second, sleep, clock)
+        )
         self.fetcher = Fetcher(
             client, self.limiter, user_agent=config.user_agent, max_retries=config.max_retries,
             backoff_base_s=config.backoff_base_s, max_backoff_s=config.max_backoff_s, sleep=sleep,
