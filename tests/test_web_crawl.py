@@ -875,7 +875,11 @@ def test_requests_to_one_host_are_spaced_by_the_rate_limit_in_real_time(site):
     times = [hit.at for hit in site.hits]
     assert len(times) >= 8
     gaps = [later - earlier for earlier, later in zip(times, times[1:])]
-    assert min(gaps) >= 0.04 - 0.005, gaps  # 1/25 s, a little slack for timer resolution
+    # Arrival times at the server jitter under load (one request late makes the next gap short),
+    # so check the rate over the whole run and allow jitter per gap; exact spacing is asserted
+    # with injected time in the next test.
+    assert times[-1] - times[0] >= (len(times) - 1) * 0.04 * 0.95, gaps
+    assert min(gaps) >= 0.04 / 2, gaps
 
 
 def test_every_request_including_discovery_and_retries_waits_its_turn(site):

@@ -146,44 +146,37 @@ class IngestJobs:
             return json.loads(json.dumps(job, default=str)) if job else None
 
 
-class SourceBody(BaseModel):
+class WebOptions(BaseModel):
+    """Crawl options of a web source (unset = the stored value, or the default for a new source)."""
+
     model_config = ConfigDict(extra="forbid")
 
+    depth: int | None = Field(None, description="Link hops followed from the base URL, 0-5 (default 2).")
+    include: list[str] | None = Field(None, description="Only URLs matching one of these regexes (re.search on the full URL).")
+    exclude: list[str] | None = Field(None, description="Skip URLs matching any of these regexes.")
+    respect_robots: bool | None = None
+    requests_per_second: float | None = Field(None, description="Politeness limit per host (default 5).")
+    max_pages: int | None = Field(None, description="Page cap (default 500).")
+    use_llms_txt: bool | None = None
+    use_sitemap: bool | None = None
+    llms_full_max_mb: float | None = None
+
+
+class SourceBody(WebOptions):
     name: str = Field(..., description="Unique name: letters, digits, '.', '_', '-' (also the Dagster partition key).")
     kind: Literal["web", "folder"] = "web"
     url: str | None = Field(None, description="Base URL of the site (kind web).")
     folder: str | None = Field(None, description="Folder on this machine (kind folder).")
     enabled: bool = True
     sync: bool = Field(False, description="Start a sync job right away (202 with its status URL).")
-    depth: int | None = None
-    include: list[str] | None = None
-    exclude: list[str] | None = None
-    respect_robots: bool | None = None
-    requests_per_second: float | None = None
-    max_pages: int | None = None
-    use_llms_txt: bool | None = None
-    use_sitemap: bool | None = None
-    llms_full_max_mb: float | None = None
 
 
-class SourceUpdateBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SourceUpdateBody(WebOptions):
     name: str | None = None
     enabled: bool | None = None
-    depth: int | None = None
-    include: list[str] | None = None
-    exclude: list[str] | None = None
-    respect_robots: bool | None = None
-    requests_per_second: float | None = None
-    max_pages: int | None = None
-    use_llms_txt: bool | None = None
-    use_sitemap: bool | None = None
-    llms_full_max_mb: float | None = None
 
 
-WEB_OPTION_FIELDS = ("depth", "include", "exclude", "respect_robots", "requests_per_second", "max_pages",
-                     "use_llms_txt", "use_sitemap", "llms_full_max_mb")
+WEB_OPTION_FIELDS = tuple(WebOptions.model_fields)
 
 
 def _refresh_quietly(engine: RetrievalEngine) -> None:
