@@ -93,7 +93,7 @@ def http_app(engine):
 async def _exercise(session_or_client, *, check_instructions: str | None = None) -> dict:
     """list_tools + search + get_document + the tool-level errors, via any SDK session/client."""
     tools = {t.name: t for t in (await session_or_client.list_tools()).tools}
-    assert set(tools) == {"search", "get_document"}
+    assert set(tools) == {"search", "get_document", "list_sources"}
     search_schema = tools["search"].input_schema
     assert search_schema["required"] == ["query"]
     assert {"query", "k", "filters", "alpha", "reranker"} <= set(search_schema["properties"])
@@ -121,6 +121,17 @@ async def _exercise(session_or_client, *, check_instructions: str | None = None)
     assert indexes == sorted(indexes) and 2 <= len(indexes) <= 3
     assert [c["chunk_id"] for c in body["chunks"] if c["is_cited"]] == [top["chunk_id"]]
     assert "factory" in body["text"].lower() and body["text"] in doc.content[0].text
+
+    listed = await session_or_client.call_tool("list_sources", {})
+    assert not listed.is_error
+    by_name = {item["name"]: item for item in listed.structured_content["sources"]}
+    assert by_name and all(item["documents"] >= 1 and item["chunks"] >= item["documents"] for item in by_name.values())
+    assert all(name in listed.content[0].text and item["kind"] == "folder" for name, item in by_name.items())
+    tops = []  # the names work as search filters: exactly one source holds the top passage
+    for name in by_name:
+        filtered = await session_or_client.call_tool("search", {"query": RESET, "k": 1, "filters": {"sources": [name]}})
+        tops += [r["chunk_id"] for r in filtered.structured_content["results"]]
+    assert tops.count(top["chunk_id"]) == 1
 
     missing = await session_or_client.call_tool("get_document", {"chunk_id": "no-such-chunk"})
     assert missing.is_error and "unknown chunk_id 'no-such-chunk'" in missing.content[0].text

@@ -78,7 +78,10 @@ extractive `answer`. Cite passages as [n] with their url. If it says "No relevan
 {"metadata": {"product": "aurora-hub"}}. `alpha` weights keywords (0) against meaning (1). \
 `reranker`: "mmr" for more diverse passages, "feedback" to use past ratings.
 - `get_document(chunk_id, neighbours=1)`: the full text of a passage returned by `search` \
-(by its `chunk_id`) with the passages around it in the same document version, for more context.\
+(by its `chunk_id`) with the passages around it in the same document version, for more context.
+- `list_sources()`: what the knowledge base holds: each source (a folder, the uploads, a \
+documentation website) with its kind, location and document and passage counts; use a name in \
+`search(filters={"sources": [name]})`.\
 """
 
 # ---------------------------------------------------------------------------
@@ -135,6 +138,38 @@ class DocumentOutput(BaseModel):
     status: str = Field(description="active, or superseded by a newer version of the document.")
     text: str = Field(description="Full text of the asked-for chunk.")
     chunks: list[DocumentChunk] = Field(description="The chunk and its neighbours, in document order.")
+
+
+class SourceItem(BaseModel):
+    name: str = Field(description="Use it in search filters: {\"sources\": [name]}.")
+    kind: str = Field(description="folder | upload | web")
+    location: str = Field(description="Folder path or the site's base URL.")
+    documents: int = Field(description="Documents (pages, for a website) currently indexed.")
+    chunks: int = Field(description="Passages currently indexed.")
+
+
+class SourcesOutput(BaseModel):
+    snapshot_version: int
+    sources: list[SourceItem]
+
+
+def source_summary(snapshot) -> SourcesOutput:
+    """Per source: kind, location, active documents and chunks of the published snapshot."""
+    docs_per: dict[str, set[str]] = {}
+    chunks_per: dict[str, int] = {}
+    names = [d["source_name"] for d in snapshot.documents]
+    for index in snapshot.doc_index[snapshot.active]:
+        name = names[int(index)]
+        chunks_per[name] = chunks_per.get(name, 0) + 1
+        docs_per.setdefault(name, set()).add(snapshot.documents[int(index)]["doc_id"])
+    cursor = snapshot.conn.cursor()
+    try:
+        rows = cursor.execute("SELECT name, kind, location FROM sources ORDER BY name").fetchall()
+    finally:
+        cursor.close()
+    items = [SourceItem(name=name, kind=kind, location=location, documents=len(docs_per.get(name, ())),
+                        chunks=chunks_per.get(name, 0)) for name, kind, location in rows if name in chunks_per]
+    return SourcesOutput(snapshot_version=snapshot.info.snapshot_version, sources=items)
 
 
 # ---------------------------------------------------------------------------
@@ -250,7 +285,7 @@ assert set(get_args(RerankerName)) == set(RERANKERS), "update RerankerName to ma
 
 
 def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
-    """An ``MCPServer`` named "groundwork" with the ``search`` and ``get_document`` tools.
+    """An ``MCPServer`` named "groundwork" with the ``search``, ``get_document`` and ``list_sources`` tools.
 
     Does not change global logging (the SDK's constructor calls
     ``logging.basicConfig``; that is undone here when it took effect)."""
@@ -348,11 +383,28 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
             structured_content=output.model_dump(mode="json"),
         )
 
+    def list_sources() -> Annotated[CallToolResult, SourcesOutput]:
+        """The sources in the knowledge base (folders, uploads, websites) with document and passage counts."""
+        try:
+            output = source_summary(engine.snapshots.current())
+        except GroundworkError as error:
+            raise ToolError(f"{type(error).__name__}: {error}") from None
+        lines = [f"{len(output.sources)} sources in index snapshot {output.snapshot_version}:"]
+        lines += [f"- {item.name} ({item.kind}) {item.location}: {item.documents} documents, {item.chunks} passages"
+                  for item in output.sources]
+        return CallToolResult(
+            content=[TextContent(type="text", text="\n".join(lines))],
+            structured_content=output.model_dump(mode="json"),
+        )
+
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
     tools = {
         "search": Tool.from_function(search, name="search", title="Search the knowledge base", annotations=read_only),
         "get_document": Tool.from_function(
             get_document, name="get_document", title="Read a cited passage in context", annotations=read_only
+        ),
+        "list_sources": Tool.from_function(
+            list_sources, name="list_sources", title="List the knowledge base's sources", annotations=read_only
         ),
     }
     root = logging.getLogger()
