@@ -194,16 +194,30 @@ def test_api_sync_job_reports_crawl_progress(tmp_path, embedder):
     run_sync(settings, embedder)
     with default_site() as site, TestClient(create_app(settings, engine=RetrievalEngine(settings, embedder=embedder),
                                                        mount_mcp=False)) as client:
+        slow = site.routes["/docs/faq"]
+
+        def slow_faq(request):  # keeps the crawl busy long enough to be watched mid-way
+            time.sleep(1.5)
+            return slow
+
+        site.routes["/docs/faq"] = slow_faq
         created = client.post("/api/sources", json={"name": "site", "url": site.url("/docs/"), "depth": 1,
                                                     "exclude": ["/changelog/"], **FAST, "sync": True})
         assert created.status_code == 202, created.text
         job = created.json()
+        seen_running: list[dict] = []
         for _ in range(600):
             job = client.get(f"/api/knowledge/jobs/{job['job_id']}").json()
+            if job["status"] == "running" and job["progress"] and not job["progress"].get("done"):
+                seen_running.append(job["progress"])
             if job["status"] in ("succeeded", "failed"):
                 break
             time.sleep(0.1)
         assert job["status"] == "succeeded", job
+        # progress was visible while the crawl ran: counters, queue, growing
+        assert seen_running and seen_running[0]["source"] == "site"
+        assert {"fetched", "queued", "excluded", "failed", "requests"} <= set(seen_running[-1])
+        assert seen_running[-1]["requests"] >= seen_running[0]["requests"] >= 1
         assert job["progress"]["source"] == "site" and job["progress"]["done"] is True
         assert job["progress"]["fetched"] >= 5 and job["crawl"]["complete"] is True
         assert job["added"] >= 5 and job["excluded"] >= 1
