@@ -263,3 +263,21 @@ def test_keyboard_order_and_alpha_slider(page):
         assert page.locator(f"label[for={control}]").count() == 1, control
     outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
     assert outline not in ("", "none"), "the focused control has no visible focus outline"
+
+
+# ------------------------------------------------------------------ sources
+
+
+def test_sources_panel_lists_counts_and_syncs_a_source_with_progress(page):
+    page.click("#sources-details summary")
+    row = page.locator("#sources-body tr", has=page.locator("th", has_text="docs"))
+    expect(row).to_have_count(1)
+    cells = row.locator("td")
+    assert cells.nth(0).inner_text() == "folder"
+    assert int(cells.nth(2).inner_text()) >= 5 and int(cells.nth(3).inner_text()) > int(cells.nth(2).inner_text())
+    assert "added" in cells.nth(5).inner_text()  # the last sync summary
+    expect(page.locator("#sources-summary")).to_contain_text("sources,")
+
+    row.get_by_role("button", name="Sync docs now").click()
+    expect(page.locator("#sources-status")).to_contain_text("Synced docs: 0 added, 0 updated, 0 removed", timeout=60_000)
+    expect(row.get_by_role("button", name="Sync docs now")).to_be_enabled()
