@@ -315,3 +315,24 @@ def test_full_ingest_job_syncs_web_sources_too_and_reports_them(tmp_path, monkey
     assert report["success"] and all(report["checks"].values())
     assert report["excluded"] >= 1 and report["added"] == 1 + len(web_docs(settings))  # local.md + the pages
     assert "docs/guide/install" in web_docs(settings)
+
+
+def test_an_incomplete_crawl_still_versions_the_pages_it_fetched_and_deletes_nothing(tmp_path, embedder):
+    settings = make_settings(tmp_path)
+    site = default_site()
+    with store_connection(settings.store_path) as conn:
+        add_source(conn, "site", "web", site.url("/docs/"), {"depth": 1, "exclude": ["/changelog/"], **FAST})
+    with site:
+        run_sync(settings, embedder, names=["site"])
+        before = web_docs(settings)
+        # the sitemap index fails transiently (so pages only it lists cannot be judged) and a page changes
+        site.routes["/sitemap.xml"] = Reply(status=503, body="busy", content_type="text/plain")
+        site.page("/docs/guide/install", "Install", [("requirements", "Requirements", "Python 3.13 only.")])
+        report = run_sync(settings, embedder, names=["site"])
+    assert report.raw.crawls["site"]["complete"] is False
+    assert report.raw.removed == 0 and report.raw.updated == 1 and report.raw.added == 0
+    after = web_docs(settings)
+    assert set(after) == set(before) and after["docs/guide/install"] == 2
+    assert_index_consistent(settings)
+    kinds = {kind for _, kind in open_failures(settings).values()}
+    assert "source_unreachable" in kinds

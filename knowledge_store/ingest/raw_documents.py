@@ -282,14 +282,16 @@ def record_raw_documents(
             else:
                 resolve_failures(conn, str(folder.location), stages=("scan",))
 
-        # latest version of every document of the scanned sources
+        # latest version of every document of the sources in this scan - also of a site whose crawl
+        # was incomplete: the pages it did fetch are versioned as usual, only deletions need a full view
         latest: dict[str, tuple[int, str, str]] = {}
         active_version: dict[str, int] = {}
         doc_source: dict[str, str] = {}
-        if scanned_sources:
+        observed_sources = sorted({f.source_id for f in scan.folders} | {f.source_id for f in scan.files})
+        if observed_sources:
             rows = conn.execute(
                 "SELECT doc_id, version, status, checksum, source_id FROM documents WHERE list_contains(?, source_id)",
-                [scanned_sources],
+                [observed_sources],
             ).fetchall()
             for doc_id, version, status, checksum, source_id in rows:
                 doc_source[doc_id] = source_id
@@ -375,9 +377,12 @@ def record_raw_documents(
 
         # documents whose file (or page) is gone from a scanned source
         known_gone = {doc_id_for(f.source_id, f.relative_path) for f in scan.failures if not f.keeps_document}
+        complete_sources = set(scanned_sources)
         for doc_id, (version, status, _checksum) in latest.items():
             if scan.partial or doc_id in present or status in ("deleted", "superseded"):
                 continue
+            if doc_source[doc_id] not in complete_sources:
+                continue  # missing folder or incomplete crawl: absence proves nothing
             if doc_source[doc_id] in scan.keep_unseen and doc_id not in known_gone:
                 continue
             path_row = conn.execute(
