@@ -64,8 +64,6 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    import dagster as dg
-
     from knowledge_store.ingest.sync_runs import get_sync_run
     from knowledge_store.status import store_status
     from knowledge_store.store import store_connection
@@ -80,12 +78,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     store = KnowledgeStoreResource(
         data_dir=str(settings.data_dir), sources=":".join(str(p) for p in settings.sources) or None
     )
-    home = os.environ.get("DAGSTER_HOME")
-    if home:  # record the run where `dagster dev` will show it
-        os.makedirs(home, exist_ok=True)
-        instance = dg.DagsterInstance.get()
-    else:
-        instance = dg.DagsterInstance.ephemeral()
+    instance = _dagster_instance()
     started = time.perf_counter()
     job = build_definitions(store=store).resolve_job_def(INGEST_JOB_NAME)
     result = job.execute_in_process(

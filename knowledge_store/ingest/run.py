@@ -152,9 +152,16 @@ def run_sync(
     embedder = embedder or Embedder(settings.model_path, settings.embed_batch_size, settings.torch_threads, settings.embedding_dim)
     raw = record_sources(settings, sync_run_id=sync_run_id, trigger=trigger, names=names, kinds=kinds,
                          progress=progress, web_client=web_client, refresh=refresh)
-    run_id = raw.sync_run_id
-    parse = parse_pending(settings, run_id)
-    chunk = chunk_parsed(settings, token_counter(str(settings.model_path)), run_id)
-    embed = embed_missing(settings, embedder, run_id)
-    publish = publish_index(settings, embedder.model_id, run_id)
+    parse, chunk, embed, publish = process_pending(settings, embedder, raw.sync_run_id)
     return SyncReport(raw, parse, chunk, embed, publish, time.perf_counter() - started)
+
+
+def process_pending(
+    settings: Settings, embedder: Embedder, sync_run_id: str
+) -> tuple[ParseResult, ChunkResult, EmbedResult, PublishResult]:
+    """Stages 2-5 over whatever is pending (after a scan, a crawl or a retry), then publish."""
+    parse = parse_pending(settings, sync_run_id)
+    chunk = chunk_parsed(settings, token_counter(str(settings.model_path)), sync_run_id)
+    embed = embed_missing(settings, embedder, sync_run_id)
+    publish = publish_index(settings, embedder.model_id, sync_run_id)
+    return parse, chunk, embed, publish

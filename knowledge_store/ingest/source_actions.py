@@ -13,11 +13,8 @@ from typing import Any
 
 import duckdb
 
-from knowledge_store.embeddings import Embedder, model_id_for, token_counter
+from knowledge_store.embeddings import Embedder, model_id_for
 from knowledge_store.errors import GroundworkError
-from knowledge_store.ingest.chunk import chunk_parsed
-from knowledge_store.ingest.embed import embed_missing
-from knowledge_store.ingest.parse import parse_pending
 from knowledge_store.ingest.publish import publish_index
 from knowledge_store.ingest.sync_runs import get_sync_run, start_sync_run
 from knowledge_store.settings import Settings
@@ -90,7 +87,7 @@ def retry_failure(
     - a file the scan refused (too big, unsupported) is looked at again by re-syncing its source,
       since only the scan can tell whether the file changed.
     """
-    from knowledge_store.ingest.run import run_sync
+    from knowledge_store.ingest.run import process_pending, run_sync
 
     started = time.perf_counter()
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
@@ -101,7 +98,7 @@ def retry_failure(
         from knowledge_store.ingest.web_sources import retry_page
 
         run_id = retry_page(settings, failure, progress=progress, web_client=web_client)
-        _finish_stages(settings, embedder, run_id)
+        process_pending(settings, embedder, run_id)
     elif stage in ("parse", "chunk", "embed") and failure["doc_id"]:
         with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
             run_id = start_sync_run(conn, None, "retry", scope=[failure["source"]] if failure["source"] else None)
@@ -115,7 +112,7 @@ def retry_failure(
                 # the failure belongs to an active version (e.g. pages without text before OCR was
                 # installed): parse the same bytes again as a new version that supersedes it when ready
                 _requeue_active(conn, failure["doc_id"], run_id)
-        _finish_stages(settings, embedder, run_id)
+        process_pending(settings, embedder, run_id)
     else:
         if not failure["source"]:
             raise FailureNotFoundError(failure_id)
@@ -156,10 +153,3 @@ def _requeue_active(conn: duckdb.DuckDBPyConnection, doc_id: str, run_id: str) -
             "version, ?, ? FROM documents WHERE doc_id = ? AND version = ?",
             [row[0] + 1, utcnow(), run_id, doc_id, active[0]],
         )
-
-
-def _finish_stages(settings: Settings, embedder: Embedder, run_id: str) -> None:
-    parse_pending(settings, run_id)
-    chunk_parsed(settings, token_counter(str(settings.model_path)), run_id)
-    embed_missing(settings, embedder, run_id)
-    publish_index(settings, embedder.model_id, run_id)
