@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
+import pyarrow as pa
 
 from knowledge_store.ingest.raw_documents import ScanFailure, SourceFile, doc_id_for
 from knowledge_store.settings import Settings
@@ -272,25 +273,48 @@ def prior_body_paths(conn: duckdb.DuckDBPyConnection, source_id: str) -> dict[st
     return dict(conn.execute("SELECT url, body_path FROM web_pages WHERE source_id = ?", [source_id]).fetchall())
 
 
+def _strings(values: list[str | None]) -> pa.Array:
+    return pa.array(values, type=pa.string())
+
+
 def record_web_pages(conn: duckdb.DuckDBPyConnection, outcome: WebSourceOutcome) -> None:
     """Upsert the per-URL crawl state; after a complete crawl, forget URLs it no longer reached."""
     now = utcnow()
     source_id = outcome.source.source_id
     by_url = {f.relative_path: f for f in outcome.files}
     validated = dict(conn.execute("SELECT url, fetched_at FROM web_pages WHERE source_id = ?", [source_id]).fetchall())
-    for page in outcome.pages:
-        file = by_url[page.url]
-        # fetched_at = last time the server vouched for the body (a download or a 304), not a lastmod skip
-        fetched_at = validated.get(page.url) if page.how == "lastmod" else now
-        conn.execute("DELETE FROM web_pages WHERE source_id = ? AND url = ?", [source_id, page.url])
+    pages = outcome.pages
+    if pages:
+        files = [by_url[page.url] for page in pages]
+        rows = pa.table({
+            "url": _strings([p.url for p in pages]),
+            "doc_id": _strings([doc_id_for(source_id, p.url) for p in pages]),
+            "final_url": _strings([p.final_url for p in pages]),
+            "content_type": _strings([p.content_type for p in pages]),
+            "http_status": pa.array([p.http_status for p in pages], type=pa.int32()),
+            "etag": _strings([p.etag for p in pages]),
+            "last_modified": _strings([p.last_modified for p in pages]),
+            "lastmod": _strings([p.lastmod for p in pages]),
+            "checksum": _strings([f.checksum for f in files]),
+            "body_path": _strings([str(f.path) for f in files]),
+            "links": _strings([json.dumps(list(p.links)) for p in pages]),
+            "depth": pa.array([p.depth for p in pages], type=pa.int32()),
+            "origin": _strings([p.origin for p in pages]),
+            # the last time the server vouched for the body (a download or a 304), not a lastmod skip
+            "fetched_at": pa.array([validated.get(p.url) if p.how == "lastmod" else now for p in pages],
+                                   type=pa.timestamp("us")),
+        })
+        conn.execute("DELETE FROM web_pages WHERE source_id = ? AND list_contains(?, url)",
+                     [source_id, rows.column("url").to_pylist()])
+        conn.register("web_pages_df", rows)
         conn.execute(
             "INSERT INTO web_pages (source_id, url, doc_id, final_url, content_type, http_status, etag, last_modified, "
             "lastmod, checksum, body_path, links, depth, origin, fetched_at, seen_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [source_id, page.url, doc_id_for(source_id, page.url), page.final_url, page.content_type,
-             page.http_status, page.etag, page.last_modified, page.lastmod, file.checksum, str(file.path),
-             json.dumps(list(page.links)), page.depth, page.origin, fetched_at, now],
+            "SELECT ?, url, doc_id, final_url, content_type, http_status, etag, last_modified, lastmod, checksum, "
+            "body_path, links::JSON, depth, origin, fetched_at, ? FROM web_pages_df",
+            [source_id, now],
         )
+        conn.unregister("web_pages_df")
     if outcome.complete and not outcome.partial and not outcome.capped:
         conn.execute(
             "DELETE FROM web_pages WHERE source_id = ? AND NOT list_contains(?, url)",
