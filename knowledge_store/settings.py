@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from knowledge_store.errors import ConfigError
+from knowledge_store.retrieval.fusion import FUSION_MODES
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,7 +64,11 @@ class Settings(BaseSettings):
     # ---- retrieval (issue 3)
     default_k: int = Field(5, ge=1, le=100, description="Passages returned when a query does not say.")
     default_alpha: float = Field(0.5, ge=0, le=1, description="Fusion weight: 0 = pure BM25, 1 = pure vector; 0.5 measured best on SciFact test and mid-plateau on train (docs/EVALUATION.md).")
-    default_fusion: str = Field("weighted", pattern="^(weighted|rrf)$", description="weighted (min-max) or rrf.")
+    default_fusion: str = Field("weighted", description="Fusion mode: " + "; ".join(f"{k}: {v}" for k, v in FUSION_MODES.items()) + ".")
+    section_weight: float = Field(0.5, ge=0, le=1, description="Share of a chunk's BM25 evidence that is its whole section's BM25 (0 = the chunk alone). See docs/EVALUATION.md.")
+    lead_weight: float = Field(0.3, ge=0, le=1, description="Share of a chunk's vector evidence that is its section's first chunk's cosine (0 = the chunk alone).")
+    phrase_boost: bool = Field(True, description="Queries of 8+ words: candidates containing most of the query's word pairs in order (a pasted passage) rank first.")
+    use_tuned_ranking: bool = Field(True, description="Use the corpus's self-tuned ranking (index/tuned.json, `groundwork tune`) for values not set explicitly.")
     rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
     candidate_pool: int = Field(100, ge=10, le=2000, description="Top hits taken from each of BM25 and vector before fusion.")
     default_reranker: str = Field("none", pattern="^(none|mmr|feedback|cross-encoder)$")
@@ -114,6 +119,13 @@ class Settings(BaseSettings):
     def _split_sources(cls, value: object) -> object:
         if isinstance(value, str):
             return [Path(part) for part in value.split(":") if part.strip()]
+        return value
+
+    @field_validator("default_fusion")
+    @classmethod
+    def _known_fusion(cls, value: str) -> str:
+        if value not in FUSION_MODES:
+            raise ValueError(f"must be one of {', '.join(FUSION_MODES)} (got {value!r})")
         return value
 
     @model_validator(mode="after")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from knowledge_store.index import (
+    FTS_CONFIG_ID,
     SnapshotInfo,
     build_snapshot,
     read_pointer,
@@ -135,7 +136,7 @@ def active_fingerprint(conn, model_id: str) -> tuple[str, int, int]:
         WHERE d.status IN ('active', 'superseded')
         """
     ).fetchone()
-    return f"{row[0][:32]}:{model_id}", int(row[1]), int(row[2])
+    return f"{row[0][:32]}:{model_id}:{FTS_CONFIG_ID}", int(row[1]), int(row[2])
 
 
 def publish_index(settings: Settings, model_id: str, sync_run_id: str) -> PublishResult:

@@ -24,7 +24,8 @@ from knowledge_store.errors import GroundworkError
 from knowledge_store.retrieval.answer import Answer, LLMAnswerer, extractive_answer
 from knowledge_store.retrieval.citations import Citation, build_citations
 from knowledge_store.retrieval.filters import MaskCache, SearchFilters
-from knowledge_store.retrieval.fusion import fuse_scores, relevance
+from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, lexical_evidence, rank_rows, semantic_evidence
+from knowledge_store.retrieval.fusion import FUSION_MODES, relevance
 from knowledge_store.retrieval.rerankers import (
     RERANKERS,
     CrossEncoderReranker,
@@ -61,6 +62,12 @@ class SearchRequest:
     min_relevance: float
     answer: str = "extractive"  # extractive | llm | none
     client: str = "python"
+    section_weight: float = 0.0
+    lead_weight: float = 0.0
+
+    @property
+    def ranking(self) -> RankingParams:
+        return RankingParams(self.alpha, self.fusion, self.section_weight, self.lead_weight)
 
 
 @dataclass
@@ -223,9 +230,12 @@ class RetrievalEngine:
         min_relevance: float | None = None,
         answer: str = "extractive",
         client: str = "python",
+        section_weight: float | None = None,
+        lead_weight: float | None = None,
     ) -> SearchRequest:
-        """Validate and complete a request with the settings' defaults."""
+        """Validate and complete a request with the corpus's defaults (see ``ranking_defaults``)."""
         s = self.settings
+        defaults = self.ranking_defaults()
         if not isinstance(query, str) or not query.strip():
             raise QueryValidationError("query", query, "must be a non-empty string")
         if len(query) > s.max_query_chars:
@@ -233,12 +243,17 @@ class RetrievalEngine:
         k = s.default_k if k is None else k
         if not isinstance(k, int) or not 1 <= k <= 100:
             raise QueryValidationError("k", k, "must be an integer from 1 to 100")
-        alpha = s.default_alpha if alpha is None else alpha
-        if not 0.0 <= float(alpha) <= 1.0:
+        alpha = defaults.alpha if alpha is None else alpha
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
             raise QueryValidationError("alpha", alpha, "must be between 0 (pure BM25) and 1 (pure vector)")
-        fusion = fusion or s.default_fusion
-        if fusion not in ("weighted", "rrf"):
-            raise QueryValidationError("fusion", fusion, "must be 'weighted' or 'rrf'")
+        fusion = fusion or defaults.fusion
+        if fusion not in FUSION_MODES:
+            raise QueryValidationError("fusion", fusion, f"must be one of {', '.join(FUSION_MODES)}")
+        section_weight = defaults.section_weight if section_weight is None else section_weight
+        lead_weight = defaults.lead_weight if lead_weight is None else lead_weight
+        for name, value in (("section_weight", section_weight), ("lead_weight", lead_weight)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+                raise QueryValidationError(name, value, "must be between 0 and 1")
         reranker = reranker or s.default_reranker
         if reranker not in RERANKERS:
             raise QueryValidationError("reranker", reranker, f"must be one of {', '.join(RERANKERS)}")
@@ -251,7 +266,15 @@ class RetrievalEngine:
                 raise QueryValidationError("filters", filters, str(error).splitlines()[0]) from error
         floor = s.min_relevance if min_relevance is None else min_relevance
         return SearchRequest(query=query.strip(), k=k, alpha=float(alpha), fusion=fusion, reranker=reranker,
-                             filters=filters or SearchFilters(), min_relevance=float(floor), answer=answer, client=client)
+                             filters=filters or SearchFilters(), min_relevance=float(floor), answer=answer, client=client,
+                             section_weight=float(section_weight), lead_weight=float(lead_weight))
+
+    def ranking_defaults(self) -> RankingParams:
+        """The ranking a query gets when it does not say: settings set explicitly (environment,
+        ``.env`` or code) win, then the corpus's self-tuned configuration, then the built-in defaults."""
+        from knowledge_store.tuning import effective_ranking
+
+        return effective_ranking(self.settings, self.snapshots.index_dir)
 
     # ---------------------------------------------------------------- the work
     def candidates(self, request: SearchRequest, pool_size: int) -> HybridCandidates:
@@ -262,28 +285,30 @@ class RetrievalEngine:
 
         def lexical():
             started = time.perf_counter()
-            terms = snapshot.query_terms(request.query)
-            scores, mass = snapshot.bm25_scores(terms)
-            return terms, scores, mass, (time.perf_counter() - started) * 1000
+            result = lexical_evidence(snapshot, request.query)
+            return result, (time.perf_counter() - started) * 1000
 
         # BM25 does not need the query vector: score it on the other core while the model runs
         bm25_future = _SEARCH_POOL.submit(lexical)
         query_vector = self.embedder.embed([request.query])[0]
         t1 = time.perf_counter()
-        vector = snapshot.vector_scores(query_vector)
+        vector_chunk, vector_lead = semantic_evidence(snapshot, query_vector)
         t2 = time.perf_counter()
-        terms, bm25, coverage_mass, bm25_ms = bm25_future.result()
+        (terms, bm25_chunk, bm25_section, coverage_mass), bm25_ms = bm25_future.result()
         t3 = time.perf_counter()
+        evidence = QueryEvidence(terms, bm25_chunk, bm25_section, coverage_mass, vector_chunk, vector_lead)
         mask = self.masks.mask(snapshot, request.filters)
-        fused = fuse_scores(bm25, vector, mask, request.alpha, self.settings.candidate_pool, request.fusion, self.settings.rrf_k)
+        fused = rank_rows(evidence, request.ranking, mask, self.settings.candidate_pool, self.settings.rrf_k,
+                          snapshot=snapshot, query=request.query if self.settings.phrase_boost else None)
         rows = fused.rows[:pool_size]
         total = terms.total_weight
-        rel = relevance(fused.vector[:pool_size], coverage_mass[rows] / total if total > 0 else np.zeros(len(rows)))
+        # absolute relevance is calibrated on the chunk's own cosine, whatever the ranking blend
+        rel = relevance(vector_chunk[rows].astype(np.float64), coverage_mass[rows] / total if total > 0 else np.zeros(len(rows)))
         hits = snapshot.hits_for_rows(rows.tolist())
         for i, hit in enumerate(hits):
             hit.score = float(fused.fused[i])
-            hit.bm25_score = float(fused.bm25[i])
-            hit.vector_score = float(fused.vector[i])
+            hit.bm25_score = float(bm25_chunk[rows[i]])  # the chunk's own scores; ranks are of the blended evidence
+            hit.vector_score = float(vector_chunk[rows[i]])
             hit.bm25_rank = int(fused.bm25_rank[i]) or None
             hit.vector_rank = int(fused.vector_rank[i]) or None
             hit.fused_rank = i + 1
@@ -328,7 +353,8 @@ class RetrievalEngine:
         timings.update(rerank=(t_format - t_rerank) * 1000, format=(done - t_format) * 1000, total=(done - started) * 1000)
         timings = {k: round(v, 3) for k, v in timings.items()}
         params_out = {
-            "k": request.k, "alpha": request.alpha, "fusion": request.fusion, "reranker": request.reranker,
+            "k": request.k, "alpha": request.alpha, "fusion": request.fusion, "section_weight": request.section_weight,
+            "lead_weight": request.lead_weight, "reranker": request.reranker,
             "filters": request.filters.model_dump(exclude_defaults=True), "min_relevance": request.min_relevance,
             "answer": request.answer,
         }

@@ -1,6 +1,6 @@
 """Score fusion for hybrid retrieval, as plain functions over NumPy arrays.
 
-Two methods:
+Three methods (the vocabulary is ``FUSION_MODES``; settings, CLI, API, MCP and console derive from it):
 - ``weighted``: min-max normalise each method's scores over the candidate pool,
   then ``alpha * vector + (1 - alpha) * bm25`` (alpha 0 = pure BM25, 1 = pure vector).
   Every candidate has *both* raw scores (both are computed for all rows), so a
@@ -8,6 +8,10 @@ Two methods:
 - ``rrf``: reciprocal-rank fusion, ``sum 1 / (rrf_k + rank)`` over the two ranked
   lists (a method that did not rank a chunk in its top pool contributes nothing).
   ``alpha`` weights the two lists here too (0.5 = classic unweighted RRF * 0.5).
+- ``dbsf``: distribution-based score fusion: each method's scores are scaled by
+  the mean and standard deviation of *its own* top pool (``(x - (mu - 3 sigma)) /
+  6 sigma``), so one outlier or a pool padded with the other method's weak
+  candidates does not squash the rest, as min-max over the union can.
 """
 
 from __future__ import annotations
@@ -15,6 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+
+FUSION_MODES: dict[str, str] = {
+    "weighted": "min-max normalised scores, alpha * vector + (1 - alpha) * BM25",
+    "dbsf": "distribution-based: each method scaled by mean +- 3 sd of its own top pool, then weighted by alpha",
+    "rrf": "reciprocal-rank fusion, alpha-weighted sum of 1 / (rrf_k + rank)",
+}
 
 
 @dataclass
@@ -53,6 +64,17 @@ def minmax(values: np.ndarray) -> np.ndarray:
     return (values - lo) / (hi - lo)
 
 
+def distribution_scaled(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """Scale ``values`` so ``mean - 3 sd`` of ``reference`` maps to 0 and ``mean + 3 sd`` to 1 (clipped at 0)."""
+    if len(reference) == 0:
+        return np.zeros(len(values), dtype=np.float64)
+    reference = reference.astype(np.float64)
+    mu, sd = float(reference.mean()), float(reference.std())
+    if sd < 1e-12:
+        return np.where(values >= mu, 1.0, 0.0) if mu > 0 else np.zeros(len(values))
+    return np.clip((values - (mu - 3.0 * sd)) / (6.0 * sd), 0.0, None)
+
+
 def fuse_scores(
     bm25_scores: np.ndarray,
     vector_scores: np.ndarray,
@@ -65,8 +87,8 @@ def fuse_scores(
     """Fuse full-corpus BM25 and vector score arrays into one ranked candidate list."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha={alpha!r}: must be between 0 and 1")
-    if method not in ("weighted", "rrf"):
-        raise ValueError(f"fusion={method!r}: must be 'weighted' or 'rrf'")
+    if method not in FUSION_MODES:
+        raise ValueError(f"fusion={method!r}: must be one of {', '.join(FUSION_MODES)}")
     bm25_top = top_rows(bm25_scores, mask, pool, positive_only=True) if alpha < 1.0 else np.zeros(0, dtype=np.int64)
     vector_top = top_rows(vector_scores, mask, pool) if alpha > 0.0 else np.zeros(0, dtype=np.int64)
     rows = np.unique(np.concatenate([bm25_top, vector_top])).astype(np.int64)
@@ -79,6 +101,9 @@ def fuse_scores(
     v = vector_scores[rows].astype(np.float64)
     if method == "weighted":
         fused = alpha * minmax(v) + (1.0 - alpha) * minmax(b)
+    elif method == "dbsf":
+        fused = alpha * distribution_scaled(v, vector_scores[vector_top]) + (1.0 - alpha) * distribution_scaled(
+            b, bm25_scores[bm25_top])
     else:
         br, vr = bm25_rank_all[rows], vector_rank_all[rows]
         fused = (1.0 - alpha) * np.where(br > 0, 1.0 / (rrf_k + br), 0.0) + alpha * np.where(vr > 0, 1.0 / (rrf_k + vr), 0.0)

@@ -68,6 +68,7 @@ class LoadedSnapshot:
     records: object  # pyarrow Table of every chunk's citation fields and text, row-aligned
     documents: list[dict]  # per doc index: doc_id, version, source_id, source_name, path, relative_path, title, metadata
     stopwords: frozenset[str] = frozenset()
+    sections: "SectionIndex | None" = None
     _stems: dict[str, str] = field(default_factory=dict)
     load_seconds: float = 0.0
 
@@ -131,6 +132,18 @@ class LoadedSnapshot:
             coverage[rows] += idf
         return scores, coverage
 
+    def section_bm25_scores(self, terms: QueryTerms) -> np.ndarray:
+        """BM25 of each row's *section* (its run of chunks under one heading), broadcast to the rows.
+
+        A short answer section and a long reference page should compete as
+        wholes: chunk-level BM25 hands a long page one lottery ticket per chunk
+        and splits a section's evidence across chunk borders.
+        """
+        sections = self.sections
+        if sections is None or not len(terms.termids):
+            return np.zeros(self.size, dtype=np.float32)
+        return sections.scores(terms.termids)[sections.group]
+
     # ---------------------------------------------------------------- vectors
     def vector_scores(self, query_vector: np.ndarray) -> np.ndarray:
         return self.embeddings @ query_vector.astype(np.float32)
@@ -184,6 +197,94 @@ class LoadedSnapshot:
             self.conn.close()
         except Exception:  # noqa: BLE001 - closing a read-only handle cannot lose data
             pass
+
+
+# a section longer than this many chunks is split into runs (a 300-page PDF with no headings is not one "section")
+SECTION_MAX_CHUNKS = 16
+
+
+@dataclass
+class SectionIndex:
+    """Rows grouped into sections (consecutive chunks of one document version under one heading path),
+    with BM25 postings aggregated per section and each section's lead (first) row.
+
+    Built in memory from the chunk postings at snapshot load (no file format
+    change): the section's term frequency is the sum over its chunks, its
+    length the sum of their lengths, idf counts sections.
+    """
+
+    group: np.ndarray  # int32 per row: section number
+    lead_row: np.ndarray  # int64 per section: its first row
+    term_ptr: np.ndarray  # int64 (n_terms + 1)
+    post_groups: np.ndarray  # int32 per posting
+    post_tf: np.ndarray  # float32 per posting
+    df: np.ndarray  # float64 per termid: sections containing the term
+    length: np.ndarray  # float32 per section
+    avgdl: float
+
+    @property
+    def count(self) -> int:
+        return len(self.lead_row)
+
+    def scores(self, termids: np.ndarray) -> np.ndarray:
+        out = np.zeros(self.count, dtype=np.float32)
+        n = float(self.count)
+        for termid in termids:
+            start, end = self.term_ptr[termid], self.term_ptr[termid + 1]
+            if start == end:
+                continue
+            df = self.df[termid]
+            idf = np.log10((n - df + 0.5) / (df + 0.5) + 1.0)
+            groups = self.post_groups[start:end]
+            tf = self.post_tf[start:end]
+            norm = BM25_K1 * (1.0 - BM25_B + BM25_B * self.length[groups] / self.avgdl)
+            out[groups] += (idf * tf * (BM25_K1 + 1.0) / (tf + norm)).astype(np.float32)
+        return out
+
+
+def section_groups(doc_index: np.ndarray, section_paths: list, max_chunks: int = SECTION_MAX_CHUNKS) -> np.ndarray:
+    """Section number per row; rows are in (document version, chunk order) order in a snapshot."""
+    group = np.zeros(len(doc_index), dtype=np.int32)
+    current = -1
+    previous: tuple | None = None
+    run = 0
+    for row, (doc, path) in enumerate(zip(doc_index.tolist(), section_paths)):
+        key = (doc, tuple(path or ()))
+        if key != previous or run >= max_chunks:
+            current += 1
+            previous, run = key, 0
+        run += 1
+        group[row] = current
+    return group
+
+
+def build_section_index(group: np.ndarray, doc_len: np.ndarray, term_ptr: np.ndarray, post_rows: np.ndarray,
+                        post_tf: np.ndarray) -> SectionIndex:
+    n_groups = int(group.max()) + 1 if len(group) else 0
+    n_terms = len(term_ptr) - 1
+    rows = np.arange(len(group), dtype=np.int64)
+    # rows of a section are consecutive, so its lead is where the section number changes
+    first = np.ones(len(group), dtype=bool)
+    first[1:] = group[1:] != group[:-1]
+    lead_row = rows[first]
+    length = np.bincount(group, weights=doc_len, minlength=n_groups).astype(np.float32)
+    if len(post_rows):
+        post_terms = np.repeat(np.arange(n_terms, dtype=np.int64), np.diff(term_ptr))
+        valid = post_rows >= 0
+        keys = post_terms[valid] * max(n_groups, 1) + group[post_rows[valid]].astype(np.int64)
+        unique, inverse = np.unique(keys, return_inverse=True)
+        tf = np.bincount(inverse, weights=post_tf[valid]).astype(np.float32)
+        terms_of = unique // max(n_groups, 1)
+        groups_of = (unique % max(n_groups, 1)).astype(np.int32)
+        counts = np.bincount(terms_of, minlength=n_terms)
+        ptr = np.zeros(n_terms + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum(counts)
+        df = counts.astype(np.float64)
+    else:
+        ptr, groups_of, tf, df = np.zeros(n_terms + 1, dtype=np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(n_terms)
+    avgdl = float(length.mean()) if n_groups else 1.0
+    return SectionIndex(group=group, lead_row=lead_row, term_ptr=ptr, post_groups=groups_of, post_tf=tf, df=df,
+                        length=length, avgdl=avgdl or 1.0)
 
 
 def _ocr_columns(conn) -> str:
@@ -269,12 +370,14 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
     if len(post_terms):
         counts = np.bincount(post_terms, minlength=n_terms)
         term_ptr[1:] = np.cumsum(counts)
+    group = section_groups(doc_index, records.column("section_path").to_pylist())
+    sections = build_section_index(group, doc_len, term_ptr, post_rows, post_tf)
     return LoadedSnapshot(
         info=info, path=info.path(index_dir), conn=conn, chunk_ids=chunk_ids, row_of=row_of, doc_ids=doc_ids,
         doc_index=doc_index, active=active, embeddings=embeddings, records=records,
         doc_len=doc_len, avgdl=float(avgdl or 1.0), num_docs=int(num_docs or 0), term_ptr=term_ptr,
         post_rows=post_rows, post_tf=post_tf, df=df, term_ids=term_ids, documents=documents,
-        stopwords=stopwords, load_seconds=time.perf_counter() - started,
+        stopwords=stopwords, sections=sections, load_seconds=time.perf_counter() - started,
     )
 
 

@@ -1,0 +1,116 @@
+"""The evidence one query has for every row of a snapshot, and how it becomes one ranking.
+
+Four score arrays per query, all full-length (one value per row):
+
+- ``bm25_chunk``   BM25 of the chunk itself;
+- ``bm25_section`` BM25 of the chunk's section (its chunks under one heading, taken as one text);
+- ``vector_chunk`` cosine of the chunk's vector;
+- ``vector_lead``  cosine of the section's first chunk (the one that carries its opening).
+
+``RankingParams`` says how to blend them: a row's lexical evidence is
+``(1 - section_weight) * bm25_chunk + section_weight * bm25_section`` and its
+semantic evidence ``(1 - lead_weight) * vector_chunk + lead_weight * vector_lead``;
+the two are then fused with ``alpha`` by ``fusion`` (see ``fusion.py``).
+
+Why sections: with chunk-only evidence a long reference page gets one ticket
+per chunk in the draw for the top ten while a short answer section gets one,
+and a section's words split across chunk borders count for neither chunk.
+docs/EVALUATION.md has the measurements on SciFact and the documentation set.
+
+The engine and the self-tuning sweep (``knowledge_store.tuning``) both rank with
+``rank_rows``, so what tuning measures is exactly what the server does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from knowledge_store.retrieval.fusion import FUSION_MODES, Fused, fuse_scores
+from knowledge_store.retrieval.phrase import is_phrase_query, phrase_order
+from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, QueryTerms
+
+
+@dataclass(frozen=True)
+class RankingParams:
+    """Everything that decides the fused order of one query (besides the query)."""
+
+    alpha: float
+    fusion: str = "weighted"
+    section_weight: float = 0.0
+    lead_weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("alpha", "section_weight", "lead_weight"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+                raise ValueError(f"{name}={value!r}: must be between 0 and 1")
+        if self.fusion not in FUSION_MODES:
+            raise ValueError(f"fusion={self.fusion!r}: must be one of {', '.join(FUSION_MODES)}")
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    @property
+    def label(self) -> str:
+        return (f"{self.fusion} alpha={self.alpha:g} section={self.section_weight:g} "
+                f"lead={self.lead_weight:g}")
+
+
+@dataclass
+class QueryEvidence:
+    terms: QueryTerms
+    bm25_chunk: np.ndarray
+    bm25_section: np.ndarray
+    coverage: np.ndarray  # idf mass of the query's terms present in each chunk
+    vector_chunk: np.ndarray
+    vector_lead: np.ndarray
+
+    def bm25(self, section_weight: float) -> np.ndarray:
+        if section_weight <= 0.0:
+            return self.bm25_chunk
+        return (1.0 - section_weight) * self.bm25_chunk + section_weight * self.bm25_section
+
+    def vector(self, lead_weight: float) -> np.ndarray:
+        if lead_weight <= 0.0:
+            return self.vector_chunk
+        return (1.0 - lead_weight) * self.vector_chunk + lead_weight * self.vector_lead
+
+
+def lexical_evidence(snapshot: LoadedSnapshot, query: str) -> tuple[QueryTerms, np.ndarray, np.ndarray, np.ndarray]:
+    """(terms, chunk BM25, section BM25, coverage) of ``query``; needs no query vector."""
+    terms = snapshot.query_terms(query)
+    chunk, coverage = snapshot.bm25_scores(terms)
+    return terms, chunk, snapshot.section_bm25_scores(terms), coverage
+
+
+def semantic_evidence(snapshot: LoadedSnapshot, query_vector: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(chunk cosine, section-lead cosine) for every row."""
+    chunk = snapshot.vector_scores(query_vector)
+    if snapshot.sections is None or not len(chunk):
+        return chunk, chunk
+    return chunk, chunk[snapshot.sections.lead_row][snapshot.sections.group]
+
+
+def gather_evidence(snapshot: LoadedSnapshot, query: str, query_vector: np.ndarray) -> QueryEvidence:
+    terms, bm25_chunk, bm25_section, coverage = lexical_evidence(snapshot, query)
+    vector_chunk, vector_lead = semantic_evidence(snapshot, query_vector)
+    return QueryEvidence(terms, bm25_chunk, bm25_section, coverage, vector_chunk, vector_lead)
+
+
+def rank_rows(evidence: QueryEvidence, params: RankingParams, mask: np.ndarray | None, pool: int,
+              rrf_k: int = 60, snapshot: LoadedSnapshot | None = None, query: str | None = None) -> Fused:
+    """The fused candidate list (best first) for one query under ``params``.
+
+    With ``snapshot`` and ``query`` given, a long query gets phrase evidence
+    (``phrase.py``): candidates that hold most of its word pairs in order go first.
+    """
+    fused = fuse_scores(evidence.bm25(params.section_weight), evidence.vector(params.lead_weight), mask,
+                        params.alpha, pool, params.fusion, rrf_k)
+    if snapshot is None or query is None or not len(fused.rows) or not is_phrase_query(query):
+        return fused
+    texts = snapshot.records.column("text").take(fused.rows).to_pylist()
+    order, _ = phrase_order(query, texts)
+    return Fused(rows=fused.rows[order], fused=fused.fused[order], bm25=fused.bm25[order], vector=fused.vector[order],
+                 bm25_rank=fused.bm25_rank[order], vector_rank=fused.vector_rank[order])

@@ -1,0 +1,60 @@
+"""Phrase evidence for pasted passages: a chunk that contains the query's words *in order* is the one.
+
+A user who pastes a sentence from a manual wants the page it came from.  BM25
+and the vector both treat the paste as a bag of words/meaning, so a page that
+uses the same generic vocabulary ("the routine returns the value of the
+parameter") can outrank the page that holds the exact sentence.  Word order is
+the evidence neither has: the share of the query's consecutive word pairs
+(bigrams) that occur in the chunk.  A verbatim span scores ~1, a paraphrase
+or a question ~0 (questions reorder words: "how do I X" vs "to X, ...").
+
+Applied only to queries of at least ``PHRASE_MIN_TOKENS`` words and only among
+the fused candidates, and only rows with a bigram share of at least
+``PHRASE_MIN_SHARE`` move: they go first, best share first, the rest keep
+the fused order.  So ordinary questions are untouched unless a passage repeats
+most of them verbatim (then it is very likely the answer).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+PHRASE_MIN_TOKENS = 8
+PHRASE_MIN_SHARE = 0.5
+_SPLIT = re.compile(r"[^0-9a-z_]+")
+
+
+def words(text: str) -> list[str]:
+    return [w for w in _SPLIT.split(text.lower()) if w]
+
+
+def bigrams(tokens: list[str]) -> set[tuple[str, str]]:
+    return set(zip(tokens, tokens[1:]))
+
+
+def is_phrase_query(query: str) -> bool:
+    return len(words(query)) >= PHRASE_MIN_TOKENS
+
+
+def bigram_share(query_tokens: list[str], text: str) -> float:
+    """Share of the query's distinct bigrams that occur in ``text``."""
+    wanted = bigrams(query_tokens)
+    if not wanted:
+        return 0.0
+    return len(wanted & bigrams(words(text))) / len(wanted)
+
+
+def phrase_order(query: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(new order of the candidates, bigram share per candidate) for candidates given best first."""
+    tokens = words(query)
+    shares = np.array([bigram_share(tokens, t) for t in texts], dtype=np.float64)
+    n = len(texts)
+    strong = shares >= PHRASE_MIN_SHARE
+    if not strong.any():
+        return np.arange(n), shares
+    position = np.arange(n)
+    # strong rows first (by share, then fused position); the others keep their fused order
+    order = np.lexsort((position, -np.where(strong, shares, 0.0), ~strong))
+    return order, shares

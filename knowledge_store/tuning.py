@@ -1,0 +1,466 @@
+"""Self-tuning per corpus: a labelled set from the corpus's own structure, a sweep, a stored default.
+
+No people and no LLM.  A corpus already says what its parts are about:
+
+- ``heading``  a section heading is a query whose answer is that section;
+- ``question`` a heading that asks something (FAQ: "How do I ...?") is a query whose answer is that section;
+- ``title``    a document title is a query whose answer is that document;
+- ``feedback`` a thumbs-up in the query log is a real query whose answer is the rated passage's section.
+
+A heading or title is part of what it labels: the chunker puts "title / section"
+in front of every chunk it embeds, and BM25 indexes both fields.  Scored as
+is, every such pseudo-query would find its target by its own words and the
+sweep would learn "trust BM25 on titles".  So for each pseudo-query the target's
+evidence is recomputed *without the query text*: its chunks are re-embedded with
+the header rebuilt minus that heading/title, and its BM25 (chunk and section) is
+recomputed from the remaining fields.  Everything else in the corpus keeps its
+real scores, so the competition is the real one.
+
+The sweep ranks with ``knowledge_store.retrieval.evidence.rank_rows`` - the very
+function the engine serves with - over a grid of alpha x fusion x section weight x
+lead weight, and picks the best mean nDCG@10.  The choice is written to
+``<index_dir>/tuned.json`` (atomically), where the engine, the evaluations and
+``/api/knowledge/config`` read it.  Precedence: a value a query passes > a
+setting set explicitly (environment, ``.env``, code) > the tuned value > the
+built-in default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from knowledge_store.errors import GroundworkError
+from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, gather_evidence, rank_rows
+from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.snapshot_reader import BM25_B, BM25_K1, LoadedSnapshot, _FTS_SPLIT
+
+TUNED_FILE = "tuned.json"
+PSEUDO_QUERY_KINDS = ("question", "heading", "title", "feedback")
+
+# the grid: every value here is tried with every other one
+ALPHAS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+SECTION_WEIGHTS = (0.0, 0.5, 1.0)
+LEAD_WEIGHTS = (0.0, 0.3, 0.6)
+FUSIONS = tuple(FUSION_MODES)
+
+_SECTION_SEPARATOR = " > "
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_'-]*")
+
+
+class TuningError(GroundworkError):
+    """The corpus cannot be tuned (too few pseudo-queries, no snapshot ...); says why."""
+
+
+# --------------------------------------------------------------------------- labelled set
+
+
+@dataclass(frozen=True)
+class PseudoQuery:
+    query: str
+    kind: str  # one of PSEUDO_QUERY_KINDS
+    unit: str  # "section" or "document": what a ranking is deduplicated to
+    targets: frozenset[int]  # section numbers or document indices (LoadedSnapshot.documents)
+    strip: str = ""  # the query text removed from the targets' header ("" = nothing to remove)
+    strip_field: str = ""  # "title" or "section"
+
+
+def _informative_words(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text) if len(w) > 2]
+
+
+def build_pseudo_queries(snapshot: LoadedSnapshot, feedback: Iterable[dict] = (), limit: int = 300,
+                         seed: int = 13) -> list[PseudoQuery]:
+    """Pseudo-queries from ``snapshot``'s headings, questions and titles, plus thumbs-up ``feedback``.
+
+    Kept only when they can label something: at least two informative words, and
+    a heading shared by more than three sections (e.g. "Introduction") or a
+    title shared by more than five documents is too ambiguous to be a label.
+    At most ``limit`` (seeded sample, every kind represented in proportion).
+    """
+    sections = snapshot.sections
+    if sections is None or snapshot.size == 0:
+        raise TuningError("the snapshot has no rows to tune on")
+    records = snapshot.records
+    section_paths = records.column("section_path").to_pylist()
+    titles = records.column("title").to_pylist()
+    active = snapshot.active
+    heading_targets: dict[str, set[int]] = {}
+    title_targets: dict[str, set[int]] = {}
+    for lead in sections.lead_row.tolist():
+        if not active[lead]:
+            continue
+        title = (titles[lead] or "").strip()
+        path = [p for p in (section_paths[lead] or []) if p and p.strip() and p.strip() != title]
+        if path:
+            heading_targets.setdefault(path[-1].strip(), set()).add(int(sections.group[lead]))
+        if title:
+            title_targets.setdefault(title, set()).add(int(snapshot.doc_index[lead]))
+    queries: list[PseudoQuery] = []
+    for heading, groups in heading_targets.items():
+        if len(groups) > 3 or len(_informative_words(heading)) < 2:
+            continue
+        kind = "question" if heading.rstrip().endswith("?") else "heading"
+        queries.append(PseudoQuery(heading, kind, "section", frozenset(groups), heading, "section"))
+    for title, docs in title_targets.items():
+        if len(docs) > 5 or len(_informative_words(title)) < 2:
+            continue
+        queries.append(PseudoQuery(title, "title", "document", frozenset(docs), title, "title"))
+    rng = random.Random(seed)
+    rng.shuffle(queries)
+    by_kind: dict[str, list[PseudoQuery]] = {}
+    for q in queries:
+        by_kind.setdefault(q.kind, []).append(q)
+    gold = feedback_queries(snapshot, feedback)
+    budget = max(0, limit - len(gold))
+    total = sum(len(v) for v in by_kind.values())
+    chosen: list[PseudoQuery] = []
+    if total:
+        for kind in PSEUDO_QUERY_KINDS:
+            pool = by_kind.get(kind, [])
+            share = max(1, round(budget * len(pool) / total)) if pool else 0
+            chosen.extend(pool[:share])
+    return gold + chosen[:budget]
+
+
+def feedback_queries(snapshot: LoadedSnapshot, feedback: Iterable[dict]) -> list[PseudoQuery]:
+    """Thumbs-up rows (query, chunk) as gold: the rated chunk's section answers the query."""
+    targets: dict[str, set[int]] = {}
+    sections = snapshot.sections
+    for row in feedback:
+        rating = row.get("rating")
+        if not (rating == 1 or rating is True or str(rating).lower() in ("1", "up", "+1", "true")):
+            continue
+        chunk = snapshot.row_of.get(row.get("chunk_id"))
+        query = (row.get("query") or "").strip()
+        if chunk is None or not query or sections is None:
+            continue
+        targets.setdefault(query, set()).add(int(sections.group[chunk]))
+    return [PseudoQuery(q, "feedback", "section", frozenset(g)) for q, g in targets.items()]
+
+
+# --------------------------------------------------------------------------- removing the query text
+
+
+def _header_without(title: str, section_path: list[str], strip: str, strip_field: str) -> str:
+    """The chunk header the chunker would have built, minus the pseudo-query's own text."""
+    title = (title or "").strip()
+    path = [p for p in (section_path or []) if p and p.strip() and p.strip() != title]
+    if strip_field == "title":
+        title = ""
+    elif strip_field == "section":
+        path = [p for p in path if p.strip() != strip]
+    parts = [title] if title else []
+    if path:
+        parts.append(_SECTION_SEPARATOR.join(path))
+    return "\n".join(parts)
+
+
+class _TermCounter:
+    """Stemmed term counts of a text, the way the fts index counted them (stop words dropped)."""
+
+    def __init__(self, snapshot: LoadedSnapshot) -> None:
+        self.snapshot = snapshot
+
+    def counts(self, text: str) -> Counter:
+        tokens = _FTS_SPLIT.sub(" ", text.lower()).split()
+        stems = self.snapshot._stems
+        missing = [t for t in dict.fromkeys(tokens) if t not in stems]
+        if missing:
+            cursor = self.snapshot.conn.cursor()
+            try:
+                for token, stemmed in cursor.execute(
+                    "SELECT t, stem(t, 'porter') FROM (SELECT unnest(?::VARCHAR[]) AS t)", [missing]
+                ).fetchall():
+                    stems[token] = stemmed
+            finally:
+                cursor.close()
+        stop = self.snapshot.stopwords
+        return Counter(stems[t] for t in tokens if stems.get(t) and t not in stop and stems[t] not in stop)
+
+
+def _bm25(tf: np.ndarray, length: float, avgdl: float, idf: np.ndarray) -> float:
+    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * length / avgdl)
+    return float(np.sum(idf * tf * (BM25_K1 + 1.0) / (tf + norm)))
+
+
+def strip_query_from_targets(snapshot: LoadedSnapshot, pq: PseudoQuery, evidence: QueryEvidence,
+                             embed: Callable[[list[str]], np.ndarray], counter: _TermCounter,
+                             query_vector: np.ndarray) -> QueryEvidence:
+    """``evidence`` with the target rows rescored as if their header did not contain the query."""
+    if not pq.strip_field:
+        return evidence
+    sections = snapshot.sections
+    if pq.unit == "section":
+        rows = np.flatnonzero(np.isin(sections.group, list(pq.targets)))
+    else:
+        rows = np.flatnonzero(np.isin(snapshot.doc_index, list(pq.targets)))
+    if not len(rows):
+        return evidence
+    take = snapshot.records.take(rows)
+    texts = take.column("text").to_pylist()
+    titles = take.column("title").to_pylist()
+    paths = take.column("section_path").to_pylist()
+    headers = [_header_without(t, p, pq.strip, pq.strip_field) for t, p in zip(titles, paths)]
+    embed_texts = [f"{h}\n\n{x}" if h else x for h, x in zip(headers, texts)]
+    vectors = embed(embed_texts)
+    bm25_chunk = evidence.bm25_chunk.copy()
+    bm25_section = evidence.bm25_section.copy()
+    vector_chunk = evidence.vector_chunk.copy()
+    vector_chunk[rows] = vectors @ query_vector.astype(np.float32)
+    terms = evidence.terms
+    idf = terms.idf
+    known = terms.known
+    # chunk BM25 from the fields the fts index saw: title, section, text (each minus the query text)
+    section_tf: dict[int, np.ndarray] = {}
+    section_len: dict[int, float] = {}
+    for i, row in enumerate(rows.tolist()):
+        title = "" if pq.strip_field == "title" else (titles[i] or "")
+        path = [p for p in (paths[i] or []) if not (pq.strip_field == "section" and p.strip() == pq.strip)]
+        counts = counter.counts(" ".join([title, _SECTION_SEPARATOR.join(path), texts[i] or ""]))
+        tf = np.array([counts.get(s, 0) for s in known], dtype=np.float64)
+        length = float(sum(counts.values()))
+        bm25_chunk[row] = _bm25(tf, length, snapshot.avgdl, idf) if len(known) else 0.0
+        group = int(sections.group[row])
+        section_tf[group] = section_tf.get(group, 0) + tf
+        section_len[group] = section_len.get(group, 0.0) + length
+    if len(known):
+        n = float(sections.count)
+        sec_df = sections.df[terms.termids]
+        sec_idf = np.log10((n - sec_df + 0.5) / (sec_df + 0.5) + 1.0)
+        for group, tf in section_tf.items():
+            bm25_section[sections.group == group] = _bm25(tf, section_len[group], sections.avgdl, sec_idf)
+    # the section lead's cosine follows its (re-embedded) lead row
+    vector_lead = vector_chunk[sections.lead_row][sections.group]
+    return QueryEvidence(terms, bm25_chunk, bm25_section, evidence.coverage, vector_chunk, vector_lead)
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+def default_grid() -> list[RankingParams]:
+    return [RankingParams(a, f, s, lw) for f in FUSIONS for a in ALPHAS for s in SECTION_WEIGHTS for lw in LEAD_WEIGHTS]
+
+
+def ndcg_at(ranked: list[int], relevant: frozenset[int], k: int = 10) -> float:
+    dcg = sum(1.0 / math.log2(i + 2) for i, unit in enumerate(ranked[:k]) if unit in relevant)
+    ideal = sum(1.0 / math.log2(i + 2) for i in range(min(k, len(relevant))))
+    return dcg / ideal if ideal else 0.0
+
+
+def recall_at(ranked: list[int], relevant: frozenset[int], k: int = 5) -> float:
+    return len(set(ranked[:k]) & relevant) / len(relevant) if relevant else 0.0
+
+
+def units_of(snapshot: LoadedSnapshot, rows: np.ndarray, unit: str) -> list[int]:
+    ids = snapshot.sections.group[rows] if unit == "section" else snapshot.doc_index[rows]
+    return list(dict.fromkeys(int(i) for i in ids))
+
+
+@dataclass
+class SweepRow:
+    params: RankingParams
+    ndcg10: float
+    recall5: float
+    by_kind: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.params.to_dict(), "ndcg@10": round(self.ndcg10, 4), "recall@5": round(self.recall5, 4),
+                "ndcg@10_by_kind": {k: round(v, 4) for k, v in self.by_kind.items()}}
+
+
+def sweep(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Callable[[list[str]], np.ndarray],
+          grid: list[RankingParams], pool: int = 100, rrf_k: int = 60, strip: bool = True) -> list[SweepRow]:
+    """Mean nDCG@10 / Recall@5 of every grid point over ``queries``, best first."""
+    vectors = embed([q.query for q in queries]) if queries else np.zeros((0, 384), dtype=np.float32)
+    counter = _TermCounter(snapshot)
+    mask = snapshot.active
+    ndcg = np.zeros((len(grid), len(queries)))
+    recall = np.zeros((len(grid), len(queries)))
+    for j, (pq, qv) in enumerate(zip(queries, vectors)):
+        evidence = gather_evidence(snapshot, pq.query, qv)
+        if strip:
+            evidence = strip_query_from_targets(snapshot, pq, evidence, embed, counter, qv)
+        for i, params in enumerate(grid):
+            fused = rank_rows(evidence, params, mask, pool, rrf_k, snapshot=snapshot, query=pq.query)
+            ranked = units_of(snapshot, fused.rows, pq.unit)
+            ndcg[i, j] = ndcg_at(ranked, pq.targets)
+            recall[i, j] = recall_at(ranked, pq.targets)
+    kinds = sorted({q.kind for q in queries})
+    rows = []
+    for i, params in enumerate(grid):
+        by_kind = {k: float(np.mean([ndcg[i, j] for j, q in enumerate(queries) if q.kind == k])) for k in kinds}
+        rows.append(SweepRow(params, float(ndcg[i].mean()) if len(queries) else 0.0,
+                             float(recall[i].mean()) if len(queries) else 0.0, by_kind))
+    rows.sort(key=lambda r: (-r.ndcg10, -r.recall5, r.params.label))
+    return rows
+
+
+# --------------------------------------------------------------------------- stored choice
+
+
+@dataclass
+class TunedConfig:
+    """The chosen ranking of one corpus and the evidence for it (``<index_dir>/tuned.json``)."""
+
+    params: RankingParams
+    created_at: str
+    snapshot_version: int
+    pseudo_queries: dict[str, int]
+    before: dict[str, Any]  # the built-in default's scores on the pseudo-queries
+    after: dict[str, Any]  # the chosen configuration's scores
+    table: list[dict[str, Any]]  # every grid point, best first
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["params"] = self.params.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TunedConfig":
+        return cls(**{**data, "params": RankingParams(**data["params"])})
+
+
+def tuned_path(index_dir: Path) -> Path:
+    return Path(index_dir) / TUNED_FILE
+
+
+def save_tuned(index_dir: Path, tuned: TunedConfig) -> Path:
+    path = tuned_path(index_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{TUNED_FILE}.tmp")
+    with open(tmp, "w") as handle:
+        json.dump(tuned.to_dict(), handle, indent=2)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    _TUNED_CACHE.pop(str(path), None)
+    return path
+
+
+_TUNED_CACHE: dict[str, tuple[float, TunedConfig | None]] = {}
+
+
+def load_tuned(index_dir: Path) -> TunedConfig | None:
+    """The stored choice, or None; re-read only when the file changes. A damaged file is ignored (and says so once)."""
+    path = tuned_path(index_dir)
+    try:
+        mtime = path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    cached = _TUNED_CACHE.get(str(path))
+    if cached is not None and cached[0] == mtime:
+        return cached[1]
+    try:
+        tuned = TunedConfig.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        import logging
+
+        logging.getLogger(__name__).warning("ignoring %s: %s", path, error)
+        tuned = None
+    _TUNED_CACHE[str(path)] = (mtime, tuned)
+    return tuned
+
+
+def builtin_ranking(settings) -> RankingParams:
+    return RankingParams(settings.default_alpha, settings.default_fusion, settings.section_weight, settings.lead_weight)
+
+
+_RANKING_FIELDS = {"alpha": "default_alpha", "fusion": "default_fusion", "section_weight": "section_weight",
+                   "lead_weight": "lead_weight"}
+
+
+def effective_ranking(settings, index_dir: Path) -> RankingParams:
+    """Explicit settings > the corpus's tuned choice > built-in defaults, field by field."""
+    builtin = builtin_ranking(settings)
+    tuned = load_tuned(index_dir) if settings.use_tuned_ranking else None
+    if tuned is None:
+        return builtin
+    explicit = settings.model_fields_set
+    values = {name: getattr(builtin, name) if field_name in explicit else getattr(tuned.params, name)
+              for name, field_name in _RANKING_FIELDS.items()}
+    return RankingParams(**values)
+
+
+def ranking_sources(settings, index_dir: Path) -> dict[str, str]:
+    """Where each effective ranking value came from: "setting", "tuned" or "default"."""
+    tuned = load_tuned(index_dir) if settings.use_tuned_ranking else None
+    explicit = settings.model_fields_set
+    return {name: "setting" if field_name in explicit else ("tuned" if tuned is not None else "default")
+            for name, field_name in _RANKING_FIELDS.items()}
+
+
+# --------------------------------------------------------------------------- the whole job
+
+
+def tune_snapshot(snapshot: LoadedSnapshot, settings, embed: Callable[[list[str]], np.ndarray],
+                  feedback: Iterable[dict] = (), limit: int = 300, grid: list[RankingParams] | None = None,
+                  min_queries: int = 20, seed: int = 13) -> TunedConfig:
+    """Build the pseudo-labelled set of ``snapshot``, sweep ``grid`` and return the choice (not saved)."""
+    started = time.perf_counter()
+    queries = build_pseudo_queries(snapshot, feedback, limit=limit, seed=seed)
+    if len(queries) < min_queries:
+        raise TuningError(
+            f"only {len(queries)} pseudo-queries could be built from this corpus (need {min_queries}): "
+            "it has too few distinct headings and titles; keep the built-in defaults or add thumbs-up feedback")
+    grid = list(grid or default_grid())
+    builtin = builtin_ranking(settings)
+    if builtin not in grid:
+        grid.append(builtin)
+    rows = sweep(snapshot, queries, embed, grid, pool=settings.candidate_pool, rrf_k=settings.rrf_k)
+    best = rows[0]
+    before = next(r for r in rows if r.params == builtin)
+    return TunedConfig(
+        params=best.params,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        snapshot_version=snapshot.info.snapshot_version,
+        pseudo_queries=dict(Counter(q.kind for q in queries)),
+        before={"params": before.params.to_dict(), "ndcg@10": round(before.ndcg10, 4), "recall@5": round(before.recall5, 4)},
+        after={"params": best.params.to_dict(), "ndcg@10": round(best.ndcg10, 4), "recall@5": round(best.recall5, 4)},
+        table=[r.to_dict() for r in rows],
+        seconds=round(time.perf_counter() - started, 2),
+    )
+
+
+def tune_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None, limit: int = 300,
+                save: bool = True) -> TunedConfig:
+    """Tune the corpus served from ``settings.index_dir`` and (by default) store the choice there."""
+    from knowledge_store.embeddings import Embedder
+    from knowledge_store.retrieval.snapshot_reader import load_snapshot
+
+    snapshot = load_snapshot(settings.index_dir)
+    try:
+        embedder = embedder or Embedder(settings.model_path, settings.embed_batch_size, settings.torch_threads,
+                                        settings.embedding_dim)
+        if feedback is None:
+            feedback = _feedback_rows(settings)
+        tuned = tune_snapshot(snapshot, settings, embedder.embed, feedback=feedback, limit=limit)
+    finally:
+        snapshot.close()
+    if save:
+        save_tuned(settings.index_dir, tuned)
+    return tuned
+
+
+def _feedback_rows(settings) -> list[dict]:
+    if not Path(settings.logs_path).exists():
+        return []
+    from knowledge_store.query_log import QueryLog
+
+    log = QueryLog(settings.logs_path)
+    try:
+        return log.feedback_with_queries()
+    finally:
+        log.close()
