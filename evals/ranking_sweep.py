@@ -34,7 +34,7 @@ def doc_beir_ids(snapshot: LoadedSnapshot) -> list[str]:
 
 
 def real_label_sweep(snapshot: LoadedSnapshot, dataset: BeirDataset, query_vectors: dict[str, np.ndarray],
-                     grid: list[RankingParams], pool: int = 100, rrf_k: int = 60) -> list[dict]:
+                     grid: list[RankingParams], pool: int = 100, rrf_k: int = 60, phrase: bool = True) -> list[dict]:
     """Mean nDCG@10 / Recall@5 per configuration over ``dataset``'s queries, best first."""
     beir = doc_beir_ids(snapshot)
     ndcg = np.zeros((len(grid), len(dataset.queries)))
@@ -43,7 +43,7 @@ def real_label_sweep(snapshot: LoadedSnapshot, dataset: BeirDataset, query_vecto
         evidence = gather_evidence(snapshot, text, query_vectors[qid])
         relevant = dataset.qrels[qid]
         for i, params in enumerate(grid):
-            rows = rank_rows(evidence, params, snapshot.active, pool, rrf_k, snapshot=snapshot, query=text).rows
+            rows = rank_rows(evidence, params, snapshot.active, pool, rrf_k, snapshot=snapshot, query=text if phrase else None).rows
             ranked = list(dict.fromkeys(beir[d] for d in snapshot.doc_index[rows].tolist()))
             ndcg[i, j] = ndcg_at_k(ranked, relevant, 10)
             recall[i, j] = recall_at_k(ranked, relevant, 5)

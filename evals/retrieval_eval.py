@@ -53,13 +53,19 @@ class EvalConfig:
     alpha: float
     fusion: str = "weighted"
     reranker: str = "none"
+    section_weight: float | None = None  # None = the engine's default for this corpus
+    lead_weight: float | None = None
 
     @property
     def label(self) -> str:
-        if self.fusion == "rrf":
-            return f"rrf (alpha {self.alpha:g})" + ("" if self.reranker == "none" else f" + {self.reranker}")
+        suffix = "" if self.reranker == "none" else f" + {self.reranker}"
+        if self.section_weight is not None or self.lead_weight is not None:
+            suffix = f" section={self.section_weight if self.section_weight is not None else 'default'}" \
+                     f" lead={self.lead_weight if self.lead_weight is not None else 'default'}" + suffix
+        if self.fusion != "weighted":
+            return f"{self.fusion} (alpha {self.alpha:g})" + suffix
         name = {0.0: "BM25 only", 1.0: "vector only"}.get(self.alpha, f"hybrid alpha={self.alpha:g}")
-        return name + ("" if self.reranker == "none" else f" + {self.reranker}")
+        return name + suffix
 
 
 @dataclass
@@ -74,7 +80,8 @@ class EvalResult:
     def row(self) -> dict[str, object]:
         return {
             "configuration": self.config.label, "alpha": self.config.alpha, "fusion": self.config.fusion,
-            "reranker": self.config.reranker, "recall@5": self.metrics["recall@5"], "ndcg@10": self.metrics.get("ndcg@10"),
+            "reranker": self.config.reranker, "section_weight": self.config.section_weight,
+            "lead_weight": self.config.lead_weight, "recall@5": self.metrics["recall@5"], "ndcg@10": self.metrics.get("ndcg@10"),
             "mrr@10": self.metrics.get("mrr@10"), "precision@5": self.metrics["precision@5"],
             "ragas_recall@5": self.metrics.get("ragas_recall@5"), "grounding": self.metrics.get("grounding"),
             "p50_ms": self.latency_p50_ms, "p95_ms": self.latency_p95_ms, "queries": self.queries,
@@ -93,6 +100,7 @@ def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str
     ragas_samples: list[tuple[list[str], list[str]]] = []
     for query_id, text in dataset.queries.items():
         response = engine.search(text, k=min(100, max(chunks, 4 * max(ks))), alpha=config.alpha, fusion=config.fusion, reranker=config.reranker,
+                                 section_weight=config.section_weight, lead_weight=config.lead_weight,
                                  min_relevance=0.0, answer="none", log=False, client="eval")
         latencies.append(response.latency_ms["total"] - response.latency_ms["embed"] + engine_embed_ms(engine))
         ranked = dedupe_ranking(doc_map.get(h.doc_id, h.doc_id) for h in response.hits)

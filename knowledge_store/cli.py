@@ -8,6 +8,7 @@
     groundwork status [--data-dir DIR] [--json] [--history]
     groundwork query "TEXT" [--k 5] [--alpha 0.5] [--reranker mmr] [--path FILE] [--meta K=V] [--json]
     groundwork eval DATASET_DIR [--alpha A] [--reranker R] [--k 10] [--json]
+    groundwork tune [--limit N] [--dry-run] [--json] | --reset
     groundwork notebook alpha_sweep -p dataset DIR -p alphas '[0, 0.5, 1]'
     groundwork serve [--host 127.0.0.1] [--port 8080]
     groundwork mcp
@@ -29,6 +30,7 @@ import time
 from collections.abc import Sequence
 
 from knowledge_store.errors import GroundworkError
+from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.settings import Settings
 
 
@@ -446,7 +448,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     engine = RetrievalEngine(settings)
     engine.warm_up()  # model + snapshot load are start-up, not query latency
     response = engine.search(
-        args.query, k=args.k, alpha=args.alpha, fusion=args.fusion, reranker=args.reranker, filters=filters or None,
+        args.query, k=args.k, alpha=args.alpha, fusion=args.fusion, section_weight=args.section_weight,
+        lead_weight=args.lead_weight, reranker=args.reranker, filters=filters or None,
         min_relevance=args.min_relevance, answer="llm" if args.llm else ("none" if args.no_answer else "extractive"),
         client="cli",
     )
@@ -503,8 +506,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     folder = Path(args.dataset)
     dataset = load_beir(folder, split=args.split)  # DatasetError (a GroundworkError) names the bad file
     engine, doc_map = open_engine(folder)
-    config = EvalConfig(alpha=engine.settings.default_alpha if args.alpha is None else args.alpha,
-                        fusion=args.fusion or engine.settings.default_fusion,
+    defaults = engine.ranking_defaults()  # explicit settings > the store's tuned ranking > built-in
+    config = EvalConfig(alpha=defaults.alpha if args.alpha is None else args.alpha,
+                        fusion=args.fusion or defaults.fusion,
                         reranker=args.reranker or engine.settings.default_reranker)
     result = evaluate(engine, dataset, config, doc_map, ks=(5, args.k))
     m = result.metrics
@@ -527,6 +531,82 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "p50 ms": f"{result.latency_p50_ms:.1f}", "p95 ms": f"{result.latency_p95_ms:.1f}",
     }], ["Recall@5", f"nDCG@{args.k}", f"MRR@{args.k}", "P@5", "RAGAS R@5", "grounding", "p50 ms", "p95 ms"]))
     print(f"store: {engine.settings.data_dir} (re-used while corpus.jsonl is unchanged)")
+    return 0
+
+
+def _ranking_row(label: str, scores: dict[str, object]) -> dict[str, object]:
+    params = scores["params"]
+    return {"": label, "alpha": f"{params['alpha']:g}", "fusion": params["fusion"],
+            "section": f"{params['section_weight']:g}", "lead": f"{params['lead_weight']:g}",
+            "nDCG@10": f"{scores['ndcg@10']:.3f}", "Recall@5": f"{scores['recall@5']:.3f}"}
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Self-tune the ranking of the configured store (``knowledge_store.tuning``) or forget the tuned choice."""
+    import inspect
+
+    from knowledge_store.tuning import (
+        PSEUDO_QUERY_KINDS,
+        TuningError,
+        builtin_ranking,
+        ranking_sources,
+        tune_corpus,
+        tune_snapshot,
+        tuned_path,
+    )
+
+    settings = _settings(args)
+    path = tuned_path(settings.index_dir)
+    if args.reset:
+        builtin = builtin_ranking(settings)
+        removed = path.exists()
+        if removed:
+            path.unlink()
+        if args.json:
+            print(json.dumps({"reset": True, "removed": removed, "path": str(path), "ranking": builtin.to_dict()}, indent=2))
+        elif removed:
+            print(f"removed {path}: ranking back to the built-in defaults ({builtin.label})")
+        else:
+            print(f"no tuned ranking at {path}: already on the built-in defaults ({builtin.label})")
+        return 0
+    # IndexNotBuiltError and TuningError are GroundworkErrors: main() prints them on one line, exit code 2
+    try:
+        tuned = tune_corpus(settings, feedback=None, limit=args.limit, save=not args.dry_run)
+    except TuningError as error:
+        needed = inspect.signature(tune_snapshot).parameters["min_queries"].default
+        if args.limit < needed:
+            raise TuningError(f"{error} (--limit {args.limit} is below the {needed} pseudo-queries tuning needs)") from error
+        raise
+    if args.json:
+        print(json.dumps(tuned.to_dict(), indent=2))
+        return 0
+    counts = tuned.pseudo_queries
+    kinds = [k for k in PSEUDO_QUERY_KINDS if k in counts] + sorted(k for k in counts if k not in PSEUDO_QUERY_KINDS)
+    print(f"self-tuned ranking for {settings.data_dir} (index snapshot {tuned.snapshot_version}), {tuned.seconds:.1f} s")
+    print(f"pseudo-queries: {sum(counts.values())} (" + ", ".join(f"{k} {counts[k]}" for k in kinds) + ")")
+    before, after = tuned.before, tuned.after
+    delta = {"": "change", "nDCG@10": f"{after['ndcg@10'] - before['ndcg@10']:+.3f}",
+             "Recall@5": f"{after['recall@5'] - before['recall@5']:+.3f}"}
+    columns = ["", "alpha", "fusion", "section", "lead", "nDCG@10", "Recall@5"]
+    print()
+    print(format_table([_ranking_row("built-in", before), _ranking_row("chosen", after), delta], columns))
+    print(f"\ntop {min(5, len(tuned.table))} of {len(tuned.table)} configurations:")
+    top = [{"#": i, "alpha": f"{r['alpha']:g}", "fusion": r["fusion"], "section": f"{r['section_weight']:g}",
+            "lead": f"{r['lead_weight']:g}", "nDCG@10": f"{r['ndcg@10']:.3f}", "Recall@5": f"{r['recall@5']:.3f}",
+            "nDCG@10 by kind": ", ".join(f"{k} {v:.3f}" for k, v in r.get("ndcg@10_by_kind", {}).items())}
+           for i, r in enumerate(tuned.table[:5], 1)]
+    print(format_table(top, ["#", "alpha", "fusion", "section", "lead", "nDCG@10", "Recall@5", "nDCG@10 by kind"], 80))
+    print()
+    if args.dry_run:
+        print(f"dry run: nothing saved ({path} {'unchanged' if path.exists() else 'not written'})")
+        return 0
+    print(f"saved to {path}: queries that do not set alpha, fusion, section_weight or lead_weight now use the chosen "
+          "values (the server picks them up without a restart); `groundwork tune --reset` goes back to the built-in defaults")
+    explicit = [name for name, source in ranking_sources(settings, settings.index_dir).items() if source == "setting"]
+    if explicit:
+        print(f"note: {', '.join(explicit)} set explicitly (environment or .env): the setting wins over the tuned value")
+    if not settings.use_tuned_ranking:
+        print("note: GROUNDWORK_USE_TUNED_RANKING is false: the tuned values are stored but not used")
     return 0
 
 
@@ -570,6 +650,19 @@ def cmd_sample_corpus(args: argparse.Namespace) -> int:
     for path in paths:
         print(path)
     return 0
+
+
+_FUSION_HELP = "how BM25 and vector scores are combined (default: the tuned value or GROUNDWORK_DEFAULT_FUSION)"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -658,7 +751,11 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("query")
     query.add_argument("--k", type=int, default=None, help="passages to return (default GROUNDWORK_DEFAULT_K)")
     query.add_argument("--alpha", type=float, default=None, help="0 = pure BM25, 1 = pure vector")
-    query.add_argument("--fusion", choices=["weighted", "rrf"], default=None)
+    query.add_argument("--fusion", choices=list(FUSION_MODES), default=None, help=_FUSION_HELP)
+    query.add_argument("--section-weight", type=float, default=None,
+                       help="0-1: share of the BM25 evidence taken from the chunk's whole section (default: tuned or settings)")
+    query.add_argument("--lead-weight", type=float, default=None,
+                       help="0-1: share of the vector evidence taken from the section's first chunk (default: tuned or settings)")
     query.add_argument("--reranker", choices=["none", "mmr", "feedback", "cross-encoder"], default=None)
     query.add_argument("--source", action="append", help="only this source (name or id); repeatable")
     query.add_argument("--path", action="append", help="only this file (path, relative path or glob); repeatable")
@@ -675,12 +772,21 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="Recall@5, nDCG, MRR, P@5 and latency on a BEIR-format folder")
     ev.add_argument("dataset", help="folder with corpus.jsonl, queries.jsonl, qrels.tsv")
     ev.add_argument("--alpha", type=float, default=None, help="fusion weight (default: settings)")
-    ev.add_argument("--fusion", choices=["weighted", "rrf"], default=None)
+    ev.add_argument("--fusion", choices=list(FUSION_MODES), default=None, help=_FUSION_HELP)
     ev.add_argument("--reranker", choices=["none", "mmr", "feedback", "cross-encoder"], default=None)
     ev.add_argument("--k", type=int, default=10, help="depth for nDCG and MRR (default 10)")
     ev.add_argument("--split", default="test", help="test (default) or train")
     ev.add_argument("--json", action="store_true", help="machine-readable output")
     ev.set_defaults(func=cmd_eval)
+
+    tune = sub.add_parser("tune", help="self-tune the ranking on this corpus's headings, titles and FAQ questions")
+    tune.add_argument("--limit", type=_positive_int, default=300, help="at most this many pseudo-queries (default 300)")
+    tune_mode = tune.add_mutually_exclusive_group()
+    tune_mode.add_argument("--dry-run", action="store_true", help="measure and show the choice without saving it")
+    tune_mode.add_argument("--reset", action="store_true", help="delete the tuned choice: back to the built-in defaults")
+    tune.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
+    tune.add_argument("--json", action="store_true", help="machine-readable output (the whole tuned configuration)")
+    tune.set_defaults(func=cmd_tune)
 
     nb = sub.add_parser("notebook", help="run a parameterised notebook (alpha_sweep, reranker_comparison) with papermill")
     nb.add_argument("name")

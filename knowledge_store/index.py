@@ -34,16 +34,10 @@ POINTER = "CURRENT.json"
 FTS_FIELDS = ("title", "section", "text")
 # characters the fts tokenizer turns into spaces; the query reader splits queries with the same rule
 FTS_IGNORE = r"(\.|[^a-z0-9_])+"
-# Lucene's 33 English stop words (what bm25s and Elasticsearch use), not the fts extension's 571-word
-# SMART list: that one drops words people search documentation with ("keep", "new", "available",
-# "changes", "help", "first", "show" ...).  Measured in docs/EVALUATION.md.
-BM25_STOPWORDS = (
-    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not",
-    "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was",
-    "will", "with",
-)
+# Stop words: the fts extension's English list (571 words).  Lucene's 33-word list (bm25s,
+# Elasticsearch) was measured against it and did not win on either dev set (docs/EVALUATION.md).
 # part of the snapshot fingerprint: a change to how BM25 is indexed republishes on the next sync
-FTS_CONFIG_ID = "porter+lucene33"
+FTS_CONFIG_ID = "porter+english"
 
 
 @dataclass(frozen=True)
@@ -161,11 +155,9 @@ def index_snapshot_file(path: Path) -> None:
         load_extensions(snap, "fts")
         # the fts index does not follow table changes; a snapshot is built once, so build it last
         fields = ", ".join(f"'{f}'" for f in FTS_FIELDS)
-        snap.execute("CREATE OR REPLACE TABLE bm25_stopwords (sw VARCHAR)")
-        snap.execute("INSERT INTO bm25_stopwords SELECT unnest(?::VARCHAR[])", [list(BM25_STOPWORDS)])
         snap.execute(
             f"PRAGMA create_fts_index('chunks', 'chunk_id', {fields}, stemmer = 'porter', "
-            f"stopwords = 'bm25_stopwords', ignore = '{FTS_IGNORE}', strip_accents = 1, lower = 1, overwrite = 1)"
+            f"stopwords = 'english', ignore = '{FTS_IGNORE}', strip_accents = 1, lower = 1, overwrite = 1)"
         )
         # (termid, docid, tf) postings, aggregated once here so readers load them in one scan
         snap.execute(

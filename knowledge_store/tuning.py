@@ -209,7 +209,9 @@ def strip_query_from_targets(snapshot: LoadedSnapshot, pq: PseudoQuery, evidence
     if not len(rows):
         return evidence
     take = snapshot.records.take(rows)
-    texts = take.column("text").to_pylist()
+    # Markdown keeps a "## Heading" line in the chunk's own text: the query goes from there too
+    own_words = re.compile(re.escape(pq.strip), re.IGNORECASE)
+    texts = [own_words.sub(" ", t or "") for t in take.column("text").to_pylist()]
     titles = take.column("title").to_pylist()
     paths = take.column("section_path").to_pylist()
     headers = [_header_without(t, p, pq.strip, pq.strip_field) for t, p in zip(titles, paths)]
@@ -407,7 +409,7 @@ def ranking_sources(settings, index_dir: Path) -> dict[str, str]:
 
 def tune_snapshot(snapshot: LoadedSnapshot, settings, embed: Callable[[list[str]], np.ndarray],
                   feedback: Iterable[dict] = (), limit: int = 300, grid: list[RankingParams] | None = None,
-                  min_queries: int = 20, seed: int = 13) -> TunedConfig:
+                  min_queries: int = 20, seed: int = 13, min_gain: float = 0.005) -> TunedConfig:
     """Build the pseudo-labelled set of ``snapshot``, sweep ``grid`` and return the choice (not saved)."""
     started = time.perf_counter()
     queries = build_pseudo_queries(snapshot, feedback, limit=limit, seed=seed)
@@ -420,8 +422,9 @@ def tune_snapshot(snapshot: LoadedSnapshot, settings, embed: Callable[[list[str]
     if builtin not in grid:
         grid.append(builtin)
     rows = sweep(snapshot, queries, embed, grid, pool=settings.candidate_pool, rrf_k=settings.rrf_k)
-    best = rows[0]
     before = next(r for r in rows if r.params == builtin)
+    # the built-in stays unless something is clearly better: a tie or noise is not worth a change
+    best = rows[0] if rows[0].ndcg10 - before.ndcg10 > min_gain else before
     return TunedConfig(
         params=best.params,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -435,7 +438,7 @@ def tune_snapshot(snapshot: LoadedSnapshot, settings, embed: Callable[[list[str]
 
 
 def tune_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None, limit: int = 300,
-                save: bool = True) -> TunedConfig:
+                save: bool = True, min_queries: int = 20) -> TunedConfig:
     """Tune the corpus served from ``settings.index_dir`` and (by default) store the choice there."""
     from knowledge_store.embeddings import Embedder
     from knowledge_store.retrieval.snapshot_reader import load_snapshot
@@ -446,7 +449,8 @@ def tune_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None,
                                         settings.embedding_dim)
         if feedback is None:
             feedback = _feedback_rows(settings)
-        tuned = tune_snapshot(snapshot, settings, embedder.embed, feedback=feedback, limit=limit)
+        tuned = tune_snapshot(snapshot, settings, embedder.embed, feedback=feedback, limit=limit,
+                              min_queries=min_queries)
     finally:
         snapshot.close()
     if save:

@@ -10,8 +10,10 @@ from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource, RetrievalResource
 from pipelines.sensors import INGEST_JOB_NAME, build_failure_sensor, build_schedule, build_sensor
 from pipelines.sources import SOURCE_ASSETS, SYNC_SOURCE_JOB_NAME, build_source_registry_sensor
+from pipelines.tuning import TUNE_JOB_NAME, TUNING_ASSETS, TUNING_CHECKS
 
-__all__ = ["INGEST_JOB_NAME", "SYNC_SOURCE_JOB_NAME", "build_definitions", "defs", "ingest_job", "sync_source_job"]
+__all__ = ["INGEST_JOB_NAME", "SYNC_SOURCE_JOB_NAME", "TUNE_JOB_NAME", "build_definitions", "defs", "ingest_job",
+           "sync_source_job", "tune_job"]
 
 ingest_job = dg.define_asset_job(
     name=INGEST_JOB_NAME,
@@ -43,6 +45,22 @@ nightly_eval = dg.ScheduleDefinition(
     description="Evaluate at 03:00, after the 02:00 re-sync (off by default; switch on in the UI).",
 )
 
+tune_job = dg.define_asset_job(
+    name=TUNE_JOB_NAME,
+    selection=dg.AssetSelection.groups("tuning"),
+    description="Self-tune the ranking on the corpus's headings, titles, FAQ questions and feedback (index/tuned.json).",
+    tags={"groundwork/job": "tune"},
+)
+
+weekly_tuning = dg.ScheduleDefinition(
+    name="weekly_tuning",
+    job=tune_job,
+    cron_schedule="0 4 * * 0",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    tags={"groundwork/trigger": "schedule"},
+    description="Re-tune the ranking on Sundays at 04:00, after the 02:00 re-sync (off by default; switch on in the UI).",
+)
+
 
 def build_definitions(
     store: KnowledgeStoreResource | None = None,
@@ -52,15 +70,15 @@ def build_definitions(
 ) -> dg.Definitions:
     settings = Settings()
     return dg.Definitions(
-        assets=[*INGESTION_ASSETS, *SOURCE_ASSETS, *EVALUATION_ASSETS, *NOTEBOOK_ASSETS],
-        asset_checks=[*INGESTION_CHECKS, *EVALUATION_CHECKS],
-        jobs=[ingest_job, sync_source_job, evaluate_job],
+        assets=[*INGESTION_ASSETS, *SOURCE_ASSETS, *TUNING_ASSETS, *EVALUATION_ASSETS, *NOTEBOOK_ASSETS],
+        asset_checks=[*INGESTION_CHECKS, *TUNING_CHECKS, *EVALUATION_CHECKS],
+        jobs=[ingest_job, sync_source_job, tune_job, evaluate_job],
         sensors=[
             build_sensor(ingest_job, settings.sensor_interval_s),
-            build_failure_sensor([ingest_job, sync_source_job, evaluate_job]),
+            build_failure_sensor([ingest_job, sync_source_job, tune_job, evaluate_job]),
             build_source_registry_sensor(),
         ],
-        schedules=[build_schedule(ingest_job), nightly_eval],
+        schedules=[build_schedule(ingest_job), weekly_tuning, nightly_eval],
         resources={
             "store": store or KnowledgeStoreResource(),
             "model": model or EmbeddingModelResource(),

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.settings import PROJECT_ROOT, Settings
 from knowledge_store.store import open_duckdb, transaction, utcnow
 from pipelines.metadata import markdown_table
@@ -50,8 +51,8 @@ class Configuration:
 CONFIGURATIONS = (
     Configuration("bm25", 0.0),
     Configuration("vector", 1.0),
-    Configuration("hybrid", None),
-    Configuration("hybrid_rrf", None, "rrf"),
+    # one hybrid configuration per fusion mode of retrieval.fusion.FUSION_MODES ("hybrid" is the weighted one)
+    *(Configuration("hybrid" if mode == "weighted" else f"hybrid_{mode}", None, mode) for mode in FUSION_MODES),
     Configuration("hybrid_mmr", None, "weighted", "mmr"),
 )
 

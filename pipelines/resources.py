@@ -66,21 +66,26 @@ def _engine(data_dir: str | None, overrides: tuple[tuple[str, object], ...]):
 
 
 class RetrievalResource(dg.ConfigurableResource):
-    """The query engine with its retrieval settings, so evaluation assets use exactly what serves.
+    """The query engine with its retrieval settings, so evaluation and tuning assets use exactly what serves.
 
-    Unset fields fall back to ``Settings`` (``GROUNDWORK_DEFAULT_ALPHA`` etc.).
+    Unset fields fall back to ``Settings`` (``GROUNDWORK_DEFAULT_ALPHA`` etc.); a ranking field set here
+    counts as set explicitly, so it wins over the corpus's self-tuned value (``knowledge_store.tuning``).
     """
 
     data_dir: str | None = None
     default_k: int | None = None
     default_alpha: float | None = None
     default_fusion: str | None = None
+    section_weight: float | None = None
+    lead_weight: float | None = None
+    use_tuned_ranking: bool | None = None
     default_reranker: str | None = None
     candidate_pool: int | None = None
     min_relevance: float | None = None
 
     def overrides(self) -> tuple[tuple[str, object], ...]:
-        fields = ("default_k", "default_alpha", "default_fusion", "default_reranker", "candidate_pool", "min_relevance")
+        fields = ("default_k", "default_alpha", "default_fusion", "section_weight", "lead_weight", "use_tuned_ranking",
+                  "default_reranker", "candidate_pool", "min_relevance")
         return tuple((name, getattr(self, name)) for name in fields if getattr(self, name) is not None)
 
     def settings(self) -> Settings:

@@ -45,7 +45,7 @@ class HybridRetriever(BaseRetriever):
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         from knowledge_store.retrieval.engine import hit_to_node
 
-        params = {k: v for k, v in self._params.items() if k in ("k", "alpha", "fusion", "filters", "min_relevance")}
+        params = {k: v for k, v in self._params.items() if k in ("k", "alpha", "fusion", "filters", "min_relevance", "section_weight", "lead_weight")}
         request = self._engine.request(query_bundle.query_str, **params)
         found = self._engine.candidates(request, request.k)
         query_bundle.embedding = found.query_vector.tolist()

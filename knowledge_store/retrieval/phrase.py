@@ -8,7 +8,11 @@ the evidence neither has: the share of the query's consecutive word pairs
 (bigrams) that occur in the chunk.  A verbatim span scores ~1, a paraphrase
 or a question ~0 (questions reorder words: "how do I X" vs "to X, ...").
 
-Applied only to queries of at least ``PHRASE_MIN_TOKENS`` words and only among
+Applied only to queries that look pasted, not asked: at least ``PHRASE_MIN_TOKENS``
+words, not ending in "?" and not opening with a question word.  Measured on the
+Debian FAQ set: 16 of 151 questions occur verbatim in some *other* page (tables
+of contents, other FAQs), and moving those pages first cost 0.01-0.02 nDCG@10;
+questions are for the fused ranking.  And only among
 the fused candidates, and only rows with a bigram share of at least
 ``PHRASE_MIN_SHARE`` move: they go first, best share first, the rest keep
 the fused order.  So ordinary questions are untouched unless a passage repeats
@@ -22,7 +26,7 @@ import re
 import numpy as np
 
 PHRASE_MIN_TOKENS = 8
-PHRASE_MIN_SHARE = 0.5
+PHRASE_MIN_SHARE = 0.7
 _SPLIT = re.compile(r"[^0-9a-z_]+")
 
 
@@ -34,8 +38,17 @@ def bigrams(tokens: list[str]) -> set[tuple[str, str]]:
     return set(zip(tokens, tokens[1:]))
 
 
+QUESTION_WORDS = frozenset(
+    "how what why when where which who whom whose can could does do did is are was were should would will "
+    "shall may might must has have".split())
+
+
 def is_phrase_query(query: str) -> bool:
-    return len(words(query)) >= PHRASE_MIN_TOKENS
+    """Long and not a question: a passage pasted to find where it came from."""
+    tokens = words(query)
+    if len(tokens) < PHRASE_MIN_TOKENS or query.rstrip().endswith("?"):
+        return False
+    return tokens[0] not in QUESTION_WORDS
 
 
 def bigram_share(query_tokens: list[str], text: str) -> float:

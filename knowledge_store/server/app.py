@@ -45,6 +45,7 @@ from knowledge_store.ingest.source_actions import FailureNotFoundError
 from knowledge_store.query_log import QueryLog, redact
 from knowledge_store.retrieval.engine import QueryValidationError, RetrievalEngine
 from knowledge_store.retrieval.filters import SearchFilters
+from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.server.metrics import Metrics
 from knowledge_store.settings import Settings
 
@@ -55,13 +56,23 @@ UPLOAD_TYPES = {".pdf": "pdf", ".docx": "docx", ".html": "html", ".htm": "html",
 
 # ------------------------------------------------------------------ request models
 
+# the fusion vocabulary is retrieval.fusion.FUSION_MODES; a Literal built from it gives OpenAPI its enum
+FusionName = Literal[tuple(FUSION_MODES)]  # type: ignore[valid-type]
+
+
 class QueryBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(..., description="Free text: a question, a prompt fragment, a parameter name.")
     k: int = Field(5, ge=1, le=100)
-    alpha: float | None = Field(None, ge=0.0, le=1.0, description="0 = pure BM25, 1 = pure vector; default from settings.")
-    fusion: Literal["weighted", "rrf"] | None = None
+    alpha: float | None = Field(None, ge=0.0, le=1.0, description="0 = pure BM25, 1 = pure vector; default: the "
+                                "corpus's effective default (GET /api/knowledge/config).")
+    fusion: FusionName | None = Field(None, description="How BM25 and vector scores are combined: " + "; ".join(
+        f"{k}: {v}" for k, v in FUSION_MODES.items()) + ". Default: the corpus's effective default.")
+    section_weight: float | None = Field(None, ge=0.0, le=1.0, description="Share of a passage's BM25 evidence taken "
+                                         "from its whole section (0 = the passage alone); default: effective default.")
+    lead_weight: float | None = Field(None, ge=0.0, le=1.0, description="Share of a passage's vector evidence taken "
+                                      "from its section's first passage (0 = the passage alone); default: effective default.")
     reranker: Literal["none", "mmr", "feedback", "cross-encoder"] | None = None
     filters: SearchFilters | None = None
     answer: Literal["extractive", "llm", "none"] = "extractive"
@@ -292,7 +303,8 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         # GIL and torch is slower; waiting requests still share model calls (BatchingEmbedder)
         response = await anyio.to_thread.run_sync(
             lambda: engine.search(
-                body.query, k=body.k, alpha=body.alpha, fusion=body.fusion, reranker=body.reranker, filters=body.filters,
+                body.query, k=body.k, alpha=body.alpha, fusion=body.fusion, section_weight=body.section_weight,
+                lead_weight=body.lead_weight, reranker=body.reranker, filters=body.filters,
                 min_relevance=body.min_relevance, answer=body.answer, client="api",
             ),
             limiter=search_limiter,
@@ -579,10 +591,27 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
 
     @app.get("/api/knowledge/config", tags=["knowledge"])
     def config() -> dict[str, Any]:
-        """Defaults and limits clients need (the console reads them); no secrets."""
+        """Defaults and limits clients need (the console reads them); no secrets.
+
+        The ranking defaults are the *effective* ones: a setting set explicitly wins, then the corpus's
+        self-tuned choice (``groundwork tune``), then the built-in default; ``ranking_sources`` says which
+        applied to each value and ``tuned`` summarises the tuning run (null when the corpus is not tuned)."""
+        from knowledge_store.tuning import load_tuned, ranking_sources
+
+        index_dir = engine.snapshots.index_dir
+        ranking = engine.ranking_defaults()
+        tuned = load_tuned(index_dir)
         return {
-            "default_k": settings.default_k, "max_k": 100, "default_alpha": settings.default_alpha,
-            "default_fusion": settings.default_fusion, "default_reranker": settings.default_reranker,
+            "default_k": settings.default_k, "max_k": 100, "default_alpha": ranking.alpha,
+            "default_fusion": ranking.fusion, "section_weight": ranking.section_weight,
+            "lead_weight": ranking.lead_weight, "fusion_modes": dict(FUSION_MODES),
+            "ranking_sources": ranking_sources(engine.settings, index_dir),
+            "tuned": None if tuned is None else {
+                "created_at": tuned.created_at, "snapshot_version": tuned.snapshot_version,
+                "pseudo_queries": tuned.pseudo_queries, "before": tuned.before, "after": tuned.after,
+                "seconds": tuned.seconds, "in_use": engine.settings.use_tuned_ranking,
+            },
+            "default_reranker": settings.default_reranker,
             "rerankers": ["none", "mmr", "feedback"] + (["cross-encoder"] if settings.cross_encoder_path else []),
             "min_relevance": settings.min_relevance, "max_query_chars": settings.max_query_chars,
             "max_note_chars": settings.max_note_chars, "max_upload_mb": settings.max_file_mb,

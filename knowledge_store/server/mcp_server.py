@@ -5,8 +5,9 @@ successor of v1's ``FastMCP``).
 
 Tools
 -----
-- ``search(query, k=5, filters=None, alpha=None, reranker=None)`` - cited
-  passages.  Returns a readable numbered list as text *and* structured content
+- ``search(query, k=5, filters=None, alpha=None, reranker=None, fusion=None,
+  section_weight=None, lead_weight=None)`` - cited passages (unset ranking
+  arguments: the corpus's effective defaults, self-tuned when tuned).  Returns a readable numbered list as text *and* structured content
   (``retrieval_request_id``, ``coverage``, ``results[]``, ``answer``) matching
   the tool's advertised ``outputSchema``.
 - ``get_document(chunk_id, neighbours=1)`` - a cited chunk's full text with its
@@ -60,6 +61,7 @@ from knowledge_store.errors import GroundworkError
 from knowledge_store.retrieval.citations import Citation, citation_url
 from knowledge_store.retrieval.engine import NO_RESULTS, QueryValidationError, RetrievalEngine
 from knowledge_store.retrieval.filters import SearchFilters
+from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.rerankers import RERANKERS, RerankerUnavailable
 from knowledge_store.settings import Settings
 
@@ -76,7 +78,8 @@ extractive `answer`. Cite passages as [n] with their url. If it says "No relevan
 (coverage "none"), the knowledge base does not cover the question: say so instead of guessing. \
 `filters` restricts the search, e.g. {"paths": ["manuals/*.pdf"]}, {"sources": ["docs"]}, \
 {"metadata": {"product": "aurora-hub"}}. `alpha` weights keywords (0) against meaning (1). \
-`reranker`: "mmr" for more diverse passages, "feedback" to use past ratings.
+`reranker`: "mmr" for more diverse passages, "feedback" to use past ratings. \
+`fusion`, `section_weight` and `lead_weight` fine-tune the ranking; usually leave them unset: the corpus's (self-tuned) defaults apply.
 - `get_document(chunk_id, neighbours=1)`: the full text of a passage returned by `search` \
 (by its `chunk_id`) with the passages around it in the same document version, for more context.
 - `list_sources()`: what the knowledge base holds: each source (a folder, the uploads, a \
@@ -282,6 +285,8 @@ class InvalidParamsMiddleware:
 
 RerankerName = Literal["none", "mmr", "feedback", "cross-encoder"]
 assert set(get_args(RerankerName)) == set(RERANKERS), "update RerankerName to match retrieval.rerankers.RERANKERS"
+# built from the one vocabulary (retrieval.fusion.FUSION_MODES) so a new mode appears in the tool schema by itself
+FusionName = Literal[tuple(FUSION_MODES)]  # type: ignore[valid-type]
 
 
 def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
@@ -303,6 +308,19 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
         reranker: Annotated[
             RerankerName | None, Field(description="Re-order the candidates: none, mmr (diversity), feedback, cross-encoder.")
         ] = None,
+        fusion: Annotated[
+            FusionName | None,
+            Field(description="How keyword and meaning scores are combined: " + ", ".join(FUSION_MODES)
+                  + "; default: the corpus's (self-tuned) default."),
+        ] = None,
+        section_weight: Annotated[
+            float | None,
+            Field(ge=0.0, le=1.0, description="0-1: how much a passage's whole section counts for keywords; default: the corpus's."),
+        ] = None,
+        lead_weight: Annotated[
+            float | None,
+            Field(ge=0.0, le=1.0, description="0-1: how much a section's opening passage counts for meaning; default: the corpus's."),
+        ] = None,
     ) -> Annotated[CallToolResult, SearchOutput]:
         """Search the knowledge base; returns numbered passages with source (title, section, pages, url) and score."""
         try:
@@ -310,6 +328,9 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
                 query,
                 k=k,
                 alpha=alpha,
+                fusion=fusion,
+                section_weight=section_weight,
+                lead_weight=lead_weight,
                 reranker=reranker,
                 filters=filters.model_dump(exclude_defaults=True) if filters is not None else None,
                 client="mcp",

@@ -6,19 +6,21 @@
   "use strict";
 
   var QUERY_URL = "/api/knowledge/query";
+  var CONFIG_URL = "/api/knowledge/config";
   var FEEDBACK_URL = "/api/knowledge/feedback";
   var NOTE_LIMIT = 1000; // the server's default max_note_chars; the server has the final word
   var SAVED = "Thanks \u2014 feedback saved";
 
   var $ = function (id) { return document.getElementById(id); };
   var form = $("query-form"), q = $("q"), kInput = $("k"), alpha = $("alpha"), alphaOut = $("alpha-value"),
-      alphaReset = $("alpha-reset"), reranker = $("reranker"), submit = $("submit"), formError = $("form-error"),
+      alphaReset = $("alpha-reset"), reranker = $("reranker"), fusion = $("fusion"), submit = $("submit"), formError = $("form-error"),
       statusEl = $("status"), errorPanel = $("error-panel"), errorMessage = $("error-message"), errorTitle = $("error-title"), retry = $("retry"),
       answerPanel = $("answer-panel"), answerText = $("answer-text"), answerMeta = $("answer-meta"),
       metaLine = $("meta-line"), rerankerNote = $("reranker-note"), empty = $("empty"), list = $("results"),
       template = $("result-template");
 
   var alphaTouched = false;
+  var serverAlpha = 0.5; // the server's effective default (GET /api/knowledge/config), where "Use server default" puts the slider
   var lastBody = null;   // the last request sent, for Retry
   var current = null;    // the last successful response
   var seq = 0;           // ignore responses of superseded requests
@@ -142,7 +144,7 @@
   }
   alpha.addEventListener("input", function () { setAlphaTouched(true); });
   alphaReset.addEventListener("click", function () {
-    alpha.value = "0.5";
+    alpha.value = String(serverAlpha);
     setAlphaTouched(false);
     alpha.focus();
   });
@@ -150,13 +152,13 @@
   function clearFormError() {
     formError.textContent = "";
     show(formError, false);
-    [q, kInput, alpha, reranker].forEach(function (el) { el.removeAttribute("aria-invalid"); });
+    [q, kInput, alpha, reranker, fusion].forEach(function (el) { el.removeAttribute("aria-invalid"); });
   }
 
   function showFormError(message, fields) {
     formError.textContent = message;
     show(formError, true);
-    var byField = { query: q, k: kInput, alpha: alpha, reranker: reranker };
+    var byField = { query: q, k: kInput, alpha: alpha, reranker: reranker, fusion: fusion };
     (fields || []).forEach(function (f) {
       var el = byField[String(f).split(".")[0]];
       if (el) el.setAttribute("aria-invalid", "true");
@@ -174,6 +176,7 @@
     }
     var body = { query: q.value, k: k, reranker: reranker.value, answer: "extractive" };
     if (alphaTouched) body.alpha = Number(alpha.value);
+    if (fusion.value) body.fusion = fusion.value;
     runQuery(body);
   });
 
@@ -409,6 +412,104 @@
   }
 
   setAlphaTouched(false);
+
+  // ------------------------------------------------------------ server defaults and the self-tuned ranking
+  var rankingDefaults = $("ranking-defaults"), tuningPanel = $("tuning-panel"), tuningSummary = $("tuning-summary"),
+      tuningBody = $("tuning-body"), tuningMeta = $("tuning-meta");
+  var SOURCE_WORDS = { tuned: "self-tuned", setting: "server setting", "default": "built-in" };
+
+  function weight(value) {
+    return typeof value === "number" && isFinite(value) ? String(Number(value.toFixed(2))) : "\u2014";
+  }
+
+  /** "weighted fusion, alpha 0.50, section weight 0.5, lead weight 0.3 (self-tuned)"; per value when the sources differ. */
+  function rankingText(config) {
+    var sources = config.ranking_sources || {};
+    var parts = [
+      ["fusion", config.default_fusion + " fusion"], ["alpha", "alpha " + fmt(config.default_alpha, 2)],
+      ["section_weight", "section weight " + weight(config.section_weight)], ["lead_weight", "lead weight " + weight(config.lead_weight)]
+    ];
+    var kinds = parts.map(function (p) { return sources[p[0]] || "default"; });
+    var same = kinds.every(function (k) { return k === kinds[0]; });
+    var text = parts.map(function (p, i) {
+      return p[1] + (same ? "" : " (" + (SOURCE_WORDS[kinds[i]] || kinds[i]) + ")");
+    }).join(", ");
+    return "Server ranking defaults: " + text + (same ? " (" + (SOURCE_WORDS[kinds[0]] || kinds[0]) + ")" : "") + ".";
+  }
+
+  function fillFusion(config) {
+    var modes = config.fusion_modes || {};
+    var chosen = fusion.value;
+    fusion.textContent = "";
+    var first = document.createElement("option");
+    first.value = "";
+    first.textContent = "server default (" + config.default_fusion + ")";
+    fusion.appendChild(first);
+    Object.keys(modes).forEach(function (mode) {
+      var option = document.createElement("option");
+      option.value = mode;
+      option.textContent = mode;
+      option.title = String(modes[mode]);
+      fusion.appendChild(option);
+    });
+    if (chosen && Object.prototype.hasOwnProperty.call(modes, chosen)) fusion.value = chosen;
+  }
+
+  function tuningRow(label, scores, cls) {
+    var params = (scores && scores.params) || {};
+    var row = document.createElement("tr");
+    if (cls) row.className = cls;
+    var head = document.createElement("th");
+    head.scope = "row";
+    head.textContent = label;
+    row.appendChild(head);
+    cell(row, String(params.fusion || "\u2014"));
+    cell(row, fmt(params.alpha, 2), "num");
+    cell(row, weight(params.section_weight), "num");
+    cell(row, weight(params.lead_weight), "num");
+    cell(row, fmt(scores && scores["ndcg@10"]), "num");
+    cell(row, fmt(scores && scores["recall@5"]), "num");
+    return row;
+  }
+
+  function renderTuning(tuned) {
+    show(tuningPanel, !!tuned);
+    if (!tuned) return;
+    var before = tuned.before || {}, after = tuned.after || {}, params = after.params || {};
+    tuningSummary.textContent = "nDCG@10 " + fmt(before["ndcg@10"]) + " \u2192 " + fmt(after["ndcg@10"]) + " \u00b7 " +
+      params.fusion + ", alpha " + fmt(params.alpha, 2) + ", section " + weight(params.section_weight) + ", lead " +
+      weight(params.lead_weight) + (tuned.in_use === false ? " \u00b7 not in use" : "");
+    tuningBody.textContent = "";
+    tuningBody.appendChild(tuningRow("Built-in", before));
+    tuningBody.appendChild(tuningRow("Self-tuned", after, "chosen"));
+    var counts = tuned.pseudo_queries || {};
+    var total = Object.keys(counts).reduce(function (sum, kind) { return sum + (counts[kind] || 0); }, 0);
+    var kinds = Object.keys(counts).map(function (kind) { return counts[kind] + " " + kind; }).join(", ");
+    tuningMeta.textContent = "Measured on " + total + " pseudo-queries from the corpus itself (" + kinds + ") of index snapshot v" +
+      tuned.snapshot_version + ", " + String(tuned.created_at || "").replace("T", " ").slice(0, 16) + ", in " +
+      fmt(tuned.seconds, 1) + " s." + (tuned.in_use === false
+        ? " Not in use: GROUNDWORK_USE_TUNED_RANKING is false."
+        : " Used for every search that does not set these values; explicit server settings win.");
+  }
+
+  function loadConfig() {
+    return fetch(CONFIG_URL, { headers: { "Accept": "application/json" } }).then(function (response) {
+      if (!response.ok) throw new Error("HTTP " + response.status);
+      return response.json();
+    }).then(function (config) {
+      if (typeof config.default_alpha === "number") {
+        serverAlpha = config.default_alpha;
+        if (!alphaTouched) alpha.value = String(serverAlpha);
+      }
+      fillFusion(config);
+      rankingDefaults.textContent = rankingText(config);
+      renderTuning(config.tuned);
+    }).catch(function () {
+      rankingDefaults.textContent = "";  // searches still work with the server's defaults
+    });
+  }
+
+  loadConfig();
 
   // ------------------------------------------------------------ sources panel
   var SOURCES_URL = "/api/sources";

@@ -1,0 +1,167 @@
+"""Self-tuning asset: the corpus's own headings, titles and FAQ questions -> the ranking it is served with.
+
+``corpus_tuning`` runs ``knowledge_store.tuning.tune_corpus`` on the published
+index (it depends on ``search_index``, so selected together with the ingestion
+assets it runs after the sync) and stores the choice in ``<index_dir>/tuned.json``,
+where the engine, ``/api/knowledge/config`` and the console read it without a
+restart.  The metadata shows what was measured: the pseudo-queries per kind,
+built-in vs chosen ranking, the best configurations and nDCG@10 against alpha
+per fusion mode.  A corpus too small to tune fails the run with the reason; no
+made-up result is stored.  The check next to the asset warns when the choice
+scores below the built-in default (it cannot by construction: a guard against
+a broken sweep or a hand-edited file).
+"""
+
+import base64
+import io
+
+import dagster as dg
+
+from knowledge_store.errors import IndexNotBuiltError
+from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.tuning import (
+    PSEUDO_QUERY_KINDS,
+    TunedConfig,
+    TuningError,
+    load_tuned,
+    ranking_sources,
+    tune_corpus,
+    tuned_path,
+)
+from pipelines.ingestion import search_index
+from pipelines.metadata import markdown_table
+from pipelines.resources import EmbeddingModelResource, RetrievalResource
+
+GROUP = "tuning"
+TUNE_JOB_NAME = "tune"
+TOP_ROWS = 15
+
+
+class TuningConfig(dg.Config):
+    limit: int = 300  # at most this many pseudo-queries (thumbs-up feedback included)
+
+
+def _table_row(row: dict) -> dict[str, object]:
+    return {"alpha": row["alpha"], "fusion": row["fusion"], "section_weight": row["section_weight"],
+            "lead_weight": row["lead_weight"], "nDCG@10": round(row["ndcg@10"], 4), "Recall@5": round(row["recall@5"], 4),
+            **{f"nDCG@10 {kind}": round(value, 4) for kind, value in row.get("ndcg@10_by_kind", {}).items()}}
+
+
+def before_after_rows(tuned: TunedConfig) -> list[dict[str, object]]:
+    rows = []
+    for label, scores in (("built-in", tuned.before), ("chosen", tuned.after)):
+        rows.append({"ranking": label, **scores["params"], "nDCG@10": scores["ndcg@10"], "Recall@5": scores["recall@5"]})
+    rows.append({"ranking": "change", "alpha": "", "fusion": "", "section_weight": "", "lead_weight": "",
+                 "nDCG@10": f"{tuned.after['ndcg@10'] - tuned.before['ndcg@10']:+.4f}",
+                 "Recall@5": f"{tuned.after['recall@5'] - tuned.before['recall@5']:+.4f}"})
+    return rows
+
+
+def plot_ndcg_vs_alpha(tuned: TunedConfig) -> bytes:
+    """PNG: per fusion mode, nDCG@10 against alpha (the best section/lead weights at each alpha);
+    the built-in default and the chosen configuration marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    best: dict[str, dict[float, float]] = {}
+    for row in tuned.table:
+        by_alpha = best.setdefault(row["fusion"], {})
+        by_alpha[row["alpha"]] = max(by_alpha.get(row["alpha"], 0.0), row["ndcg@10"])
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    modes = [m for m in FUSION_MODES if m in best] + sorted(m for m in best if m not in FUSION_MODES)
+    for mode in modes:
+        alphas = sorted(best[mode])
+        ax.plot(alphas, [best[mode][a] for a in alphas], marker="o", markersize=4, label=mode)
+    for label, scores, marker in (("built-in", tuned.before, "s"), ("chosen", tuned.after, "*")):
+        ax.scatter([scores["params"]["alpha"]], [scores["ndcg@10"]], marker=marker, s=140 if marker == "*" else 70,
+                   facecolors="none" if marker == "s" else "black", edgecolors="black", zorder=5,
+                   label=f"{label}: {scores['params']['fusion']} alpha={scores['params']['alpha']:g}")
+    values = [v for by_alpha in best.values() for v in by_alpha.values()]
+    low = min(values + [tuned.before["ndcg@10"]])
+    ax.set_ylim(max(0.0, low - 0.05), min(1.02, max(values) + 0.05))
+    ax.set_xlabel("alpha (0 = BM25, 1 = vector)")
+    ax.set_ylabel("nDCG@10 (best section/lead weights)")
+    ax.set_title(f"Self-tuning on {sum(tuned.pseudo_queries.values())} pseudo-queries (snapshot {tuned.snapshot_version})")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+@dg.asset(
+    group_name=GROUP, deps=[search_index], kinds={"numpy"},
+    description="Ranking (alpha, fusion, section and lead weights) self-tuned on the corpus's own headings, titles, "
+                "FAQ questions and thumbs-up feedback; stored in index/tuned.json, used for every query that does not say.",
+)
+def corpus_tuning(context: dg.AssetExecutionContext, config: TuningConfig, retrieval: RetrievalResource,
+                  model: EmbeddingModelResource) -> dg.MaterializeResult:
+    settings = retrieval.settings()
+    try:
+        tuned = tune_corpus(settings, embedder=model.embedder(), limit=config.limit, save=True)
+    except (TuningError, IndexNotBuiltError) as error:
+        # no made-up result: the run fails with the reason, tuned.json stays as it was
+        raise dg.Failure(description=f"cannot tune the ranking of {settings.data_dir}: {error}", allow_retries=False) from error
+    before, after = tuned.before, tuned.after
+    counts = tuned.pseudo_queries
+    context.log.info(
+        f"tuned on {sum(counts.values())} pseudo-queries ({counts}): {tuned.params.label}; nDCG@10 "
+        f"{before['ndcg@10']:.4f} -> {after['ndcg@10']:.4f}, Recall@5 {before['recall@5']:.4f} -> {after['recall@5']:.4f}"
+    )
+    sources = ranking_sources(settings, settings.index_dir)
+    explicit = sorted(name for name, source in sources.items() if source == "setting")
+    if explicit:
+        context.log.warning(f"{', '.join(explicit)} set explicitly: the setting wins over the tuned value when serving")
+    png = plot_ndcg_vs_alpha(tuned)
+    plot_path = settings.data_dir / "tuning" / "ndcg_vs_alpha.png"
+    plot_path.parent.mkdir(parents=True, exist_ok=True)
+    plot_path.write_bytes(png)
+    image = f"![nDCG@10 vs alpha](data:image/png;base64,{base64.b64encode(png).decode()})"
+    return dg.MaterializeResult(metadata={
+        "pseudo_queries": dg.MetadataValue.json(counts),
+        "pseudo_queries_total": int(sum(counts.values())),
+        **{f"pseudo_queries_{kind}": int(counts.get(kind, 0)) for kind in PSEUDO_QUERY_KINDS},
+        "chosen": tuned.params.label,
+        "alpha": float(tuned.params.alpha),
+        "fusion": tuned.params.fusion,
+        "section_weight": float(tuned.params.section_weight),
+        "lead_weight": float(tuned.params.lead_weight),
+        "ndcg_at_10_before": float(before["ndcg@10"]),
+        "ndcg_at_10_after": float(after["ndcg@10"]),
+        "ndcg_at_10_delta": float(round(after["ndcg@10"] - before["ndcg@10"], 4)),
+        "recall_at_5_before": float(before["recall@5"]),
+        "recall_at_5_after": float(after["recall@5"]),
+        "recall_at_5_delta": float(round(after["recall@5"] - before["recall@5"], 4)),
+        "duration_s": float(tuned.seconds),
+        "snapshot_version": int(tuned.snapshot_version),
+        "configurations": len(tuned.table),
+        "before_after": markdown_table(before_after_rows(tuned)),
+        "top_configurations": markdown_table([_table_row(r) for r in tuned.table], limit=TOP_ROWS),
+        "plot": dg.MetadataValue.md(image),
+        "plot_path": dg.MetadataValue.path(str(plot_path)),
+        "tuned_path": dg.MetadataValue.path(str(tuned_path(settings.index_dir))),
+        "ranking_sources": dg.MetadataValue.json(sources),
+    })
+
+
+@dg.asset_check(asset=corpus_tuning, description="The chosen ranking's nDCG@10 on the pseudo-queries is at least the built-in default's.")
+def tuning_not_worse_than_builtin(retrieval: RetrievalResource) -> dg.AssetCheckResult:
+    settings = retrieval.settings()
+    tuned = load_tuned(settings.index_dir)
+    if tuned is None:
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, metadata={
+            "reason": f"no readable {tuned_path(settings.index_dir)}: the engine uses the built-in defaults"})
+    before, after = float(tuned.before["ndcg@10"]), float(tuned.after["ndcg@10"])
+    return dg.AssetCheckResult(
+        passed=after >= before, severity=dg.AssetCheckSeverity.WARN,
+        metadata={"ndcg_at_10_before": before, "ndcg_at_10_after": after, "delta": round(after - before, 4),
+                  "chosen": tuned.params.label, "snapshot_version": int(tuned.snapshot_version)},
+    )
+
+
+TUNING_ASSETS = [corpus_tuning]
+TUNING_CHECKS = [tuning_not_worse_than_builtin]
