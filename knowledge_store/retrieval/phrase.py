@@ -38,9 +38,8 @@ def bigrams(tokens: list[str]) -> set[tuple[str, str]]:
     return set(zip(tokens, tokens[1:]))
 
 
-QUESTION_WORDS = frozenset(
-    "how what why when where which who whom whose can could does do did is are was were should would will "
-    "shall may might must has have".split())
+# wh-words only: auxiliaries ("is", "can", "does") open too many ordinary sentences a user pastes
+QUESTION_WORDS = frozenset("how what why when where which who whom whose".split())
 
 
 def is_phrase_query(query: str) -> bool:
