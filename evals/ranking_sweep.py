@@ -42,8 +42,10 @@ def real_label_sweep(snapshot: LoadedSnapshot, dataset: BeirDataset, query_vecto
     for j, (qid, text) in enumerate(dataset.queries.items()):
         evidence = gather_evidence(snapshot, text, query_vectors[qid])
         relevant = dataset.qrels[qid]
+        cache: dict[int, float] = {}
         for i, params in enumerate(grid):
-            rows = rank_rows(evidence, params, snapshot.active, pool, rrf_k, snapshot=snapshot, query=text if phrase else None).rows
+            rows = rank_rows(evidence, params, snapshot.active, pool, rrf_k, snapshot=snapshot,
+                             query=text if phrase else None, phrase_cache=cache).rows
             ranked = list(dict.fromkeys(beir[d] for d in snapshot.doc_index[rows].tolist()))
             ndcg[i, j] = ndcg_at_k(ranked, relevant, 10)
             recall[i, j] = recall_at_k(ranked, relevant, 5)

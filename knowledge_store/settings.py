@@ -63,10 +63,10 @@ class Settings(BaseSettings):
 
     # ---- retrieval (issue 3)
     default_k: int = Field(5, ge=1, le=100, description="Passages returned when a query does not say.")
-    default_alpha: float = Field(0.5, ge=0, le=1, description="Fusion weight: 0 = pure BM25, 1 = pure vector; 0.5 measured best on SciFact test and mid-plateau on train (docs/EVALUATION.md).")
+    default_alpha: float = Field(0.7, ge=0, le=1, description="Fusion weight: 0 = pure BM25, 1 = pure vector. 0.7 with section_weight 1 and lead_weight 0.6 is within 0.01 nDCG@10 of the best alpha on SciFact and on the Debian documentation set (docs/EVALUATION.md); `groundwork tune` picks per corpus.")
     default_fusion: str = Field("weighted", description="Fusion mode: " + "; ".join(f"{k}: {v}" for k, v in FUSION_MODES.items()) + ".")
-    section_weight: float = Field(0.5, ge=0, le=1, description="Share of a chunk's BM25 evidence that is its whole section's BM25 (0 = the chunk alone). See docs/EVALUATION.md.")
-    lead_weight: float = Field(0.3, ge=0, le=1, description="Share of a chunk's vector evidence that is its section's first chunk's cosine (0 = the chunk alone).")
+    section_weight: float = Field(1.0, ge=0, le=1, description="Share of a chunk's BM25 evidence that is its whole section's BM25 (0 = the chunk alone). See docs/EVALUATION.md.")
+    lead_weight: float = Field(0.6, ge=0, le=1, description="Share of a chunk's vector evidence that is its section's first chunk's cosine (0 = the chunk alone).")
     phrase_boost: bool = Field(True, description="Queries of 8+ words: candidates containing most of the query's word pairs in order (a pasted passage) rank first.")
     use_tuned_ranking: bool = Field(True, description="Use the corpus's self-tuned ranking (index/tuned.json, `groundwork tune`) for values not set explicitly.")
     rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")

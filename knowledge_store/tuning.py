@@ -52,7 +52,7 @@ PSEUDO_QUERY_KINDS = ("question", "heading", "title", "feedback")
 # the grid: every value here is tried with every other one
 ALPHAS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 SECTION_WEIGHTS = (0.0, 0.5, 1.0)
-LEAD_WEIGHTS = (0.0, 0.3, 0.6)
+LEAD_WEIGHTS = (0.0, 0.3, 0.6, 0.8)
 FUSIONS = tuple(FUSION_MODES)
 
 _SECTION_SEPARATOR = " > "
@@ -78,6 +78,29 @@ class PseudoQuery:
 
 def _informative_words(text: str) -> list[str]:
     return [w for w in _WORD.findall(text) if len(w) > 2]
+
+
+_SEGMENT_SPLIT = re.compile(r"\s*[:|\u2014\u2013]\s+|\s+-\s+")
+_NUMBERING = re.compile(r"^\s*(?:(?:chapter|section|appendix)\s+)?(?:[0-9]+|[A-Z])(?:\.[0-9]+)*\.?\s+", re.IGNORECASE)
+
+
+def shared_segments(titles: Iterable[str], min_titles: int = 3) -> set[str]:
+    """Title segments ("Debian Reference" in "Debian Reference: 2.3 Basic package ...") that many titles share.
+
+    They name a book or a site, not what the section is about: a person does not
+    type them, and as query words they would favour every sibling of the target.
+    """
+    counts: Counter = Counter()
+    for title in set(titles):
+        counts.update(set(seg.strip().lower() for seg in _SEGMENT_SPLIT.split(title) if seg.strip()))
+    return {seg for seg, n in counts.items() if n >= min_titles}
+
+
+def query_text(label: str, shared: set[str]) -> str:
+    """What a person would type for a heading or title: its own words, without shared segments or numbering."""
+    segments = [seg.strip() for seg in _SEGMENT_SPLIT.split(label) if seg.strip()]
+    kept = [seg for seg in segments if seg.lower() not in shared] or segments[-1:]
+    return _NUMBERING.sub("", " ".join(kept)).strip()
 
 
 def build_pseudo_queries(snapshot: LoadedSnapshot, feedback: Iterable[dict] = (), limit: int = 300,
@@ -108,15 +131,18 @@ def build_pseudo_queries(snapshot: LoadedSnapshot, feedback: Iterable[dict] = ()
         if title:
             title_targets.setdefault(title, set()).add(int(snapshot.doc_index[lead]))
     queries: list[PseudoQuery] = []
+    shared = shared_segments(list(title_targets) + list(heading_targets))
     for heading, groups in heading_targets.items():
-        if len(groups) > 3 or len(_informative_words(heading)) < 2:
+        text = query_text(heading, shared)
+        if len(groups) > 3 or len(_informative_words(text)) < 2:
             continue
         kind = "question" if heading.rstrip().endswith("?") else "heading"
-        queries.append(PseudoQuery(heading, kind, "section", frozenset(groups), heading, "section"))
+        queries.append(PseudoQuery(text, kind, "section", frozenset(groups), heading, "section"))
     for title, docs in title_targets.items():
-        if len(docs) > 5 or len(_informative_words(title)) < 2:
+        text = query_text(title, shared)
+        if len(docs) > 5 or len(_informative_words(text)) < 2:
             continue
-        queries.append(PseudoQuery(title, "title", "document", frozenset(docs), title, "title"))
+        queries.append(PseudoQuery(text, "title", "document", frozenset(docs), title, "title"))
     rng = random.Random(seed)
     rng.shuffle(queries)
     by_kind: dict[str, list[PseudoQuery]] = {}
@@ -153,12 +179,18 @@ def feedback_queries(snapshot: LoadedSnapshot, feedback: Iterable[dict]) -> list
 # --------------------------------------------------------------------------- removing the query text
 
 
-def _header_without(title: str, section_path: list[str], strip: str, strip_field: str) -> str:
+def _title_without(title: str, query: str) -> str:
+    """The title minus the query's part of it: a shared segment ("Debian Reference") stays, as on its siblings."""
+    return re.sub(re.escape(query), " ", title or "", flags=re.IGNORECASE).strip(" :|-\u2014\u2013") if query else ""
+
+
+def _header_without(title: str, section_path: list[str], strip: str, strip_field: str, query: str = "") -> str:
     """The chunk header the chunker would have built, minus the pseudo-query's own text."""
     title = (title or "").strip()
     path = [p for p in (section_path or []) if p and p.strip() and p.strip() != title]
     if strip_field == "title":
-        title = ""
+        reduced = _title_without(title, query)
+        title = "" if reduced == title else reduced  # the query did not occur verbatim: drop the whole title
     elif strip_field == "section":
         path = [p for p in path if p.strip() != strip]
     parts = [title] if title else []
@@ -210,11 +242,12 @@ def strip_query_from_targets(snapshot: LoadedSnapshot, pq: PseudoQuery, evidence
         return evidence
     take = snapshot.records.take(rows)
     # Markdown keeps a "## Heading" line in the chunk's own text: the query goes from there too
-    own_words = re.compile(re.escape(pq.strip), re.IGNORECASE)
+    own_words = re.compile("|".join(re.escape(t) for t in sorted({pq.strip, pq.query}, key=len, reverse=True) if t),
+                           re.IGNORECASE)
     texts = [own_words.sub(" ", t or "") for t in take.column("text").to_pylist()]
     titles = take.column("title").to_pylist()
     paths = take.column("section_path").to_pylist()
-    headers = [_header_without(t, p, pq.strip, pq.strip_field) for t, p in zip(titles, paths)]
+    headers = [_header_without(t, p, pq.strip, pq.strip_field, pq.query) for t, p in zip(titles, paths)]
     embed_texts = [f"{h}\n\n{x}" if h else x for h, x in zip(headers, texts)]
     vectors = embed(embed_texts)
     bm25_chunk = evidence.bm25_chunk.copy()
@@ -228,7 +261,10 @@ def strip_query_from_targets(snapshot: LoadedSnapshot, pq: PseudoQuery, evidence
     section_tf: dict[int, np.ndarray] = {}
     section_len: dict[int, float] = {}
     for i, row in enumerate(rows.tolist()):
-        title = "" if pq.strip_field == "title" else (titles[i] or "")
+        title = titles[i] or ""
+        if pq.strip_field == "title":
+            reduced = _title_without(title, pq.query)
+            title = "" if reduced == title.strip() else reduced
         path = [p for p in (paths[i] or []) if not (pq.strip_field == "section" and p.strip() == pq.strip)]
         counts = counter.counts(" ".join([title, _SECTION_SEPARATOR.join(path), texts[i] or ""]))
         tf = np.array([counts.get(s, 0) for s in known], dtype=np.float64)
@@ -294,8 +330,9 @@ def sweep(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Callable[
         evidence = gather_evidence(snapshot, pq.query, qv)
         if strip:
             evidence = strip_query_from_targets(snapshot, pq, evidence, embed, counter, qv)
+        cache: dict[int, float] = {}
         for i, params in enumerate(grid):
-            fused = rank_rows(evidence, params, mask, pool, rrf_k, snapshot=snapshot, query=pq.query)
+            fused = rank_rows(evidence, params, mask, pool, rrf_k, snapshot=snapshot, query=pq.query, phrase_cache=cache)
             ranked = units_of(snapshot, fused.rows, pq.unit)
             ndcg[i, j] = ndcg_at(ranked, pq.targets)
             recall[i, j] = recall_at(ranked, pq.targets)

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from knowledge_store.retrieval.fusion import FUSION_MODES, Fused, fuse_scores
-from knowledge_store.retrieval.phrase import is_phrase_query, phrase_order
+from knowledge_store.retrieval.phrase import bigram_share, is_phrase_query, order_by_share, words
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, QueryTerms
 
 
@@ -99,8 +99,32 @@ def gather_evidence(snapshot: LoadedSnapshot, query: str, query_vector: np.ndarr
     return QueryEvidence(terms, bm25_chunk, bm25_section, coverage, vector_chunk, vector_lead)
 
 
+def phrase_texts(snapshot: LoadedSnapshot, rows: list[int]) -> list[str]:
+    """Each row's text followed by the next chunk of the same document (and that chunk's heading when it
+    opens a new section): a pasted span that crosses a chunk border is still found whole in its first chunk."""
+    records = snapshot.records
+    texts = records.column("text").take(rows).to_pylist()
+    following = [r + 1 if r + 1 < snapshot.size and snapshot.doc_index[r + 1] == snapshot.doc_index[r] else -1 for r in rows]
+    present = [r for r in following if r >= 0]
+    if not present:
+        return texts
+    next_text = dict(zip(present, records.column("text").take(present).to_pylist()))
+    next_path = dict(zip(present, records.column("section_path").take(present).to_pylist()))
+    out = []
+    for row, text, nxt in zip(rows, texts, following):
+        if nxt < 0:
+            out.append(text)
+            continue
+        heading = ""
+        if snapshot.sections is not None and snapshot.sections.group[nxt] != snapshot.sections.group[row]:
+            heading = (next_path[nxt] or [""])[-1]
+        out.append(f"{text} {heading} {next_text[nxt]}")
+    return out
+
+
 def rank_rows(evidence: QueryEvidence, params: RankingParams, mask: np.ndarray | None, pool: int,
-              rrf_k: int = 60, snapshot: LoadedSnapshot | None = None, query: str | None = None) -> Fused:
+              rrf_k: int = 60, snapshot: LoadedSnapshot | None = None, query: str | None = None,
+              phrase_cache: dict[int, float] | None = None) -> Fused:
     """The fused candidate list (best first) for one query under ``params``.
 
     With ``snapshot`` and ``query`` given, a long query gets phrase evidence
@@ -110,7 +134,12 @@ def rank_rows(evidence: QueryEvidence, params: RankingParams, mask: np.ndarray |
                         params.alpha, pool, params.fusion, rrf_k)
     if snapshot is None or query is None or not len(fused.rows) or not is_phrase_query(query):
         return fused
-    texts = snapshot.records.column("text").take(fused.rows).to_pylist()
-    order, _ = phrase_order(query, texts)
+    cache = {} if phrase_cache is None else phrase_cache  # sweeps rank one query many times: share once per row
+    missing = [int(r) for r in fused.rows if int(r) not in cache]
+    if missing:
+        tokens = words(query)
+        for row, text in zip(missing, phrase_texts(snapshot, missing)):
+            cache[row] = bigram_share(tokens, text)
+    order = order_by_share(np.array([cache[int(r)] for r in fused.rows]))
     return Fused(rows=fused.rows[order], fused=fused.fused[order], bm25=fused.bm25[order], vector=fused.vector[order],
                  bm25_rank=fused.bm25_rank[order], vector_rank=fused.vector_rank[order])

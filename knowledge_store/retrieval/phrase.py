@@ -58,15 +58,18 @@ def bigram_share(query_tokens: list[str], text: str) -> float:
     return len(wanted & bigrams(words(text))) / len(wanted)
 
 
+def order_by_share(shares: np.ndarray) -> np.ndarray:
+    """Candidates (given best first) with a strong share moved first, best share first; the rest keep their order."""
+    n = len(shares)
+    strong = shares >= PHRASE_MIN_SHARE
+    if not strong.any():
+        return np.arange(n)
+    position = np.arange(n)
+    return np.lexsort((position, -np.where(strong, shares, 0.0), ~strong))
+
+
 def phrase_order(query: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(new order of the candidates, bigram share per candidate) for candidates given best first."""
     tokens = words(query)
     shares = np.array([bigram_share(tokens, t) for t in texts], dtype=np.float64)
-    n = len(texts)
-    strong = shares >= PHRASE_MIN_SHARE
-    if not strong.any():
-        return np.arange(n), shares
-    position = np.arange(n)
-    # strong rows first (by share, then fused position); the others keep their fused order
-    order = np.lexsort((position, -np.where(strong, shares, 0.0), ~strong))
-    return order, shares
+    return order_by_share(shares), shares

@@ -1,0 +1,86 @@
+"""One dataset split, every configuration a reader of docs/EVALUATION.md needs, in one run.
+
+Through the real engine (``engine.search``, as served): the shipped default, its
+single methods, the alpha sweep at the default aggregation, each fusion mode,
+the previous default (alpha 0.5, chunk evidence only) and each ingredient on
+its own; beside them the plain pipelines of ``evals.baselines`` (same run, same
+queries), with the default's ratio to the best plain pipeline.
+
+    .venv/bin/python -m evals.quality_report data/datasets/debian-docs --split test --json-out docs/evaluation/debian_test.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from evals.baselines import evaluate_plain, plain_label, plain_scores
+from evals.beir import load_beir
+from evals.retrieval_eval import EvalConfig, evaluate, open_engine
+
+
+def configurations(settings) -> list[tuple[str, EvalConfig]]:
+    a, s, l = settings.default_alpha, settings.section_weight, settings.lead_weight
+    return [
+        ("default", EvalConfig(a, settings.default_fusion, "none", s, l)),
+        ("BM25 only (section-aware)", EvalConfig(0.0, "weighted", "none", s, l)),
+        ("vector only (section-aware)", EvalConfig(1.0, "weighted", "none", s, l)),
+        *((f"alpha {x:g}", EvalConfig(x, "weighted", "none", s, l)) for x in (0.5, 0.6, 0.8, 0.9)),
+        ("dbsf", EvalConfig(a, "dbsf", "none", s, l)),
+        ("rrf", EvalConfig(0.5, "rrf", "none", s, l)),
+        ("previous default (alpha 0.5, chunk evidence)", EvalConfig(0.5, "weighted", "none", 0.0, 0.0)),
+        ("chunk evidence, alpha 0.7", EvalConfig(a, "weighted", "none", 0.0, 0.0)),
+        ("+ section BM25 only", EvalConfig(a, "weighted", "none", s, 0.0)),
+        ("+ section lead only", EvalConfig(a, "weighted", "none", 0.0, l)),
+        ("BM25 only (chunk)", EvalConfig(0.0, "weighted", "none", 0.0, 0.0)),
+        ("vector only (chunk)", EvalConfig(1.0, "weighted", "none", 0.0, 0.0)),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from knowledge_store.settings import Settings
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dataset", type=Path)
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args(argv)
+    dataset = load_beir(args.dataset, split=args.split)
+    # built-in defaults only: an eval store's own tuned.json must not change what "default" means here
+    engine, doc_map = open_engine(args.dataset, ingest=False, use_tuned_ranking=False)
+    rows = []
+    for name, config in configurations(engine.settings):
+        result = evaluate(engine, dataset, config, doc_map)
+        row = {"name": name, **result.row()}
+        rows.append(row)
+        print(json.dumps({k: row[k] for k in ("name", "recall@5", "ndcg@10", "p50_ms", "p95_ms")}), flush=True)
+    plain = plain_scores(dataset, Settings().model_path, Settings().data_dir / "eval" / "baselines")
+    baselines = []
+    for method, alpha in [("dense", None), ("bm25s", None), ("hybrid", 0.5), ("hybrid", 0.7)]:
+        metrics = evaluate_plain(dataset, plain, method, alpha or 0.5)
+        baselines.append({"name": plain_label(method, alpha), "recall@5": metrics["recall@5"], "ndcg@10": metrics["ndcg@10"],
+                          "mrr@10": metrics["mrr@10"]})
+        print(json.dumps(baselines[-1]), flush=True)
+    default = rows[0]
+    best_plain = max(baselines, key=lambda b: b["ndcg@10"])
+    report = {
+        "dataset": str(args.dataset), "split": args.split, "queries": len(dataset.queries),
+        "date": datetime.now(timezone.utc).date().isoformat(), "machine": f"{platform.machine()}, {platform.python_version()}",
+        "engine": rows, "plain": baselines,
+        "ratio_to_best_plain": {"name": best_plain["name"],
+                                "ndcg@10": default["ndcg@10"] / best_plain["ndcg@10"],
+                                "recall@5": default["recall@5"] / max(b["recall@5"] for b in baselines)},
+    }
+    print(json.dumps(report["ratio_to_best_plain"]))
+    if args.json_out:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
