@@ -14,7 +14,7 @@ export DAGSTER_DISABLE_TELEMETRY := 1
 DAGSTER_HOST ?= 127.0.0.1
 DAGSTER_PORT ?= 3000
 
-.PHONY: run test install ingest dagster status clean bench serve browser tesseract
+.PHONY: run test install ingest dagster status clean bench serve browser tesseract devset
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 2; }
@@ -51,6 +51,10 @@ run: ingest
 
 serve: $(STAMP) tesseract
 	GROUNDWORK_SERVER_PORT=$(API_PORT) $(BIN)/groundwork serve
+
+# The Debian documentation dev set (issue 10): apt-get download of 12 doc packages, built into data/datasets/
+devset: $(STAMP)
+	$(BIN)/python -m evals.debian_docs
 
 # Debian chromium for the real-browser console test (never a browser download by a test tool)
 browser:

@@ -9,7 +9,12 @@ Then:
 - ``seen``  the train queries asked again (the case feedback is built for:
   repeated and near-repeated questions);
 - ``overlap`` how many test queries have a relevant document that some train
-  query up-voted: the ceiling of what per-passage feedback can do for them.
+  query up-voted: the ceiling of what per-passage feedback can do for them;
+- ``tuning`` the other way feedback can reach unseen queries: the thumbs-up are
+  gold for self-tuning (``knowledge_store.tuning``, kind ``feedback``), which
+  changes the corpus's ranking for every query.  The chosen configuration is
+  scored on the test queries beside the built-in default and the choice made
+  from pseudo-queries alone.
 
     .venv/bin/python -m evals.feedback_sim data/datasets/debian-docs
 """
@@ -48,6 +53,32 @@ def recall5(engine, ds: BeirDataset, doc_map: dict[str, str], reranker: str) -> 
     return total / max(1, len(ds.queries))
 
 
+def feedback_tuning(folder: Path, engine, feedback: list[dict], test: BeirDataset) -> dict:
+    """Self-tune with and without the simulated thumbs as gold; score each choice on the test queries."""
+    from evals.ranking_sweep import embed_queries, real_label_sweep
+    from knowledge_store.retrieval.snapshot_reader import load_snapshot
+    from knowledge_store.tuning import builtin_ranking, tune_snapshot
+
+    snapshot = load_snapshot(engine.settings.index_dir)
+    embed = engine.embedder.embed
+    vectors = embed_queries(test, engine.embedder)
+    settings = engine.settings
+    out: dict = {}
+    choices = {"built-in default": builtin_ranking(settings)}
+    for label, rows in (("pseudo-queries only", []), ("pseudo-queries + train thumbs", feedback),
+                        ("train thumbs only", feedback)):
+        limit = len({r["query"] for r in rows if r["rating"] == "up"}) if label == "train thumbs only" else 300
+        tuned = tune_snapshot(snapshot, settings, embed, feedback=rows, limit=limit, min_queries=10)
+        choices[label] = tuned.params
+        out[f"{label}: pseudo-queries used"] = tuned.pseudo_queries
+    scored = real_label_sweep(snapshot, test, vectors, list(dict.fromkeys(choices.values())))
+    by_params = {(r["alpha"], r["fusion"], r["section_weight"], r["lead_weight"]): r for r in scored}
+    for label, params in choices.items():
+        row = by_params[(params.alpha, params.fusion, params.section_weight, params.lead_weight)]
+        out[label] = {"params": params.to_dict(), "test_ndcg@10": row["ndcg@10"], "test_recall@5": row["recall@5"]}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from knowledge_store.retrieval.rerankers import FeedbackReranker
 
@@ -74,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             "test_recall@5_feedback": recall5(engine, test, doc_map, "feedback"),
             "seen_recall@5_feedback": recall5(engine, train, doc_map, "feedback"),
         })
+    result["tuning"] = feedback_tuning(args.dataset, engine, feedback, test)
     print(json.dumps(result, indent=2))
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=2))

@@ -242,7 +242,9 @@ def test_unknown_job_is_404_in_the_common_error_shape(env):
 
 def test_config_gives_defaults_and_limits_without_secrets(env):
     config = env["client"].get("/api/knowledge/config").json()
-    assert config["default_alpha"] == 0.5 and config["max_query_chars"] == 2000 and config["max_note_chars"] == 1000
+    from knowledge_store.settings import Settings
+
+    assert config["default_alpha"] == Settings.model_fields["default_alpha"].default and config["max_query_chars"] == 2000 and config["max_note_chars"] == 1000
     assert "cross-encoder" not in config["rerankers"] and "llm_api_key" not in str(config)
 
 

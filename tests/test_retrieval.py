@@ -211,7 +211,7 @@ def test_feedback_reranker_raises_helpful_and_sinks_unhelpful_passages(sample_in
     order = [c.chunk_id for c in after.results]
     assert after.reranker_status == "ok"
     assert order.index(ids[3]) < 3 and order[0] == ids[3]
-    assert ids[0] not in order[:1] and order.index(ids[0]) > 0
+    assert order[0] != ids[0]  # the unhelpful passage sank (possibly out of the top five)
     # an unrelated query is not affected by that feedback
     other = engine.search(RESET, k=3, min_relevance=0.0, log=False)
     other_fb = engine.search(RESET, k=3, reranker="feedback", min_relevance=0.0, log=False)
