@@ -70,11 +70,15 @@ class QueryEvidence:
     def bm25(self, section_weight: float) -> np.ndarray:
         if section_weight <= 0.0:
             return self.bm25_chunk
+        if section_weight >= 1.0:
+            return self.bm25_section
         return (1.0 - section_weight) * self.bm25_chunk + section_weight * self.bm25_section
 
     def vector(self, lead_weight: float) -> np.ndarray:
         if lead_weight <= 0.0:
             return self.vector_chunk
+        if lead_weight >= 1.0:
+            return self.vector_lead
         return (1.0 - lead_weight) * self.vector_chunk + lead_weight * self.vector_lead
 
 
@@ -97,6 +101,9 @@ def gather_evidence(snapshot: LoadedSnapshot, query: str, query_vector: np.ndarr
     terms, bm25_chunk, bm25_section, coverage = lexical_evidence(snapshot, query)
     vector_chunk, vector_lead = semantic_evidence(snapshot, query_vector)
     return QueryEvidence(terms, bm25_chunk, bm25_section, coverage, vector_chunk, vector_lead)
+
+
+PHRASE_MAX_CANDIDATES = 200  # the whole fused pool: the span's chunk can rank deep when its section is long (top 50: 186/200)
 
 
 def phrase_texts(snapshot: LoadedSnapshot, rows: list[int]) -> list[str]:
@@ -135,11 +142,15 @@ def rank_rows(evidence: QueryEvidence, params: RankingParams, mask: np.ndarray |
     if snapshot is None or query is None or not len(fused.rows) or not is_phrase_query(query):
         return fused
     cache = {} if phrase_cache is None else phrase_cache  # sweeps rank one query many times: share once per row
+    for row in fused.rows[PHRASE_MAX_CANDIDATES:].tolist():  # bounded work per query
+        cache.setdefault(int(row), 0.0)
     missing = [int(r) for r in fused.rows if int(r) not in cache]
     if missing:
         tokens = words(query)
-        for row, text in zip(missing, phrase_texts(snapshot, missing)):
-            cache[row] = bigram_share(tokens, text)
+        own = snapshot.records.column("text").take(missing).to_pylist()
+        for row, text, alone in zip(missing, phrase_texts(snapshot, missing), own):
+            # the span read across the border to the next chunk counts; holding it alone breaks ties
+            cache[row] = bigram_share(tokens, text) + 0.1 * bigram_share(tokens, alone)
     order = order_by_share(np.array([cache[int(r)] for r in fused.rows]))
     return Fused(rows=fused.rows[order], fused=fused.fused[order], bm25=fused.bm25[order], vector=fused.vector[order],
                  bm25_rank=fused.bm25_rank[order], vector_rank=fused.vector_rank[order])
