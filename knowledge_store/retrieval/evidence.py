@@ -25,10 +25,20 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import re
+
 import numpy as np
 
-from knowledge_store.retrieval.fusion import FUSION_MODES, Fused, fuse_scores
-from knowledge_store.retrieval.phrase import bigram_share, is_phrase_query, order_by_share, words
+from knowledge_store.retrieval.fusion import FUSION_MODES, Fused, fuse_scores, top_rows
+from knowledge_store.retrieval.phrase import (
+    PHRASE_MIN_SHARE,
+    bigrams,
+    is_phrase_query,
+    normalise,
+    normalised_share,
+    order_by_share,
+    words,
+)
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, QueryTerms
 
 
@@ -103,30 +113,43 @@ def gather_evidence(snapshot: LoadedSnapshot, query: str, query_vector: np.ndarr
     return QueryEvidence(terms, bm25_chunk, bm25_section, coverage, vector_chunk, vector_lead)
 
 
-PHRASE_MAX_CANDIDATES = 200  # the whole fused pool: the span's chunk can rank deep when its section is long (top 50: 186/200)
+PHRASE_TEXT_CACHE_ROWS = 50_000  # normalised texts kept per snapshot (~1-2 KB each)
+PHRASE_BM25_CANDIDATES = 20  # chunk-BM25 rows read for phrase evidence (20 and 40: 195/200 known items; the whole fused pool: 196)
 
 
-def phrase_texts(snapshot: LoadedSnapshot, rows: list[int]) -> list[str]:
-    """Each row's text followed by the next chunk of the same document (and that chunk's heading when it
-    opens a new section): a pasted span that crosses a chunk border is still found whole in its first chunk."""
-    records = snapshot.records
-    texts = records.column("text").take(rows).to_pylist()
-    following = [r + 1 if r + 1 < snapshot.size and snapshot.doc_index[r + 1] == snapshot.doc_index[r] else -1 for r in rows]
-    present = [r for r in following if r >= 0]
-    if not present:
-        return texts
-    next_text = dict(zip(present, records.column("text").take(present).to_pylist()))
-    next_path = dict(zip(present, records.column("section_path").take(present).to_pylist()))
-    out = []
-    for row, text, nxt in zip(rows, texts, following):
-        if nxt < 0:
-            out.append(text)
-            continue
-        heading = ""
-        if snapshot.sections is not None and snapshot.sections.group[nxt] != snapshot.sections.group[row]:
-            heading = (next_path[nxt] or [""])[-1]
-        out.append(f"{text} {heading} {next_text[nxt]}")
-    return out
+
+def phrase_texts(snapshot: LoadedSnapshot, rows: list[int]) -> list[tuple[str, str]]:
+    """(own, pair) normalised texts per row, padded with spaces: ``own`` is the chunk's text, ``pair`` the
+    text followed by the next chunk of the same document (and its heading when it opens a section), so a
+    pasted span that crosses a chunk border is still found whole.  Cached on the snapshot: a popular chunk
+    is normalised once, not per query."""
+    cache = snapshot.phrase_text_cache
+    missing = [r for r in dict.fromkeys(rows) if r not in cache]
+    if missing:
+        records = snapshot.records
+        following = [r + 1 if r + 1 < snapshot.size and snapshot.doc_index[r + 1] == snapshot.doc_index[r] else -1
+                     for r in missing]
+        own_cache = snapshot.normalised_text_cache
+        if len(cache) > PHRASE_TEXT_CACHE_ROWS:
+            cache.clear()
+            own_cache.clear()
+        wanted = [r for r in dict.fromkeys(missing + [r for r in following if r >= 0]) if r not in own_cache]
+        if wanted:
+            for row, text in zip(wanted, records.column("text").take(wanted).to_pylist()):
+                own_cache[row] = normalise(text or "")
+        present = [r for r in following if r >= 0]
+        paths = dict(zip(present, records.column("section_path").take(present).to_pylist())) if present else {}
+        for row, nxt in zip(missing, following):
+            own = own_cache[row]
+            if nxt < 0:
+                cache[row] = (own, own)
+                continue
+            heading = ""
+            if snapshot.sections is not None and snapshot.sections.group[nxt] != snapshot.sections.group[row]:
+                heading = normalise((paths[nxt] or [""])[-1]).strip()
+            # normalised strings join with one space: a bigram across the border stays a substring
+            cache[row] = (own, " ".join(part for part in (own.strip(), heading, own_cache[nxt].strip()) if part).join("  "))
+    return [cache[r] for r in rows]
 
 
 def rank_rows(evidence: QueryEvidence, params: RankingParams, mask: np.ndarray | None, pool: int,
@@ -142,15 +165,27 @@ def rank_rows(evidence: QueryEvidence, params: RankingParams, mask: np.ndarray |
     if snapshot is None or query is None or not len(fused.rows) or not is_phrase_query(query):
         return fused
     cache = {} if phrase_cache is None else phrase_cache  # sweeps rank one query many times: share once per row
-    for row in fused.rows[PHRASE_MAX_CANDIDATES:].tolist():  # bounded work per query
-        cache.setdefault(int(row), 0.0)
+    # a chunk holding the pasted span has all its words: it is among the best chunk-BM25 rows (or just
+    # before one, when the span crosses into the next chunk); reading only those bounds the work per query
+    lexical_top = top_rows(evidence.bm25_chunk, mask, PHRASE_BM25_CANDIDATES, positive_only=True)
+    allowed = set(lexical_top.tolist()) | set((lexical_top - 1).tolist())
+    for row in fused.rows.tolist():
+        if row not in allowed:
+            cache.setdefault(int(row), 0.0)
     missing = [int(r) for r in fused.rows if int(r) not in cache]
     if missing:
         tokens = words(query)
-        own = snapshot.records.column("text").take(missing).to_pylist()
-        for row, text, alone in zip(missing, phrase_texts(snapshot, missing), own):
+        pairs = bigrams(tokens)
+        texts = phrase_texts(snapshot, missing)
+        # pigeonhole pre-screen: a text missing all of any (misses + 1) bigrams cannot reach the share
+        probe = sorted(pairs, key=lambda p: -len(p[0]) - len(p[1]))[: int(len(pairs) * (1 - PHRASE_MIN_SHARE)) + 1]
+        pattern = re.compile("|".join(re.escape(f" {a} {b} ") for a, b in probe)) if probe else None
+        for row, (own, pair) in zip(missing, texts):
+            if pattern is None or not pattern.search(pair):
+                cache[row] = 0.0
+                continue
             # the span read across the border to the next chunk counts; holding it alone breaks ties
-            cache[row] = bigram_share(tokens, text) + 0.1 * bigram_share(tokens, alone)
+            cache[row] = normalised_share(pairs, pair) + 0.1 * normalised_share(pairs, own)
     order = order_by_share(np.array([cache[int(r)] for r in fused.rows]))
     return Fused(rows=fused.rows[order], fused=fused.fused[order], bm25=fused.bm25[order], vector=fused.vector[order],
                  bm25_rank=fused.bm25_rank[order], vector_rank=fused.vector_rank[order])

@@ -50,6 +50,17 @@ def is_phrase_query(query: str) -> bool:
     return tokens[0] not in QUESTION_WORDS
 
 
+def normalise(text: str) -> str:
+    """Lower case, every non-word run one space, padded: bigram ``a b`` occurs iff `` a b `` is a substring."""
+    return " " + _SPLIT.sub(" ", text.lower()).strip() + " "
+
+
+def normalised_share(wanted: set[tuple[str, str]], padded: str) -> float:
+    if not wanted:
+        return 0.0
+    return sum(1 for a, b in wanted if f" {a} {b} " in padded) / len(wanted)
+
+
 def bigram_share(query_tokens: list[str], text: str) -> float:
     """Share of the query's distinct bigrams that occur in ``text`` (same tokenisation as ``words``).
 

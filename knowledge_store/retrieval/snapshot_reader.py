@@ -69,6 +69,9 @@ class LoadedSnapshot:
     documents: list[dict]  # per doc index: doc_id, version, source_id, source_name, path, relative_path, title, metadata
     stopwords: frozenset[str] = frozenset()
     sections: "SectionIndex | None" = None
+    post_norm: np.ndarray | None = None  # float32 per chunk posting: k1 * (1 - b + b * len / avgdl)
+    phrase_text_cache: dict = field(default_factory=dict)  # row -> normalised (own, pair) texts, see evidence.py
+    normalised_text_cache: dict = field(default_factory=dict)  # row -> normalised text
     _stems: dict[str, str] = field(default_factory=dict)
     load_seconds: float = 0.0
 
@@ -127,8 +130,9 @@ class LoadedSnapshot:
                 continue
             rows = self.post_rows[start:end]
             tf = self.post_tf[start:end]
-            norm = BM25_K1 * (1.0 - BM25_B + BM25_B * self.doc_len[rows] / self.avgdl)
-            scores[rows] += (idf * tf * (BM25_K1 + 1.0) / (tf + norm)).astype(np.float32)
+            norm = self.post_norm[start:end] if self.post_norm is not None else \
+                BM25_K1 * (1.0 - BM25_B + BM25_B * self.doc_len[rows] / self.avgdl)
+            scores[rows] += np.float32(idf) * tf * np.float32(BM25_K1 + 1.0) / (tf + norm)
             coverage[rows] += idf
         return scores, coverage
 
@@ -221,6 +225,11 @@ class SectionIndex:
     df: np.ndarray  # float64 per termid: sections containing the term
     length: np.ndarray  # float32 per section
     avgdl: float
+    post_norm: np.ndarray | None = None  # float32 per posting: k1 * (1 - b + b * len / avgdl), precomputed
+
+    def __post_init__(self) -> None:
+        if self.post_norm is None:
+            self.post_norm = (BM25_K1 * (1.0 - BM25_B + BM25_B * self.length[self.post_groups] / self.avgdl)).astype(np.float32)
 
     @property
     def count(self) -> int:
@@ -237,8 +246,7 @@ class SectionIndex:
             idf = np.log10((n - df + 0.5) / (df + 0.5) + 1.0)
             groups = self.post_groups[start:end]
             tf = self.post_tf[start:end]
-            norm = BM25_K1 * (1.0 - BM25_B + BM25_B * self.length[groups] / self.avgdl)
-            out[groups] += (idf * tf * (BM25_K1 + 1.0) / (tf + norm)).astype(np.float32)
+            out[groups] += np.float32(idf) * tf * np.float32(BM25_K1 + 1.0) / (tf + self.post_norm[start:end])
         return out
 
 
@@ -372,8 +380,10 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
         term_ptr[1:] = np.cumsum(counts)
     group = section_groups(doc_index, records.column("section_path").to_pylist())
     sections = build_section_index(group, doc_len, term_ptr, post_rows, post_tf)
+    post_norm = (BM25_K1 * (1.0 - BM25_B + BM25_B * doc_len[post_rows] / float(avgdl or 1.0))).astype(np.float32) \
+        if len(post_rows) else np.zeros(0, dtype=np.float32)
     return LoadedSnapshot(
-        info=info, path=info.path(index_dir), conn=conn, chunk_ids=chunk_ids, row_of=row_of, doc_ids=doc_ids,
+        info=info, post_norm=post_norm, path=info.path(index_dir), conn=conn, chunk_ids=chunk_ids, row_of=row_of, doc_ids=doc_ids,
         doc_index=doc_index, active=active, embeddings=embeddings, records=records,
         doc_len=doc_len, avgdl=float(avgdl or 1.0), num_docs=int(num_docs or 0), term_ptr=term_ptr,
         post_rows=post_rows, post_tf=post_tf, df=df, term_ids=term_ids, documents=documents,
