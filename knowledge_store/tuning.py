@@ -28,7 +28,6 @@ built-in default.
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import re
@@ -41,10 +40,12 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from evals.metrics import ndcg_at_k, recall_at_k
+from knowledge_store.chunking import SECTION_SEPARATOR
 from knowledge_store.errors import GroundworkError
 from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, gather_evidence, rank_rows
 from knowledge_store.retrieval.fusion import FUSION_MODES
-from knowledge_store.retrieval.snapshot_reader import BM25_B, BM25_K1, LoadedSnapshot, _FTS_SPLIT
+from knowledge_store.retrieval.snapshot_reader import _FTS_SPLIT, LoadedSnapshot, bm25_norm, bm25_term
 
 TUNED_FILE = "tuned.json"
 PSEUDO_QUERY_KINDS = ("question", "heading", "title", "feedback")
@@ -55,7 +56,6 @@ SECTION_WEIGHTS = (0.0, 0.5, 1.0)
 LEAD_WEIGHTS = (0.0, 0.3, 0.6, 0.8)
 FUSIONS = tuple(FUSION_MODES)
 
-_SECTION_SEPARATOR = " > "
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_'-]*")
 
 
@@ -184,18 +184,15 @@ def _title_without(title: str, query: str) -> str:
     return re.sub(re.escape(query), " ", title or "", flags=re.IGNORECASE).strip(" :|-\u2014\u2013") if query else ""
 
 
-def _header_without(title: str, section_path: list[str], strip: str, strip_field: str, query: str = "") -> str:
+def _header_without(title: str, section_path: list[str], pq: PseudoQuery) -> str:
     """The chunk header the chunker would have built, minus the pseudo-query's own text."""
-    title = (title or "").strip()
-    path = [p for p in (section_path or []) if p and p.strip() and p.strip() != title]
-    if strip_field == "title":
-        reduced = _title_without(title, query)
-        title = "" if reduced == title else reduced  # the query did not occur verbatim: drop the whole title
-    elif strip_field == "section":
-        path = [p for p in path if p.strip() != strip]
+    path = [p for p in (section_path or []) if p and p.strip() and p.strip() != (title or "").strip()]
+    if pq.strip_field == "section":
+        path = [p for p in path if p.strip() != pq.strip]
+    title = _reduced_title(title, pq)
     parts = [title] if title else []
     if path:
-        parts.append(_SECTION_SEPARATOR.join(path))
+        parts.append(SECTION_SEPARATOR.join(path))
     return "\n".join(parts)
 
 
@@ -207,24 +204,22 @@ class _TermCounter:
 
     def counts(self, text: str) -> Counter:
         tokens = _FTS_SPLIT.sub(" ", text.lower()).split()
-        stems = self.snapshot._stems
-        missing = [t for t in dict.fromkeys(tokens) if t not in stems]
-        if missing:
-            cursor = self.snapshot.conn.cursor()
-            try:
-                for token, stemmed in cursor.execute(
-                    "SELECT t, stem(t, 'porter') FROM (SELECT unnest(?::VARCHAR[]) AS t)", [missing]
-                ).fetchall():
-                    stems[token] = stemmed
-            finally:
-                cursor.close()
         stop = self.snapshot.stopwords
-        return Counter(stems[t] for t in tokens if stems.get(t) and t not in stop and stems[t] not in stop)
+        return Counter(stem for token, stem in zip(tokens, self.snapshot.stem_tokens(tokens))
+                       if stem and token not in stop and stem not in stop)
 
 
 def _bm25(tf: np.ndarray, length: float, avgdl: float, idf: np.ndarray) -> float:
-    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * length / avgdl)
-    return float(np.sum(idf * tf * (BM25_K1 + 1.0) / (tf + norm)))
+    return float(np.sum(bm25_term(idf, tf, bm25_norm(length, avgdl))))
+
+
+def _reduced_title(title: str, pq: PseudoQuery) -> str:
+    """A chunk's title minus the pseudo-query's own text (the whole title when the query is not in it verbatim)."""
+    title = (title or "").strip()
+    if pq.strip_field != "title":
+        return title
+    reduced = _title_without(title, pq.query)
+    return "" if reduced == title else reduced
 
 
 def strip_query_from_targets(snapshot: LoadedSnapshot, pq: PseudoQuery, evidence: QueryEvidence,
@@ -247,7 +242,7 @@ def strip_query_from_targets(snapshot: LoadedSnapshot, pq: PseudoQuery, evidence
     texts = [own_words.sub(" ", t or "") for t in take.column("text").to_pylist()]
     titles = take.column("title").to_pylist()
     paths = take.column("section_path").to_pylist()
-    headers = [_header_without(t, p, pq.strip, pq.strip_field, pq.query) for t, p in zip(titles, paths)]
+    headers = [_header_without(t, p, pq) for t, p in zip(titles, paths)]
     embed_texts = [f"{h}\n\n{x}" if h else x for h, x in zip(headers, texts)]
     vectors = embed(embed_texts)
     bm25_chunk = evidence.bm25_chunk.copy()
@@ -261,12 +256,10 @@ def strip_query_from_targets(snapshot: LoadedSnapshot, pq: PseudoQuery, evidence
     section_tf: dict[int, np.ndarray] = {}
     section_len: dict[int, float] = {}
     for i, row in enumerate(rows.tolist()):
-        title = titles[i] or ""
-        if pq.strip_field == "title":
-            reduced = _title_without(title, pq.query)
-            title = "" if reduced == title.strip() else reduced
+        # the fts ``section`` field is the whole heading path (title-equal parts included)
+        title = _reduced_title(titles[i], pq)
         path = [p for p in (paths[i] or []) if not (pq.strip_field == "section" and p.strip() == pq.strip)]
-        counts = counter.counts(" ".join([title, _SECTION_SEPARATOR.join(path), texts[i] or ""]))
+        counts = counter.counts(" ".join([title, SECTION_SEPARATOR.join(path), texts[i] or ""]))
         tf = np.array([counts.get(s, 0) for s in known], dtype=np.float64)
         length = float(sum(counts.values()))
         bm25_chunk[row] = _bm25(tf, length, snapshot.avgdl, idf) if len(known) else 0.0
@@ -274,9 +267,7 @@ def strip_query_from_targets(snapshot: LoadedSnapshot, pq: PseudoQuery, evidence
         section_tf[group] = section_tf.get(group, 0) + tf
         section_len[group] = section_len.get(group, 0.0) + length
     if len(known):
-        n = float(sections.count)
-        sec_df = sections.df[terms.termids]
-        sec_idf = np.log10((n - sec_df + 0.5) / (sec_df + 0.5) + 1.0)
+        sec_idf = sections.idf(terms.termids)
         for group, tf in section_tf.items():
             bm25_section[sections.group == group] = _bm25(tf, section_len[group], sections.avgdl, sec_idf)
     # the section lead's cosine follows its (re-embedded) lead row
@@ -289,16 +280,6 @@ def strip_query_from_targets(snapshot: LoadedSnapshot, pq: PseudoQuery, evidence
 
 def default_grid() -> list[RankingParams]:
     return [RankingParams(a, f, s, lw) for f in FUSIONS for a in ALPHAS for s in SECTION_WEIGHTS for lw in LEAD_WEIGHTS]
-
-
-def ndcg_at(ranked: list[int], relevant: frozenset[int], k: int = 10) -> float:
-    dcg = sum(1.0 / math.log2(i + 2) for i, unit in enumerate(ranked[:k]) if unit in relevant)
-    ideal = sum(1.0 / math.log2(i + 2) for i in range(min(k, len(relevant))))
-    return dcg / ideal if ideal else 0.0
-
-
-def recall_at(ranked: list[int], relevant: frozenset[int], k: int = 5) -> float:
-    return len(set(ranked[:k]) & relevant) / len(relevant) if relevant else 0.0
 
 
 def units_of(snapshot: LoadedSnapshot, rows: np.ndarray, unit: str) -> list[int]:
@@ -334,8 +315,8 @@ def sweep(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Callable[
         for i, params in enumerate(grid):
             fused = rank_rows(evidence, params, mask, pool, rrf_k, snapshot=snapshot, query=pq.query, phrase_cache=cache)
             ranked = units_of(snapshot, fused.rows, pq.unit)
-            ndcg[i, j] = ndcg_at(ranked, pq.targets)
-            recall[i, j] = recall_at(ranked, pq.targets)
+            ndcg[i, j] = ndcg_at_k(ranked, pq.targets, 10)
+            recall[i, j] = recall_at_k(ranked, pq.targets, 5)
     kinds = sorted({q.kind for q in queries})
     rows = []
     for i, params in enumerate(grid):

@@ -23,9 +23,8 @@ The engine and the self-tuning sweep (``knowledge_store.tuning``) both rank with
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import re
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -78,18 +77,19 @@ class QueryEvidence:
     vector_lead: np.ndarray
 
     def bm25(self, section_weight: float) -> np.ndarray:
-        if section_weight <= 0.0:
-            return self.bm25_chunk
-        if section_weight >= 1.0:
-            return self.bm25_section
-        return (1.0 - section_weight) * self.bm25_chunk + section_weight * self.bm25_section
+        return blend(self.bm25_chunk, self.bm25_section, section_weight)
 
     def vector(self, lead_weight: float) -> np.ndarray:
-        if lead_weight <= 0.0:
-            return self.vector_chunk
-        if lead_weight >= 1.0:
-            return self.vector_lead
-        return (1.0 - lead_weight) * self.vector_chunk + lead_weight * self.vector_lead
+        return blend(self.vector_chunk, self.vector_lead, lead_weight)
+
+
+def blend(own: np.ndarray, wider: np.ndarray, weight: float) -> np.ndarray:
+    """``(1 - weight) * own + weight * wider``; the ends return an input as is (no arithmetic on the hot path)."""
+    if weight <= 0.0:
+        return own
+    if weight >= 1.0:
+        return wider
+    return (1.0 - weight) * own + weight * wider
 
 
 def lexical_evidence(snapshot: LoadedSnapshot, query: str) -> tuple[QueryTerms, np.ndarray, np.ndarray, np.ndarray]:
@@ -115,7 +115,6 @@ def gather_evidence(snapshot: LoadedSnapshot, query: str, query_vector: np.ndarr
 
 PHRASE_TEXT_CACHE_ROWS = 50_000  # normalised texts kept per snapshot (~1-2 KB each)
 PHRASE_BM25_CANDIDATES = 20  # chunk-BM25 rows read for phrase evidence (20 and 40: 195/200 known items; the whole fused pool: 196)
-
 
 
 def phrase_texts(snapshot: LoadedSnapshot, rows: list[int]) -> list[tuple[str, str]]:

@@ -31,6 +31,21 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 
 
+def bm25_idf(n: float, df: np.ndarray) -> np.ndarray:
+    """The fts idf: log10((N - df + 0.5) / (df + 0.5) + 1) (DuckDB's log() is base 10)."""
+    return np.log10((n - df + 0.5) / (df + 0.5) + 1.0)
+
+
+def bm25_norm(length: np.ndarray | float, avgdl: float) -> np.ndarray | float:
+    """The length normalisation k1 * (1 - b + b * len / avgdl)."""
+    return BM25_K1 * (1.0 - BM25_B + BM25_B * length / avgdl)
+
+
+def bm25_term(idf, tf: np.ndarray, norm) -> np.ndarray:
+    """One term's BM25 contribution: idf * tf * (k1 + 1) / (tf + norm)."""
+    return idf * tf * (BM25_K1 + 1.0) / (tf + norm)
+
+
 @dataclass
 class QueryTerms:
     """The fts view of a query: stemmed terms found in the dictionary, and the rest."""
@@ -69,11 +84,16 @@ class LoadedSnapshot:
     documents: list[dict]  # per doc index: doc_id, version, source_id, source_name, path, relative_path, title, metadata
     stopwords: frozenset[str] = frozenset()
     sections: "SectionIndex | None" = None
-    post_norm: np.ndarray | None = None  # float32 per chunk posting: k1 * (1 - b + b * len / avgdl)
+    post_norm: np.ndarray | None = None  # float32 per chunk posting: bm25_norm of its row, derived below
     phrase_text_cache: dict = field(default_factory=dict)  # row -> normalised (own, pair) texts, see evidence.py
     normalised_text_cache: dict = field(default_factory=dict)  # row -> normalised text
     _stems: dict[str, str] = field(default_factory=dict)
     load_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.post_norm is None:  # derived once, so scoring a term gathers no lengths
+            self.post_norm = bm25_norm(self.doc_len[self.post_rows], self.avgdl).astype(np.float32) \
+                if len(self.post_rows) else np.zeros(0, dtype=np.float32)
 
     @property
     def size(self) -> int:
@@ -90,17 +110,7 @@ class LoadedSnapshot:
         """
         if query.isascii():
             tokens = list(dict.fromkeys(_FTS_SPLIT.sub(" ", query.lower()).split()))
-            missing = [t for t in tokens if t not in self._stems]
-            if missing:
-                cursor = self.conn.cursor()
-                try:
-                    for token, stemmed in cursor.execute(
-                        "SELECT t, stem(t, 'porter') FROM (SELECT unnest(?::VARCHAR[]) AS t)", [missing]
-                    ).fetchall():
-                        self._stems[token] = stemmed
-                finally:
-                    cursor.close()
-            stems = list(dict.fromkeys(self._stems[t] for t in tokens if self._stems.get(t)))
+            stems = list(dict.fromkeys(s for s in self.stem_tokens(tokens) if s))
         else:
             cursor = self.conn.cursor()
             try:
@@ -117,8 +127,22 @@ class LoadedSnapshot:
         unknown = [s for s in stems if s not in self.term_ids and s not in self.stopwords]
         termids = np.array([self.term_ids[s] for s in known], dtype=np.int64)
         df = self.df[termids].astype(np.float64) if len(termids) else np.zeros(0)
-        idf = np.log10((self.num_docs - df + 0.5) / (df + 0.5) + 1.0)  # DuckDB log() is base 10
-        return QueryTerms(termids=termids, idf=idf, known=known, unknown=unknown)
+        return QueryTerms(termids=termids, idf=bm25_idf(self.num_docs, df), known=known, unknown=unknown)
+
+    def stem_tokens(self, tokens: list[str]) -> list[str]:
+        """Porter stems of fts tokens (lower-cased, split by the fts rule), one per token ("" when empty),
+        through a cache filled by DuckDB's own ``stem``: a repeated word costs a dict lookup."""
+        missing = [t for t in dict.fromkeys(tokens) if t not in self._stems]
+        if missing:
+            cursor = self.conn.cursor()
+            try:
+                for token, stemmed in cursor.execute(
+                    "SELECT t, stem(t, 'porter') FROM (SELECT unnest(?::VARCHAR[]) AS t)", [missing]
+                ).fetchall():
+                    self._stems[token] = stemmed or ""
+            finally:
+                cursor.close()
+        return [self._stems[t] for t in tokens]
 
     def bm25_scores(self, terms: QueryTerms) -> tuple[np.ndarray, np.ndarray]:
         """(scores, idf coverage) for every row; coverage = idf mass of query terms present."""
@@ -130,9 +154,7 @@ class LoadedSnapshot:
                 continue
             rows = self.post_rows[start:end]
             tf = self.post_tf[start:end]
-            norm = self.post_norm[start:end] if self.post_norm is not None else \
-                BM25_K1 * (1.0 - BM25_B + BM25_B * self.doc_len[rows] / self.avgdl)
-            scores[rows] += np.float32(idf) * tf * np.float32(BM25_K1 + 1.0) / (tf + norm)
+            scores[rows] += bm25_term(np.float32(idf), tf, self.post_norm[start:end])
             coverage[rows] += idf
         return scores, coverage
 
@@ -225,11 +247,15 @@ class SectionIndex:
     df: np.ndarray  # float64 per termid: sections containing the term
     length: np.ndarray  # float32 per section
     avgdl: float
-    post_norm: np.ndarray | None = None  # float32 per posting: k1 * (1 - b + b * len / avgdl), precomputed
+    post_norm: np.ndarray | None = None  # float32 per posting: bm25_norm of its section, derived below
 
     def __post_init__(self) -> None:
         if self.post_norm is None:
-            self.post_norm = (BM25_K1 * (1.0 - BM25_B + BM25_B * self.length[self.post_groups] / self.avgdl)).astype(np.float32)
+            self.post_norm = bm25_norm(self.length[self.post_groups], self.avgdl).astype(np.float32)
+
+    def idf(self, termids: np.ndarray) -> np.ndarray:
+        """idf of each term over sections (a section counts once however many of its chunks hold it)."""
+        return bm25_idf(float(self.count), self.df[termids])
 
     @property
     def count(self) -> int:
@@ -237,16 +263,12 @@ class SectionIndex:
 
     def scores(self, termids: np.ndarray) -> np.ndarray:
         out = np.zeros(self.count, dtype=np.float32)
-        n = float(self.count)
-        for termid in termids:
+        for termid, idf in zip(termids, self.idf(termids)):
             start, end = self.term_ptr[termid], self.term_ptr[termid + 1]
             if start == end:
                 continue
-            df = self.df[termid]
-            idf = np.log10((n - df + 0.5) / (df + 0.5) + 1.0)
-            groups = self.post_groups[start:end]
             tf = self.post_tf[start:end]
-            out[groups] += np.float32(idf) * tf * np.float32(BM25_K1 + 1.0) / (tf + self.post_norm[start:end])
+            out[self.post_groups[start:end]] += bm25_term(np.float32(idf), tf, self.post_norm[start:end])
         return out
 
 
@@ -380,10 +402,8 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
         term_ptr[1:] = np.cumsum(counts)
     group = section_groups(doc_index, records.column("section_path").to_pylist())
     sections = build_section_index(group, doc_len, term_ptr, post_rows, post_tf)
-    post_norm = (BM25_K1 * (1.0 - BM25_B + BM25_B * doc_len[post_rows] / float(avgdl or 1.0))).astype(np.float32) \
-        if len(post_rows) else np.zeros(0, dtype=np.float32)
     return LoadedSnapshot(
-        info=info, post_norm=post_norm, path=info.path(index_dir), conn=conn, chunk_ids=chunk_ids, row_of=row_of, doc_ids=doc_ids,
+        info=info, path=info.path(index_dir), conn=conn, chunk_ids=chunk_ids, row_of=row_of, doc_ids=doc_ids,
         doc_index=doc_index, active=active, embeddings=embeddings, records=records,
         doc_len=doc_len, avgdl=float(avgdl or 1.0), num_docs=int(num_docs or 0), term_ptr=term_ptr,
         post_rows=post_rows, post_tf=post_tf, df=df, term_ids=term_ids, documents=documents,
