@@ -90,6 +90,14 @@ class StoreLockedError(StoreError):
         )
 
 
+class StoreBusyError(StoreLockedError):
+    """This process's own connections to the store kept it in the other mode for longer than the timeout."""
+
+    def __init__(self, path: str | Path, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        super().__init__(path, f"connections of this process held the store for more than {timeout_s:g} s")
+
+
 class IndexNotBuiltError(StoreError):
     def __init__(self, index_dir: str | Path) -> None:
         self.index_dir = str(index_dir)

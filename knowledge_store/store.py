@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import duckdb
 
-from knowledge_store.errors import StoreError, StoreLockedError
+from knowledge_store.errors import StoreBusyError, StoreError, StoreLockedError
 
 EMBEDDING_DIM = 384
 
@@ -279,6 +280,98 @@ def migrate(conn: duckdb.DuckDBPyConnection, migrations: list[tuple[int, str, st
     return max(v for v, _, _ in migrations)
 
 
+class ConnectionModeGate:
+    """The in-process connection policy for one DuckDB file: one configuration at a time.
+
+    Inside one process DuckDB refuses a read-only connection to a file while a
+    read-write one is open, and the reverse (``ConnectionException: ... different
+    configuration``); the server reads the store from request threads while its
+    ingestion job writes it.  The gate makes that impossible:
+
+    * while read-write connections are open, a read joins them *as read-write*
+      (a read-write connection reads just as well; it skips the migrations);
+    * while read-only connections are open, a writer waits for them to close
+      (reads are short), and reads that arrive after it queue behind it and then
+      join it as read-write, so a writer is never starved;
+    * when nothing is open, a read opens read-only (several processes can then
+      read at once) and a write opens read-write.
+
+    Nobody fails because someone else read: waiting is bounded by ``timeout_s``
+    and ends in ``StoreBusyError`` (a ``StoreLockedError``), like the
+    cross-process file lock.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.mode: str | None = None  # "ro" | "rw" | None (nothing open)
+        self.holders = 0
+        self.writers_waiting = 0
+        self._held: dict[int, int] = {}  # thread id -> connections it holds (nesting joins, never waits)
+
+    def acquire(self, read_only: bool, timeout_s: float, path: Path) -> bool:
+        """Wait for a slot; returns whether the connection must be opened read-only."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            held = self._held.get(threading.get_ident(), 0)
+            if held:  # nested in this thread: join whatever is open (waiting would wait for ourselves)
+                if self.mode == "ro" and not read_only:
+                    raise StoreError(f"{path}: a write was requested inside a read-only store connection of the same "
+                                     "thread; open the write connection first")
+                self.holders += 1
+                self._held[threading.get_ident()] = held + 1
+                return self.mode == "ro"
+            waiting_as_writer = False
+            try:
+                while True:
+                    if self.mode is None:
+                        self.mode = "ro" if read_only and not self.writers_waiting else "rw"
+                        break
+                    if self.mode == "rw":
+                        break
+                    # read-only connections are open
+                    if read_only and not self.writers_waiting:
+                        break
+                    if not read_only and not waiting_as_writer:
+                        waiting_as_writer = True
+                        self.writers_waiting += 1
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise StoreBusyError(path, timeout_s)
+                    self._cond.wait(remaining)
+            finally:
+                if waiting_as_writer:
+                    self.writers_waiting -= 1
+            self.holders += 1
+            self._held[threading.get_ident()] = 1
+            return self.mode == "ro"
+
+    def release(self) -> None:
+        with self._cond:
+            me = threading.get_ident()
+            if self._held.get(me, 0) > 1:
+                self._held[me] -= 1
+            else:
+                self._held.pop(me, None)
+            self.holders -= 1
+            if self.holders == 0:
+                self.mode = None
+                self._cond.notify_all()
+
+
+_GATES: dict[str, ConnectionModeGate] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def connection_gate(path: Path) -> ConnectionModeGate:
+    """The process-wide gate of one store file (keyed by its resolved path)."""
+    key = os.path.realpath(path)
+    with _GATES_LOCK:
+        gate = _GATES.get(key)
+        if gate is None:
+            gate = _GATES[key] = ConnectionModeGate()
+        return gate
+
+
 @contextlib.contextmanager
 def store_connection(
     path: Path, read_only: bool = False, timeout_s: float = 30.0
@@ -287,17 +380,25 @@ def store_connection(
 
     Stages open and close the store per unit of work instead of holding it for
     a whole run, so ``groundwork status`` and other readers only ever wait for
-    one short transaction.
+    one short transaction.  Every connection goes through the file's
+    ``ConnectionModeGate``: ``read_only=True`` promises not to write and may be
+    served by a read-write connection when one is already open in this process.
     """
     if read_only and not path.exists():
         raise StoreError(f"no store at {path}; run `groundwork ingest` first")
-    conn = open_duckdb(path, read_only=read_only, timeout_s=timeout_s)
+    gate = connection_gate(path)
+    began = time.monotonic()
+    as_read_only = gate.acquire(read_only, timeout_s, path)
     try:
-        if not read_only:
-            migrate(conn)
-        yield conn
+        conn = open_duckdb(path, read_only=as_read_only, timeout_s=max(0.0, timeout_s - (time.monotonic() - began)))
+        try:
+            if not read_only:
+                migrate(conn)
+            yield conn
+        finally:
+            conn.close()
     finally:
-        conn.close()
+        gate.release()
 
 
 @contextlib.contextmanager
