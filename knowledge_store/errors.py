@@ -47,6 +47,26 @@ class CorruptFileError(IngestionError):
     kind = "corrupt"
 
 
+class NestingTooDeepError(IngestionError):
+    """Markup nests elements deeper than the parser's limit (``MAX_HTML_NESTING_DEPTH``).
+
+    Real pages nest a few dozen levels; thousands of levels are a generated or
+    hostile file, and parsing it would take minutes.  Refused while the tree is
+    being built, so the refusal is quick; ``depth`` is where counting stopped.
+    """
+
+    kind = "nested_too_deeply"
+
+    def __init__(self, path: str | Path, depth: int, limit: int) -> None:
+        self.depth = depth
+        self.limit = limit
+        super().__init__(
+            path,
+            f"elements are nested at least {depth} levels deep, over the limit of {limit} levels; "
+            "real pages nest far less, so this file is generated or damaged",
+        )
+
+
 class NoTextError(IngestionError):
     """Parsing worked but there is no text to index (e.g. every page scanned)."""
 

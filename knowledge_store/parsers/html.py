@@ -20,7 +20,13 @@ from bs4 import BeautifulSoup, NavigableString, Tag
 from bs4.element import CData, Comment, Declaration, Doctype, ProcessingInstruction
 
 from knowledge_store.documents import BlockKind, PageBuilder, ParsedDocument
+from knowledge_store.errors import NestingTooDeepError
 from knowledge_store.parsers.text import UNTITLED, read_source
+
+# Deepest element nesting a page may have.  Real pages nest a few dozen levels and browsers flatten
+# anything past 512 (Blink's HTML parser limit); deeper trees made parsing quadratic (30 000 levels took
+# minutes) and overflow the recursive walk, so they are refused while the tree is being built.
+MAX_HTML_NESTING_DEPTH = 512
 
 # <button>: "Copy", "Toggle navigation", "Was this helpful?" - interface words, not content.
 _DROP_TAGS = ("script", "style", "noscript", "template", "svg", "iframe", "nav", "aside", "form", "head", "button")
@@ -79,6 +85,13 @@ def _is_hidden(tag: Tag) -> bool:
     return "display:none" in style or "visibility:hidden" in style
 
 
+def _is_decomposed(tag: Tag) -> bool:
+    """``tag.decomposed`` without its cost: bs4 only sets ``_decomposed`` on destroyed tags, and on a live
+    one the lookup falls through to ``Tag.__getattr__``, i.e. ``tag.find("_decomposed")`` - a search of
+    the whole subtree, which made stripping quadratic in the page's depth."""
+    return bool(vars(tag).get("_decomposed", False))
+
+
 def _strip_chrome(soup: BeautifulSoup) -> None:
     """Remove everything a reader would not consider the page's content."""
     for tag in soup.find_all(_DROP_TAGS):
@@ -87,7 +100,7 @@ def _strip_chrome(soup: BeautifulSoup) -> None:
         if tag.find_parent(("article", "main")) is None:
             tag.decompose()
     for tag in soup.find_all(True):
-        if tag.decomposed:
+        if _is_decomposed(tag):
             continue
         role = str(tag.get("role", "")).lower() if tag.attrs else ""
         if role in _DROP_ROLES or _is_hidden(tag):
@@ -244,22 +257,48 @@ def _blockquote_text(tag: Tag) -> str:
     return "\n".join(text for text in (inline_text(p) for p in paragraphs if p.find_parent("blockquote") is tag) if text)
 
 
+class _NestingLimitReached(Exception):
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+
+
+class _DepthLimitedSoup(BeautifulSoup):
+    """BeautifulSoup that stops building the moment an element would open deeper than
+    ``MAX_HTML_NESTING_DEPTH``.  Counted on the parser's own start/end events, so tags the
+    parser closes implicitly (``<p>``, ``<li>``, ``<td>``...) never add up to a false depth,
+    and the refusal costs only the markup read up to that point."""
+
+    def handle_starttag(self, name, *args, **kwargs):  # type: ignore[no-untyped-def, override]
+        depth = len(self.tagStack)  # tagStack[0] is the document itself: this is the new element's depth
+        if depth > MAX_HTML_NESTING_DEPTH:
+            raise _NestingLimitReached(depth)
+        return super().handle_starttag(name, *args, **kwargs)
+
+
+def _build_soup(markup: str | bytes, label: str | os.PathLike[str]) -> BeautifulSoup:
+    try:
+        return _DepthLimitedSoup(markup, "lxml")
+    except _NestingLimitReached as exc:
+        raise NestingTooDeepError(label, exc.depth, MAX_HTML_NESTING_DEPTH) from None
+
+
 def parse_html(path_or_text: str | os.PathLike[str], base_url: str | None = None) -> ParsedDocument:
     """Parse an HTML file (``Path``) or HTML source (``str``).
 
     ``base_url`` resolves a relative ``<link rel="canonical">`` and is kept in
-    the metadata so anchors can be turned into links later.
+    the metadata so anchors can be turned into links later.  Elements nested
+    deeper than ``MAX_HTML_NESTING_DEPTH`` raise ``NestingTooDeepError``.
     """
     if isinstance(path_or_text, os.PathLike):
         data = Path(path_or_text).read_bytes()
-        soup = BeautifulSoup(data, "lxml")  # bytes: lets <meta charset> choose the encoding
+        soup = _build_soup(data, path_or_text)  # bytes: lets <meta charset> choose the encoding
         stem = Path(path_or_text).stem
         metadata: dict[str, object] = {}
         if soup.original_encoding:
             metadata["encoding"] = soup.original_encoding
     else:
         text, metadata, _ = read_source(path_or_text)
-        soup = BeautifulSoup(text, "lxml")
+        soup = _build_soup(text, "<html source>")
         stem = UNTITLED
 
     html_tag = soup.find("html")
