@@ -6,6 +6,7 @@ or from a ``.env`` file in the working directory."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -53,6 +54,7 @@ class Settings(BaseSettings):
     chunk_min_tokens: int = Field(24, ge=0, description="Fragments smaller than this are merged into a neighbour.")
     header_max_tokens: int = Field(40, ge=0, description="Budget for the 'title › section' header embedded with each chunk.")
     max_file_mb: float = Field(50.0, gt=0, description="Files larger than this are refused with a failure row.")
+    follow_external_symlinks: bool = Field(False, description="Index symbolic links (to files or folders) in a folder source whose target lies outside that folder; off = such links are skipped and counted as excluded.")
     embed_batch_size: int = Field(32, ge=1)
     torch_threads: int = Field(min(2, os.cpu_count() or 1), ge=1, description="Threads torch may use for embedding.")
     deleted_retention_days: float = Field(30.0, ge=0, description="Soft-deleted documents are purged after this.")
@@ -94,6 +96,16 @@ class Settings(BaseSettings):
     server_host: str = Field("127.0.0.1", description="Bind address; anything but loopback needs allow_remote=true.")
     server_port: int = Field(8080, ge=1, le=65535)
     allow_remote: bool = Field(False, description="Explicitly allow binding to a non-loopback address.")
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Host header values accepted besides localhost/127.0.0.1/[::1] (any port), comma-separated; "
+        "'name:*' allows any port. Every route answers 421 to other hosts (DNS-rebinding protection).",
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Browser origins (scheme://host[:port], comma-separated; 'http://name:*' = any port) allowed to "
+        "call the API cross-site, with CORS headers. Other foreign origins get 403 on every route.",
+    )
     search_workers: int = Field(8, ge=1, description="Queries the API runs at once; more wait (and share embedding batches).")
     max_query_chars: int = Field(2000, ge=10, description="Longer queries are rejected with 422.")
     max_note_chars: int = Field(1000, ge=1, description="Feedback notes longer than this are rejected.")
@@ -120,6 +132,21 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [Path(part) for part in value.split(":") if part.strip()]
         return value
+
+    @field_validator("allowed_hosts", "cors_origins", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origin_shape(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            if origin == "*" or not re.fullmatch(r"https?://[^/\s]+", origin):
+                raise ValueError(f"{origin!r} is not an origin: use scheme://host[:port] (no path, no '*' alone)")
+        return [origin.rstrip("/") for origin in value]
 
     @field_validator("default_fusion")
     @classmethod

@@ -200,6 +200,15 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        3,
+        "sync runs record the process running them, so a killed run shows as interrupted",
+        """
+        ALTER TABLE sync_runs ADD COLUMN pid INTEGER;               -- process running the sync (its latest stage)
+        ALTER TABLE sync_runs ADD COLUMN hostname VARCHAR;          -- host of that process
+        ALTER TABLE sync_runs ADD COLUMN heartbeat_at TIMESTAMP;    -- last time that process wrote to the run
+        """,
+    ),
 ]
 
 
@@ -296,6 +305,11 @@ class ConnectionModeGate:
     * when nothing is open, a read opens read-only (several processes can then
       read at once) and a write opens read-write.
 
+    Writers of this process also take turns (``writer``, re-entrant per thread),
+    as DuckDB's file lock makes writing processes take turns: two request
+    threads registering the same source must not both find it missing.  Reads
+    never take that turn.
+
     Nobody fails because someone else read: waiting is bounded by ``timeout_s``
     and ends in ``StoreBusyError`` (a ``StoreLockedError``), like the
     cross-process file lock.
@@ -307,6 +321,7 @@ class ConnectionModeGate:
         self.holders = 0
         self.writers_waiting = 0
         self._held: dict[int, int] = {}  # thread id -> connections it holds (nesting joins, never waits)
+        self.writer = threading.RLock()  # one writing unit of work at a time in this process
 
     def acquire(self, read_only: bool, timeout_s: float, path: Path) -> bool:
         """Wait for a slot; returns whether the connection must be opened read-only."""
@@ -388,17 +403,23 @@ def store_connection(
         raise StoreError(f"no store at {path}; run `groundwork ingest` first")
     gate = connection_gate(path)
     began = time.monotonic()
-    as_read_only = gate.acquire(read_only, timeout_s, path)
+    if not read_only and not gate.writer.acquire(timeout=max(0.0, timeout_s)):
+        raise StoreBusyError(path, timeout_s)
     try:
-        conn = open_duckdb(path, read_only=as_read_only, timeout_s=max(0.0, timeout_s - (time.monotonic() - began)))
+        as_read_only = gate.acquire(read_only, max(0.0, timeout_s - (time.monotonic() - began)), path)
         try:
-            if not read_only:
-                migrate(conn)
-            yield conn
+            conn = open_duckdb(path, read_only=as_read_only, timeout_s=max(0.0, timeout_s - (time.monotonic() - began)))
+            try:
+                if not read_only:
+                    migrate(conn)
+                yield conn
+            finally:
+                conn.close()
         finally:
-            conn.close()
+            gate.release()
     finally:
-        gate.release()
+        if not read_only:
+            gate.writer.release()
 
 
 @contextlib.contextmanager

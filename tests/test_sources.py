@@ -254,7 +254,7 @@ def test_api_source_crud_sync_job_and_errors(tmp_path, embedder):
     run_sync(settings, embedder)
     write_docs(tmp_path / "manuals", "valve", 2)
     engine = RetrievalEngine(settings, embedder=embedder)
-    with TestClient(create_app(settings, engine=engine, mount_mcp=False)) as client:
+    with TestClient(create_app(settings, engine=engine, mount_mcp=False), base_url="http://127.0.0.1:8080") as client:
         created = client.post("/api/sources", json={"name": "manuals", "kind": "folder", "folder": str(tmp_path / "manuals")})
         assert created.status_code == 201, created.text
         assert client.post("/api/sources", json={"name": "manuals", "kind": "folder",

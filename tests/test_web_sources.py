@@ -193,7 +193,7 @@ def test_api_sync_job_reports_crawl_progress(tmp_path, embedder):
     settings = make_settings(tmp_path)
     run_sync(settings, embedder)
     with default_site() as site, TestClient(create_app(settings, engine=RetrievalEngine(settings, embedder=embedder),
-                                                       mount_mcp=False)) as client:
+                                                       mount_mcp=False), base_url="http://127.0.0.1:8080") as client:
         slow = site.routes["/docs/faq"]
 
         def slow_faq(request):  # keeps the crawl busy long enough to be watched mid-way

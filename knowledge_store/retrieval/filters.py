@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import fnmatch
 from collections import OrderedDict
+from typing import Annotated
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
+
+
+# a single value is taken as a one-item list (``_listify``); the schema says so
+OneOrMany = Annotated[list[str], WithJsonSchema(
+    {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})]
 
 
 class SearchFilters(BaseModel):
@@ -32,11 +38,11 @@ class SearchFilters(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sources: list[str] = Field(default_factory=list)
-    doc_ids: list[str] = Field(default_factory=list)
-    paths: list[str] = Field(default_factory=list)
+    sources: OneOrMany = Field(default_factory=list)
+    doc_ids: OneOrMany = Field(default_factory=list)
+    paths: OneOrMany = Field(default_factory=list)
     metadata: dict[str, str | list[str]] = Field(default_factory=dict)
-    include_superseded: bool = False
+    include_superseded: bool = Field(False, strict=True)
 
     @field_validator("sources", "doc_ids", "paths", mode="before")
     @classmethod

@@ -9,12 +9,13 @@ as a sync publishes it, without a restart.  Uploads land in
 the Dagster assets use (``run_sync``), one job at a time.
 """
 
-from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import mimetypes
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -23,15 +24,17 @@ import uuid
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
 from fastapi import FastAPI, File, Form, HTTPException, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from knowledge_store.errors import (
     GroundworkError,
@@ -46,37 +49,58 @@ from knowledge_store.query_log import QueryLog, redact
 from knowledge_store.retrieval.engine import QueryValidationError, RetrievalEngine
 from knowledge_store.retrieval.filters import SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.server import api_models as out
+from knowledge_store.server.api_models import COMMON_ERRORS, error_responses
 from knowledge_store.server.metrics import Metrics
+from knowledge_store.sources import NAME_PATTERN
+from knowledge_store.server.origin_policy import OriginPolicy, OriginPolicyMiddleware, mcp_transport_security
 from knowledge_store.settings import Settings
 
+log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).parent / "static"
+# what GET /api/knowledge/sources/{doc_id}/file can answer with (text formats are served as text/plain)
+ORIGINAL_MEDIA_TYPES = ("application/pdf", "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+                        "text/html", "text/plain", "application/octet-stream")
 UPLOAD_TYPES = {".pdf": "pdf", ".docx": "docx", ".html": "html", ".htm": "html", ".md": "markdown",
                 ".markdown": "markdown", ".txt": "text", ".text": "text"}
 
 
 # ------------------------------------------------------------------ request models
 
+SOURCE_NAME_PATTERN = NAME_PATTERN.pattern
+
+
+def _json_integer(value: object) -> object:
+    """An integer as JSON Schema means it: 3 or 3.0, never true or "3" (pydantic's lax mode takes both)."""
+    if isinstance(value, (bool, str)):
+        raise ValueError("must be an integer")
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+
 # the fusion vocabulary is retrieval.fusion.FUSION_MODES; a Literal built from it gives OpenAPI its enum
 FusionName = Literal[tuple(FUSION_MODES)]  # type: ignore[valid-type]
 
 
-class QueryBody(BaseModel):
+class _QueryBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(..., description="Free text: a question, a prompt fragment, a parameter name.")
-    k: int = Field(5, ge=1, le=100)
-    alpha: float | None = Field(None, ge=0.0, le=1.0, description="0 = pure BM25, 1 = pure vector; default: the "
+    query: str = Field(..., min_length=1, pattern=r"\S",
+                       description="Free text: a question, a prompt fragment, a parameter name (not only whitespace).")
+    k: JsonInt = Field(5, ge=1, le=100)
+    alpha: float | None = Field(None, ge=0.0, le=1.0, strict=True, description="0 = pure BM25, 1 = pure vector; default: the "
                                 "corpus's effective default (GET /api/knowledge/config).")
     fusion: FusionName | None = Field(None, description="How BM25 and vector scores are combined: " + "; ".join(
         f"{k}: {v}" for k, v in FUSION_MODES.items()) + ". Default: the corpus's effective default.")
-    section_weight: float | None = Field(None, ge=0.0, le=1.0, description="Share of a passage's BM25 evidence taken "
+    section_weight: float | None = Field(None, ge=0.0, le=1.0, strict=True, description="Share of a passage's BM25 evidence taken "
                                          "from its whole section (0 = the passage alone); default: effective default.")
-    lead_weight: float | None = Field(None, ge=0.0, le=1.0, description="Share of a passage's vector evidence taken "
+    lead_weight: float | None = Field(None, ge=0.0, le=1.0, strict=True, description="Share of a passage's vector evidence taken "
                                       "from its section's first passage (0 = the passage alone); default: effective default.")
     reranker: Literal["none", "mmr", "feedback", "cross-encoder"] | None = None
     filters: SearchFilters | None = None
     answer: Literal["extractive", "llm", "none"] = "extractive"
-    min_relevance: float | None = Field(None, ge=0.0, le=1.0)
+    min_relevance: float | None = Field(None, ge=0.0, le=1.0, strict=True)
 
     @field_validator("query")
     @classmethod
@@ -86,13 +110,23 @@ class QueryBody(BaseModel):
         return value
 
 
-class FeedbackBody(BaseModel):
+class _FeedbackBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     retrieval_request_id: str = Field(..., min_length=1, max_length=64)
-    chunk_id: str | None = Field(None, max_length=64)
+    chunk_id: str | None = Field(None, min_length=1, max_length=64)
     rating: Literal["up", "down"]
     note: str | None = None
+
+
+def _iso_datetime(value: object) -> object:
+    """Query-string datetimes must be ISO-8601 (the schema says date-time): ``0.5`` is not a moment."""
+    if isinstance(value, str) and not re.match(r"^\d{4}-\d{2}-\d{2}", value):
+        raise ValueError("must be an ISO-8601 date-time, e.g. 2026-01-31T12:00:00Z")
+    return value
+
+
+IsoDatetime = Annotated[datetime, BeforeValidator(_iso_datetime)]
 
 
 # ------------------------------------------------------------------ ingestion jobs
@@ -158,33 +192,36 @@ class IngestJobs:
 
 
 class WebOptions(BaseModel):
-    """Crawl options of a web source (unset = the stored value, or the default for a new source)."""
+    """Crawl options of a web source (absent = the stored value, or the default for a new source; null is not a value)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    depth: int | None = Field(None, description="Link hops followed from the base URL, 0-5 (default 2).")
-    include: list[str] | None = Field(None, description="Only URLs matching one of these regexes (re.search on the full URL).")
-    exclude: list[str] | None = Field(None, description="Skip URLs matching any of these regexes.")
-    respect_robots: bool | None = None
-    requests_per_second: float | None = Field(None, description="Politeness limit per host (default 5).")
-    max_pages: int | None = Field(None, description="Page cap (default 500).")
-    use_llms_txt: bool | None = None
-    use_sitemap: bool | None = None
-    llms_full_max_mb: float | None = None
+    depth: JsonInt = Field(None, ge=0, le=5, description="Link hops followed from the base URL, 0-5 (default 2).")
+    include: list[str] = Field(None, description="Only URLs matching one of these regexes (re.search on the full URL).")
+    exclude: list[str] = Field(None, description="Skip URLs matching any of these regexes.")
+    respect_robots: bool = Field(None, strict=True)
+    requests_per_second: float = Field(None, ge=0.01, strict=True, description="Politeness limit per host (default 5).")
+    max_pages: JsonInt = Field(None, ge=1, description="Page cap (default 500).")
+    use_llms_txt: bool = Field(None, strict=True)
+    use_sitemap: bool = Field(None, strict=True)
+    llms_full_max_mb: float = Field(None, ge=0.01, strict=True)
 
 
 class SourceBody(WebOptions):
-    name: str = Field(..., description="Unique name: letters, digits, '.', '_', '-' (also the Dagster partition key).")
+    name: str = Field(..., pattern=SOURCE_NAME_PATTERN,
+                      description="Unique name: letters, digits, '.', '_', '-' (also the Dagster partition key).")
     kind: Literal["web", "folder"] = "web"
     url: str | None = Field(None, description="Base URL of the site (kind web).")
     folder: str | None = Field(None, description="Folder on this machine (kind folder).")
-    enabled: bool = True
-    sync: bool = Field(False, description="Start a sync job right away (202 with its status URL).")
+    enabled: bool = Field(True, strict=True)
+    sync: bool = Field(False, strict=True, description="Start a sync job right away (202 with its status URL).")
 
 
 class SourceUpdateBody(WebOptions):
-    name: str | None = None
-    enabled: bool | None = None
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+
+    name: str = Field(None, pattern=SOURCE_NAME_PATTERN)
+    enabled: bool = Field(None, strict=True)
 
 
 WEB_OPTION_FIELDS = tuple(WebOptions.model_fields)
@@ -202,6 +239,29 @@ def _now() -> str:
 
 
 # ------------------------------------------------------------------ the app
+
+def _field_error(error: dict) -> dict[str, str]:
+    """One pydantic error as ``{field, message}``; malformed JSON names the body and the position."""
+    if error.get("type") == "json_invalid":
+        loc = error.get("loc", ())
+        position = loc[-1] if loc and isinstance(loc[-1], int) else None
+        detail = (error.get("ctx") or {}).get("error", "invalid JSON")
+        where = f" at character {position}" if position is not None else ""
+        return {"field": "body", "message": f"the body is not valid JSON{where}: {detail}"}
+    return {"field": _field_of(error.get("loc", ())), "message": error.get("msg", "invalid")}
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """The methods every route of this path accepts (for the Allow header of a 405)."""
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE and getattr(route, "methods", None):
+            methods |= set(route.methods)
+    return sorted(methods - {"HEAD"}) or ["GET"]
+
 
 def _field_of(loc: tuple | list) -> str:
     """``("body", "filters", "paths")`` -> ``filters.paths``; the first element is where it came from."""
@@ -236,11 +296,32 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
     app = FastAPI(
         title="Groundwork",
         version="0.1.0",
-        description="Grounded retrieval with citations: query, feedback, ingestion, documents, articles.",
+        description="Grounded retrieval with citations: query, feedback, ingestion, documents, articles. "
+                    "Every error has the body {error, message} (422 adds errors: [{field, message}]).",
         lifespan=lifespan,
+        responses=COMMON_ERRORS,
     )
+
+    # the configured limits are part of the contract: the schema states them
+    rerankers = tuple(engine.available_rerankers())
+    answer_modes = ("extractive", "none") + (("llm",) if settings.llm_base_url and settings.llm_model else ())
+
+    class QueryBody(_QueryBody):
+        reranker: Literal[rerankers] | None = Field(  # type: ignore[valid-type]
+            None, description="Reorders the fused candidates; only the rerankers this server can run are listed "
+                              "(cross-encoder needs GROUNDWORK_CROSS_ENCODER_PATH). Default: default_reranker.")
+        answer: Literal[answer_modes] = Field(  # type: ignore[valid-type]
+            "extractive", description="extractive (sentences of the passages, cited), none, or llm when an "
+                                      "OpenAI-compatible endpoint is configured.")
+        query: str = Field(..., min_length=1, max_length=settings.max_query_chars, pattern=r"\S",
+                           description="Free text: a question, a prompt fragment, a parameter name (not only whitespace).")
+
+    class FeedbackBody(_FeedbackBody):
+        note: str | None = Field(None, max_length=settings.max_note_chars)
     app.state.settings = settings
     app.state.engine = engine
+    policy = OriginPolicy.from_settings(settings)
+    app.state.origin_policy = policy
     app.state.query_log = query_log
     app.state.jobs = jobs
     app.state.metrics = metrics
@@ -260,16 +341,27 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
-        errors = [{"field": _field_of(e.get("loc", ())), "message": e.get("msg", "invalid")} for e in exc.errors()]
+        errors = [_field_error(e) for e in exc.errors()]
         message = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
         return JSONResponse(status_code=422, content={"error": "validation_error", "message": message, "errors": errors})
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
         # one error shape everywhere: {error, message} (detail kept for FastAPI-style clients)
-        kind = {404: "not_found", 405: "method_not_allowed", 410: "gone"}.get(exc.status_code, "http_error")
+        kind = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 410: "gone"}.get(exc.status_code, "http_error")
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:  # every method of this path, not only those of the first route that matched it
+            headers["Allow"] = ", ".join(_allowed_methods(request))
         return JSONResponse(status_code=exc.status_code, content={"error": kind, "message": str(exc.detail), "detail": exc.detail},
-                            headers=getattr(exc, "headers", None))
+                            headers=headers or None)
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(request: Request, exc: Exception):
+        # the {error, message} promise holds for bugs too; the traceback goes to the server log, never the client
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse(status_code=500, content={"error": "internal_error", "message": (
+            f"unexpected {type(exc).__name__} while handling {request.method} {request.url.path}; "
+            "the server log has the details")})
 
     def field_error(request: Request, exc: QueryValidationError | InvalidSourceError):
         return JSONResponse(status_code=422, content={"error": "validation_error", "message": str(exc),
@@ -296,7 +388,7 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         return JSONResponse(status_code=503, content={"error": type(exc).__name__, "message": redact(str(exc))})
 
     # -------------------------------------------------------------- query & feedback
-    @app.post("/api/knowledge/query", tags=["knowledge"])
+    @app.post("/api/knowledge/query", tags=["knowledge"], response_model=out.QueryResponse)
     async def query(body: QueryBody, request: Request) -> dict[str, Any]:
         """Hybrid retrieval with citations; the response's ``retrieval_request_id`` is what feedback refers to."""
         # a few search workers, not one thread per request: on 2 cores 40 threads fighting over the
@@ -317,7 +409,8 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         metrics.query_latency.observe(response.latency_ms["total"] / 1000.0)
         return out
 
-    @app.post("/api/knowledge/feedback", status_code=201, tags=["knowledge"])
+    @app.post("/api/knowledge/feedback", status_code=201, tags=["knowledge"], response_model=out.FeedbackStored,
+              responses=error_responses(404))
     def feedback(body: FeedbackBody) -> dict[str, Any]:
         """Thumbs up/down (and an optional note) on a logged request or one of its passages."""
         if body.note is not None and len(body.note) > settings.max_note_chars:
@@ -334,8 +427,8 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         engine.forget_feedback_cache()
         return stored
 
-    @app.get("/api/knowledge/feedback", tags=["knowledge"])
-    def list_feedback(since: datetime | None = Query(None, description="ISO-8601; only feedback created after this"),
+    @app.get("/api/knowledge/feedback", tags=["knowledge"], response_model=out.FeedbackList)
+    def list_feedback(since: IsoDatetime | None = Query(None, description="ISO-8601; only feedback created after this"),
                       limit: int = Query(100, ge=1, le=10000)) -> dict[str, Any]:
         if since is not None and since.tzinfo is not None:
             since = since.astimezone(timezone.utc).replace(tzinfo=None)
@@ -343,7 +436,8 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         return {"feedback": rows, "count": len(rows)}
 
     # -------------------------------------------------------------- ingestion
-    @app.post("/api/knowledge/ingest", status_code=202, tags=["ingestion"])
+    @app.post("/api/knowledge/ingest", status_code=202, tags=["ingestion"], response_model=out.UploadAccepted,
+              responses=error_responses(409, 413))
     async def ingest(file: UploadFile = File(...), force: bool = Form(False), request: Request = None) -> JSONResponse:
         """Upload a PDF/DOCX/HTML/MD/TXT file; it is checked, stored in the uploads source and ingested."""
         name = Path(file.filename or "").name
@@ -389,7 +483,7 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         return JSONResponse(status_code=202, content={**job, "sha256": checksum, "size_bytes": size, "stored_as": target.name,
                                                       "status_url": f"{base}/api/knowledge/jobs/{job['job_id']}"})
 
-    @app.get("/api/knowledge/jobs/{job_id}", tags=["ingestion"])
+    @app.get("/api/knowledge/jobs/{job_id}", tags=["ingestion"], response_model=out.Job, responses=error_responses(404))
     def job_status(job_id: str) -> dict[str, Any]:
         job = jobs.get(job_id)
         if job is None:
@@ -421,7 +515,7 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
 
         return store_connection(settings.store_path, timeout_s=min(settings.lock_timeout_s, 10.0))
 
-    @app.get("/api/sources", tags=["sources"])
+    @app.get("/api/sources", tags=["sources"], response_model=out.SourceList)
     def sources_list(include_deleted: bool = False) -> dict[str, Any]:
         """Every source with its counts and last sync."""
         from knowledge_store.sources import list_sources, register_configured_sources, source_statistics
@@ -434,7 +528,9 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
                     for s in list_sources(conn, include_deleted=include_deleted)]
         return {"sources": rows}
 
-    @app.post("/api/sources", status_code=201, tags=["sources"])
+    @app.post("/api/sources", status_code=201, tags=["sources"], response_model=out.SourceCreated,
+              responses={**error_responses(409), "202": {"model": out.JobAccepted,
+                                                         "description": "Registered, and its first sync started (sync: true)."}})
     def sources_add(body: SourceBody, request: Request):
         """Register a web site or a folder; ``sync: true`` starts its first sync (202 + job)."""
         from knowledge_store.sources import add_source
@@ -455,14 +551,14 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
             return _job_response(request, _sync_job(source.name), source=source.as_dict())
         return JSONResponse(status_code=201, content={"source": source.as_dict()})
 
-    @app.get("/api/sources/{name}", tags=["sources"])
+    @app.get("/api/sources/{name}", tags=["sources"], response_model=out.Open, responses=error_responses(404))
     def sources_show(name: str) -> dict[str, Any]:
         """One source: options, document/page/chunk counts, last sync summary, open failures."""
         from knowledge_store.ingest.source_actions import describe_source
 
         return json.loads(json.dumps(describe_source(settings, name), default=str))
 
-    @app.patch("/api/sources/{name}", tags=["sources"])
+    @app.patch("/api/sources/{name}", tags=["sources"], response_model=out.SourceUpdated, responses=error_responses(404, 409))
     def sources_update(name: str, body: SourceUpdateBody) -> dict[str, Any]:
         """Change options; ``resync_needed`` says when the index no longer matches the rules."""
         from knowledge_store.sources import update_source
@@ -476,7 +572,7 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
                 "message": (f"re-sync needed: POST /api/sources/{source.name}/sync to apply the new rules"
                             if resync else "no re-sync needed")}
 
-    @app.delete("/api/sources/{name}", tags=["sources"])
+    @app.delete("/api/sources/{name}", tags=["sources"], response_model=out.SourceDeleted, responses=error_responses(404))
     def sources_delete(name: str) -> dict[str, Any]:
         """Soft-delete: the source's chunks leave the index before this returns; purged after retention."""
         from knowledge_store.ingest.source_actions import delete_source_now
@@ -485,7 +581,8 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         engine.snapshots.refresh()  # serve the snapshot without the source from the next query on
         return result
 
-    @app.post("/api/sources/{name}/sync", status_code=202, tags=["sources"])
+    @app.post("/api/sources/{name}/sync", status_code=202, tags=["sources"], response_model=out.JobAccepted,
+              responses=error_responses(404))
     def sources_sync(name: str, request: Request, refresh: bool = False):
         """Re-sync one source now (scan or crawl, parse, chunk, embed, publish); poll the job for progress.
         ``refresh=true`` downloads every page of a web source again (ignores lastmod and validators)."""
@@ -497,7 +594,7 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
             raise InvalidSourceError("enabled", False, f"source {name!r} is disabled; PATCH enabled=true first")
         return _job_response(request, _sync_job(source.name, refresh), refresh=refresh)
 
-    @app.get("/api/failures", tags=["sources"])
+    @app.get("/api/failures", tags=["sources"], response_model=out.FailureList)
     def failures_list() -> dict[str, Any]:
         """Open ingestion failures (files and URLs), newest first."""
         from knowledge_store.ingest.failures import open_failures
@@ -506,7 +603,8 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         with store_connection(settings.store_path, read_only=True, timeout_s=5.0) as conn:
             return json.loads(json.dumps({"failures": open_failures(conn)}, default=str))
 
-    @app.post("/api/failures/{failure_id}/retry", status_code=202, tags=["sources"])
+    @app.post("/api/failures/{failure_id}/retry", status_code=202, tags=["sources"], response_model=out.JobAccepted,
+              responses=error_responses(404))
     def failures_retry(failure_id: str, request: Request):
         """Run one failed item again (fetch the URL, parse the version, or re-scan its source)."""
         from knowledge_store.ingest.source_actions import open_failure, retry_failure
@@ -523,7 +621,7 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         return _job_response(request, jobs.submit_task("retry", work, failure_id=failure_id, path=failure["path"]))
 
     # -------------------------------------------------------------- documents & sources
-    @app.get("/api/knowledge/documents", tags=["documents"])
+    @app.get("/api/knowledge/documents", tags=["documents"], response_model=out.DocumentList)
     def documents(include_history: bool = True) -> dict[str, Any]:
         """Documents with their versions and status (from the store; from the snapshot while a sync holds it)."""
         from knowledge_store.status import store_status
@@ -538,7 +636,11 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
             return {"source": "snapshot", "note": str(error), "documents": docs,
                     "index_snapshot": {"snapshot_version": snapshot.info.snapshot_version}}
 
-    @app.get("/api/knowledge/sources/{doc_id}/file", tags=["documents"])
+    @app.get("/api/knowledge/sources/{doc_id}/file", tags=["documents"], response_class=FileResponse,
+             responses={"200": {"description": "The original file, inline, with its own media type.",
+                                "content": {media: {"schema": {"type": "string", "format": "binary"}}
+                                            for media in ORIGINAL_MEDIA_TYPES}},
+                        **error_responses(404, 410)})
     def source_file(doc_id: str):
         """The original file of a document, inline, so ``#page=N`` links open at the page."""
         snapshot = engine.snapshots.current()
@@ -551,11 +653,19 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
             raise HTTPException(status_code=410, detail=f"the file of '{doc['title']}' is no longer at its source")
         media = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         if path.suffix.lower() in (".md", ".markdown", ".txt", ".text"):
-            media = "text/plain; charset=utf-8"
-        return FileResponse(path, media_type=media, headers={"Content-Disposition": f'inline; filename="{path.name}"'})
+            media = "text/plain"
+        if media not in ORIGINAL_MEDIA_TYPES:
+            media = "application/octet-stream"
+        if media.startswith("text/"):
+            media += "; charset=utf-8"
+        # an ingested HTML page must not run scripts in this server's origin (it would pass the origin policy):
+        # the sandbox CSP gives it an opaque origin with scripts off; nosniff stops content-type guessing
+        return FileResponse(path, media_type=media, headers={
+            "Content-Disposition": f'inline; filename="{path.name}"', "Content-Security-Policy": "sandbox",
+            "X-Content-Type-Options": "nosniff"})
 
-    @app.get("/api/kb/articles", tags=["documents"])
-    def articles(intent: str | None = None, device: str | None = None, updated_since: datetime | None = None,
+    @app.get("/api/kb/articles", tags=["documents"], response_model=out.ArticlePage)
+    def articles(intent: str | None = None, device: str | None = None, updated_since: IsoDatetime | None = None,
                  limit: int = Query(20, ge=1, le=200), offset: int = Query(0, ge=0)) -> dict[str, Any]:
         """Articles (active documents) with full content and ``last_updated``; filter and paginate."""
         snapshot = engine.snapshots.current()
@@ -589,7 +699,7 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         nxt = offset + limit if offset + limit < len(items) else None
         return {"articles": page, "total": len(items), "limit": limit, "offset": offset, "next_offset": nxt}
 
-    @app.get("/api/knowledge/config", tags=["knowledge"])
+    @app.get("/api/knowledge/config", tags=["knowledge"], response_model=out.ConfigResponse)
     def config() -> dict[str, Any]:
         """Defaults and limits clients need (the console reads them); no secrets.
 
@@ -612,14 +722,15 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
                 "seconds": tuned.seconds, "in_use": engine.settings.use_tuned_ranking,
             },
             "default_reranker": settings.default_reranker,
-            "rerankers": ["none", "mmr", "feedback"] + (["cross-encoder"] if settings.cross_encoder_path else []),
+            "rerankers": list(rerankers), "answer_modes": list(answer_modes),
             "min_relevance": settings.min_relevance, "max_query_chars": settings.max_query_chars,
             "max_note_chars": settings.max_note_chars, "max_upload_mb": settings.max_file_mb,
             "upload_types": sorted(UPLOAD_TYPES), "llm_answers": bool(settings.llm_base_url and settings.llm_model),
         }
 
     # -------------------------------------------------------------- operations
-    @app.get("/health", tags=["operations"])
+    @app.get("/health", tags=["operations"], response_model=out.Health,
+             responses={"503": {"model": out.Health, "description": "Degraded: no index yet (reason says why)."}})
     def health() -> JSONResponse:
         body: dict[str, Any] = {"status": "ok", "uptime_s": round(time.time() - started_at, 1),
                                 "store": settings.store_path.exists(), "model_loaded": engine.embedder.loaded}
@@ -639,13 +750,34 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
             pass
         return PlainTextResponse(metrics.render(), media_type=metrics.content_type)
 
+    def openapi_schema() -> dict[str, Any]:
+        # errors are JSON on every route, also where the success body is not (/metrics, /file)
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    for code, response in operation.get("responses", {}).items():
+                        if code[0] in "45":
+                            response["content"] = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi_schema
+
     if mount_mcp:
         try:
             from knowledge_store.server.mcp_server import mount_mcp as _mount
 
-            mcp_lifespan = _mount(app, engine)
+            mcp_lifespan = _mount(app, engine, transport_security=mcp_transport_security(policy))
         except ImportError:  # the MCP module is optional for the HTTP API
             mcp_lifespan = None
+
+    # outermost last: the Host/Origin policy refuses before CORS, routing or body parsing run
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_credentials=False,
+                           allow_methods=["GET", "POST", "PATCH", "DELETE"], allow_headers=["content-type"],
+                           expose_headers=["retry-after"], max_age=600)
+    app.add_middleware(OriginPolicyMiddleware, policy=policy)
 
     if STATIC_DIR.is_dir():
         app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

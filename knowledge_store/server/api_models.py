@@ -1,0 +1,196 @@
+"""Response models of the HTTP API: what every route promises, in the OpenAPI schema and at run time.
+
+FastAPI validates each response against its route's model, so the schema at
+``/openapi.json`` cannot drift from what the server sends (a bounded
+schemathesis run in the test suite checks both ways).  Models list the fields
+clients rely on; those that carry open-ended rows (documents, sources, jobs)
+allow further fields, which are additions, never replacements.
+
+``ERROR_RESPONSES`` documents the one error shape, ``{error, message}``, for
+every status the server can answer with.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from knowledge_store.retrieval.answer import Answer
+from knowledge_store.retrieval.citations import Citation
+
+
+class Open(BaseModel):
+    """Documented fields plus any others the server adds."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+# ------------------------------------------------------------------ errors
+
+class FieldError(BaseModel):
+    field: str = Field(..., description="The offending input: a body field (dotted path), query parameter or 'body'.")
+    message: str
+
+
+class ErrorBody(Open):
+    """Every error, whatever its status."""
+
+    error: str = Field(..., description="Stable machine-readable code, e.g. validation_error, not_found, source_conflict.")
+    message: str = Field(..., description="What was wrong, in plain words.")
+    errors: list[FieldError] | None = Field(None, description="Per-field problems (422 only).")
+
+
+_ERROR_TEXT = {
+    400: "Malformed request (e.g. a body that is not valid JSON or multipart).",
+    403: "Cross-site request refused: the Origin is not this server, a local origin or a configured CORS origin.",
+    404: "No such resource (the message names the id).",
+    405: "Method not allowed; the Allow header lists the methods of this path.",
+    409: "Conflict (duplicate upload, source name or folder already registered).",
+    410: "The resource existed but is gone (e.g. the original file left its source folder).",
+    413: "Upload larger than the configured limit.",
+    421: "Host header not served here (DNS-rebinding protection); configure GROUNDWORK_ALLOWED_HOSTS.",
+    422: "Invalid input; ``errors`` names each offending field.",
+    500: "Unexpected server error (logged); the body never carries a traceback.",
+    503: "The index or store is not available yet (no snapshot published, or the store is busy).",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for these statuses, all with the ``ErrorBody`` shape."""
+    return {str(status): {"model": ErrorBody, "description": _ERROR_TEXT[status]} for status in statuses}
+
+
+# every route can answer these: the origin policy (403/421), bad input (400/422), unexpected (500), unavailable (503)
+COMMON_ERRORS = error_responses(400, 403, 405, 421, 422, 500, 503)
+
+
+# ------------------------------------------------------------------ knowledge
+
+class QueryResult(Citation):
+    source_url: str = Field(..., description="This server's link to the original file (with #page=N / #anchor).")
+
+
+class QueryResponse(BaseModel):
+    retrieval_request_id: str = Field(..., description="What feedback refers to; also the query log's key.")
+    query: str = Field(..., description="The query as received, with e-mail addresses and secrets redacted.")
+    results: list[QueryResult]
+    answer: Answer | None
+    coverage: Literal["high", "medium", "low", "none"]
+    message: str | None
+    latency_ms: dict[str, float]
+    reranker_status: str
+    snapshot_version: int
+    params: dict[str, Any] = Field(..., description="The parameters the query ran with (defaults filled in).")
+
+
+class FeedbackStored(BaseModel):
+    feedback_id: str
+    retrieval_request_id: str
+    chunk_id: str | None
+    rating: Literal["up", "down"]
+    note: str | None
+    created_at: str
+
+
+class FeedbackList(BaseModel):
+    feedback: list[dict[str, Any]]
+    count: int
+
+
+class Job(Open):
+    """An ingestion job (upload, source sync, retry) with live progress."""
+
+    job_id: str
+    kind: str
+    status: Literal["queued", "running", "succeeded", "failed"]
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    summary: Any = None
+    error: str | None
+    snapshot_version: int | None
+    progress: dict[str, Any]
+
+
+class JobAccepted(Job):
+    status_url: str = Field(..., description="Poll this for the job's progress and outcome.")
+
+
+class UploadAccepted(JobAccepted):
+    sha256: str
+    size_bytes: int
+    stored_as: str = Field(..., description="File name in the uploads folder (a suffix is added when taken).")
+
+
+class SourceList(BaseModel):
+    sources: list[dict[str, Any]]
+
+
+class SourceCreated(BaseModel):
+    source: dict[str, Any]
+
+
+class SourceUpdated(BaseModel):
+    source: dict[str, Any]
+    changed: Any
+    resync_needed: bool
+    message: str
+
+
+class SourceDeleted(Open):
+    name: str
+    documents_deleted: int
+    snapshot_version: int | None
+
+
+class FailureList(BaseModel):
+    failures: list[dict[str, Any]]
+
+
+class DocumentList(Open):
+    source: Literal["store", "snapshot"] = Field(..., description="Where the list came from: the store, or the "
+                                                 "published snapshot while a sync holds the store.")
+    documents: list[dict[str, Any]]
+    index_snapshot: dict[str, Any]
+
+
+class Article(Open):
+    article_id: str
+    title: str | None
+    content: str
+    url: str
+    last_updated: str | None
+    metadata: dict[str, Any]
+
+
+class ArticlePage(BaseModel):
+    articles: list[Article]
+    total: int
+    limit: int
+    offset: int
+    next_offset: int | None
+
+
+class ConfigResponse(Open):
+    default_k: int
+    max_k: int
+    default_alpha: float
+    default_fusion: str
+    section_weight: float
+    lead_weight: float
+    fusion_modes: dict[str, str]
+    default_reranker: str
+    rerankers: list[str] = Field(..., description="The rerankers this server can run now (the console offers only these).")
+    max_query_chars: int
+    max_note_chars: int
+    max_upload_mb: float
+    upload_types: list[str]
+
+
+class Health(Open):
+    status: Literal["ok", "degraded"]
+    uptime_s: float
+    store: bool
+    model_loaded: bool
+    index: dict[str, Any] | None
