@@ -6,6 +6,7 @@ Over a real index of the sample corpus; every test here failed on the code befor
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -224,3 +225,25 @@ def test_an_update_with_nothing_to_change_or_null_values_is_refused_by_the_schem
     assert spec["components"]["schemas"]["SourceUpdateBody"]["minProperties"] == 1
     null = client.patch("/api/sources/docs", json={"use_sitemap": None})
     assert null.status_code == 422 and null.json()["errors"][0]["field"] == "use_sitemap"
+
+
+# ------------------------------------------------------------------ files
+
+def test_a_file_swapped_for_a_link_out_of_its_folder_is_not_served(env, tmp_path):
+    client = env["client"]
+    doc = next(d for d in client.get("/api/knowledge/documents").json()["documents"] if d["status"] == "active")
+    snapshot_doc = next(d for d in env["engine"].snapshots.current().documents if d["doc_id"] == doc["doc_id"])
+    original = Path(snapshot_doc["path"])
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    saved = original.read_bytes()
+    original.unlink()
+    original.symlink_to(secret)
+    try:
+        response = client.get(f"/api/knowledge/sources/{doc['doc_id']}/file")
+        assert response.status_code == 410 and "outside its source folder" in response.json()["message"]
+        assert b"root:x" not in response.content
+    finally:
+        original.unlink()
+        original.write_bytes(saved)
+    assert client.get(f"/api/knowledge/sources/{doc['doc_id']}/file").status_code == 200

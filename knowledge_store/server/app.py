@@ -651,6 +651,10 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         path = Path(doc["path"])
         if not path.is_file():
             raise HTTPException(status_code=410, detail=f"the file of '{doc['title']}' is no longer at its source")
+        if not _inside_its_source(snapshot, doc, path):
+            # e.g. replaced by a link to /etc/passwd after it was indexed: never serve what the source does not hold
+            raise HTTPException(status_code=410, detail=f"the file of '{doc['title']}' now leads outside its source "
+                                                        "folder (a symbolic link); it is not served")
         media = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         if path.suffix.lower() in (".md", ".markdown", ".txt", ".text"):
             media = "text/plain"
@@ -749,6 +753,20 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         except GroundworkError:
             pass
         return PlainTextResponse(metrics.render(), media_type=metrics.content_type)
+
+    def _inside_its_source(snapshot, doc: dict[str, Any], path: Path) -> bool:
+        """A folder/upload document's file, links resolved, must still lie inside its source folder
+        (unless GROUNDWORK_FOLLOW_EXTERNAL_SYMLINKS allows links out)."""
+        if settings.follow_external_symlinks:
+            return True
+        cursor = snapshot.conn.cursor()
+        try:
+            row = cursor.execute("SELECT kind, location FROM sources WHERE source_id = ?", [doc["source_id"]]).fetchone()
+        finally:
+            cursor.close()
+        if row is None or row[0] not in ("folder", "upload"):
+            return True
+        return path.resolve().is_relative_to(Path(row[1]).resolve())
 
     def openapi_schema() -> dict[str, Any]:
         # errors are JSON on every route, also where the success body is not (/metrics, /file)
