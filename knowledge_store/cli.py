@@ -446,7 +446,9 @@ def cmd_query(args: argparse.Namespace) -> int:
     if args.include_superseded:
         filters["include_superseded"] = True
     engine = RetrievalEngine(settings)
-    engine.warm_up()  # model + snapshot load are start-up, not query latency
+    if (args.reranker or settings.default_reranker) in engine.available_rerankers():
+        engine.warm_up()  # model + snapshot load are start-up, not query latency
+    # else the search fails at once naming the reranker (and logs the failure): no model load first
     response = engine.search(
         args.query, k=args.k, alpha=args.alpha, fusion=args.fusion, section_weight=args.section_weight,
         lead_weight=args.lead_weight, reranker=args.reranker, filters=filters or None,

@@ -97,6 +97,19 @@ class OcrTimeoutError(IngestionError):
         )
 
 
+class QueryValidationError(GroundworkError):
+    """A query parameter is out of range or cannot be served; names the field and the value.
+
+    The HTTP API answers it with 422 ``{field, message}``, MCP with Invalid params.
+    (Also importable from ``knowledge_store.retrieval.engine``, where it used to live.)
+    """
+
+    def __init__(self, field_name: str, value: object, reason: str) -> None:
+        self.field = field_name
+        self.value = value
+        super().__init__(f"{field_name}: {reason} (got {value!r})")
+
+
 class StoreError(GroundworkError):
     """The DuckDB store is missing, locked or inconsistent."""
 

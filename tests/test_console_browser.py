@@ -221,6 +221,16 @@ def test_validation_errors_show_next_to_the_form(page):
     expect(page.locator("#results > li")).to_have_count(3)
 
 
+def test_reranker_choices_are_the_ones_the_server_can_run(page, live):
+    with urllib.request.urlopen(live["base"] + "/api/knowledge/config", timeout=10) as response:
+        config = json.loads(response.read())
+    assert "cross-encoder" not in config["rerankers"]  # this server has no GROUNDWORK_CROSS_ENCODER_PATH
+    expect(page.locator("#ranking-defaults")).to_contain_text("Server ranking defaults")  # the config has arrived
+    offered = page.locator("#reranker option").evaluate_all("options => options.map(o => o.value)")
+    assert offered == config["rerankers"]
+    expect(page.locator("#reranker")).to_have_value(config["default_reranker"])
+
+
 def test_server_text_is_never_rendered_as_html(page):
     evil = '<img src=x onerror="window.__pwned=1">'
     payload = {

@@ -20,7 +20,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from knowledge_store.embeddings import BatchingEmbedder, Embedder, query_embedder
 from knowledge_store.query_log import redact
-from knowledge_store.errors import GroundworkError
+from knowledge_store.errors import GroundworkError, QueryValidationError
 from knowledge_store.retrieval.answer import Answer, LLMAnswerer, extractive_answer
 from knowledge_store.retrieval.citations import Citation, build_citations
 from knowledge_store.retrieval.filters import MaskCache, SearchFilters
@@ -40,15 +40,6 @@ from knowledge_store.settings import Settings
 
 _SEARCH_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="bm25")
 NO_RESULTS = "No relevant content found."
-
-
-class QueryValidationError(GroundworkError):
-    """A query parameter is out of range; names the field and the value."""
-
-    def __init__(self, field_name: str, value: object, reason: str) -> None:
-        self.field = field_name
-        self.value = value
-        super().__init__(f"{field_name}: {reason} (got {value!r})")
 
 
 @dataclass
@@ -140,6 +131,16 @@ def hit_to_node(hit: SearchHit, embedding: np.ndarray | None) -> NodeWithScore:
     return NodeWithScore(node=node, score=hit.score)
 
 
+def _logged_params(request: SearchRequest) -> dict[str, Any]:
+    """The parameters a query ran with, as the response and the query log report them."""
+    return {
+        "k": request.k, "alpha": request.alpha, "fusion": request.fusion, "section_weight": request.section_weight,
+        "lead_weight": request.lead_weight, "reranker": request.reranker,
+        "filters": request.filters.model_dump(exclude_defaults=True), "min_relevance": request.min_relevance,
+        "answer": request.answer,
+    }
+
+
 class RetrievalEngine:
     """Thread-safe; one per process.  Picks up new index snapshots without a restart."""
 
@@ -182,6 +183,10 @@ class RetrievalEngine:
         self.embedder.embed(["warm up"])
         self.snapshots.current()
 
+    def available_rerankers(self) -> list[str]:
+        """The rerankers this configuration can run (what clients should offer)."""
+        return [name for name in RERANKERS if name != "cross-encoder" or self.settings.cross_encoder_path]
+
     def reranker(self, name: str):
         if name == "none":
             return None
@@ -196,7 +201,8 @@ class RetrievalEngine:
             )
         elif name == "cross-encoder":
             if not self.settings.cross_encoder_path:
-                raise RerankerUnavailable("cross-encoder reranker needs GROUNDWORK_CROSS_ENCODER_PATH (a local CrossEncoder folder)")
+                raise RerankerUnavailable(name, "the cross-encoder reranker needs GROUNDWORK_CROSS_ENCODER_PATH (a local "
+                                                f"CrossEncoder folder); available here: {', '.join(self.available_rerankers())}")
             reranker = CrossEncoderReranker(model_path=str(self.settings.cross_encoder_path))
         else:
             raise QueryValidationError("reranker", name, f"must be one of {', '.join(RERANKERS)}")
@@ -320,9 +326,21 @@ class RetrievalEngine:
         return HybridCandidates(snapshot, query_vector, hits, timings, terms.unknown)
 
     def search(self, query: str, log: bool = True, **params: Any) -> SearchResponse:
-        """Answer one query with cited passages; every call is logged (unless ``log=False``)."""
+        """Answer one query with cited passages; every call is logged (unless ``log=False``).
+
+        Malformed input (``request`` raises ``QueryValidationError``) is refused unlogged; any
+        failure after that (unavailable reranker, no index, a bug) is logged with its error and
+        the latency so far, then re-raised unchanged."""
         started = time.perf_counter()
         request = params.pop("request", None) or self.request(query, **params)
+        try:
+            return self._search(request, started, log)
+        except Exception as error:
+            if log:
+                self._log_failure(request, error, started)
+            raise
+
+    def _search(self, request: SearchRequest, started: float, log: bool) -> SearchResponse:
         reranker = self.reranker(request.reranker)
         pool_size = max(request.k * 4, 20) if reranker is not None else request.k
         found = self.candidates(request, pool_size)
@@ -352,12 +370,7 @@ class RetrievalEngine:
         done = time.perf_counter()
         timings.update(rerank=(t_format - t_rerank) * 1000, format=(done - t_format) * 1000, total=(done - started) * 1000)
         timings = {k: round(v, 3) for k, v in timings.items()}
-        params_out = {
-            "k": request.k, "alpha": request.alpha, "fusion": request.fusion, "section_weight": request.section_weight,
-            "lead_weight": request.lead_weight, "reranker": request.reranker,
-            "filters": request.filters.model_dump(exclude_defaults=True), "min_relevance": request.min_relevance,
-            "answer": request.answer,
-        }
+        params_out = _logged_params(request)
         response = SearchResponse(
             retrieval_request_id="", query=request.query, results=citations, answer=answer, coverage=coverage,
             latency_ms=timings, reranker_status=status, snapshot_version=found.snapshot.info.snapshot_version,
@@ -407,6 +420,22 @@ class RetrievalEngine:
             import uuid
 
             return uuid.uuid4().hex
+
+    def _log_failure(self, request: SearchRequest, error: Exception, started: float) -> None:
+        """Record a query that failed: its parameters, the error (``Type: message``, redacted by the
+        query log) and how long it ran.  Never raises: the caller re-raises the original error."""
+        try:
+            from knowledge_store.query_log import QueryLogRecord
+
+            self.query_log.append(QueryLogRecord(
+                query=request.query,
+                client=request.client,
+                params=_logged_params(request),
+                latency_ms={"total": round((time.perf_counter() - started) * 1000, 3)},
+                error=f"{type(error).__name__}: {error}"[:2000],
+            ))
+        except Exception:  # noqa: BLE001 - logging must never hide the query's own error
+            pass
 
     # -------------------------------------------------------------- LlamaIndex
     def as_retriever(self, **params: Any):

@@ -20,11 +20,19 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from knowledge_store.errors import QueryValidationError
+
 RERANKERS = ("none", "mmr", "feedback", "cross-encoder")
 
 
-class RerankerUnavailable(RuntimeError):
-    """The reranker cannot run with the current configuration (e.g. no model path)."""
+class RerankerUnavailable(QueryValidationError):
+    """The reranker cannot run with the current configuration (e.g. no model path).
+
+    A field error on ``reranker`` carrying the requested name, so the HTTP API answers 422
+    naming the field and the CLI prints one ``error:`` line."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__("reranker", name, reason)
 
 
 def _node_vectors(nodes: list[NodeWithScore]) -> np.ndarray:

@@ -335,10 +335,10 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
                 filters=filters.model_dump(exclude_defaults=True) if filters is not None else None,
                 client="mcp",
             )
+        except RerankerUnavailable as error:  # before its base class: well-formed, just not installed here -> isError result
+            raise ToolError(str(error)) from None
         except QueryValidationError as error:
             raise invalid_params(error.field, str(error)) from None
-        except RerankerUnavailable as error:
-            raise ToolError(str(error)) from None
         except GroundworkError as error:
             raise ToolError(f"{type(error).__name__}: {error}") from None
         answer = response.answer.text if response.answer is not None else None

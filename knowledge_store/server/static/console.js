@@ -437,6 +437,26 @@
     return "Server ranking defaults: " + text + (same ? " (" + (SOURCE_WORDS[kinds[0]] || kinds[0]) + ")" : "") + ".";
   }
 
+  var RERANKER_LABELS = { mmr: "mmr (diversity)" };
+  var rerankerTouched = false;
+  reranker.addEventListener("change", function () { rerankerTouched = true; });
+
+  /** Offer only the rerankers the server can run (config.rerankers): cross-encoder needs a model path. */
+  function fillRerankers(config) {
+    var offered = Array.isArray(config.rerankers) ? config.rerankers.map(String) : null;
+    if (!offered || !offered.length) return;  // an older server: keep the built-in choices
+    var chosen = reranker.value;
+    reranker.textContent = "";
+    offered.forEach(function (name) {
+      var option = document.createElement("option");
+      option.value = name;
+      option.textContent = RERANKER_LABELS[name] || name;
+      reranker.appendChild(option);
+    });
+    var preferred = rerankerTouched ? chosen : String(config.default_reranker || chosen);
+    reranker.value = offered.indexOf(preferred) >= 0 ? preferred : (offered.indexOf(chosen) >= 0 ? chosen : offered[0]);
+  }
+
   function fillFusion(config) {
     var modes = config.fusion_modes || {};
     var chosen = fusion.value;
@@ -502,6 +522,7 @@
         if (!alphaTouched) alpha.value = String(serverAlpha);
       }
       fillFusion(config);
+      fillRerankers(config);
       rankingDefaults.textContent = rankingText(config);
       renderTuning(config.tuned);
     }).catch(function () {
