@@ -34,7 +34,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, create_model, field_validator
 
 from knowledge_store.errors import (
     GroundworkError,
@@ -49,6 +49,7 @@ from knowledge_store.query_log import QueryLog, redact
 from knowledge_store.retrieval.engine import QueryValidationError, RetrievalEngine
 from knowledge_store.retrieval.filters import SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.rerankers import RERANKERS
 from knowledge_store.server import api_models as out
 from knowledge_store.server.api_models import COMMON_ERRORS, error_responses
 from knowledge_store.server.metrics import Metrics
@@ -83,10 +84,14 @@ JsonInt = Annotated[int, BeforeValidator(_json_integer)]
 FusionName = Literal[tuple(FUSION_MODES)]  # type: ignore[valid-type]
 
 
-class _QueryBody(BaseModel):
+class QueryBody(BaseModel):
+    """The query request; ``create_app`` derives the served model, whose schema also states the configured
+    length limit and only the rerankers / answer modes the server can run (others get a 422 naming the setting)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(..., min_length=1, pattern=r"\S",
+    # minLength/pattern stated for clients; enforced by _not_blank with a message people understand
+    query: str = Field(..., json_schema_extra={"minLength": 1, "pattern": r"\S"},
                        description="Free text: a question, a prompt fragment, a parameter name (not only whitespace).")
     k: JsonInt = Field(5, ge=1, le=100)
     alpha: float | None = Field(None, ge=0.0, le=1.0, strict=True, description="0 = pure BM25, 1 = pure vector; default: the "
@@ -97,7 +102,7 @@ class _QueryBody(BaseModel):
                                          "from its whole section (0 = the passage alone); default: effective default.")
     lead_weight: float | None = Field(None, ge=0.0, le=1.0, strict=True, description="Share of a passage's vector evidence taken "
                                       "from its section's first passage (0 = the passage alone); default: effective default.")
-    reranker: Literal["none", "mmr", "feedback", "cross-encoder"] | None = None
+    reranker: Literal[RERANKERS] | None = None  # type: ignore[valid-type]
     filters: SearchFilters | None = None
     answer: Literal["extractive", "llm", "none"] = "extractive"
     min_relevance: float | None = Field(None, ge=0.0, le=1.0, strict=True)
@@ -110,7 +115,7 @@ class _QueryBody(BaseModel):
         return value
 
 
-class _FeedbackBody(BaseModel):
+class FeedbackBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     retrieval_request_id: str = Field(..., min_length=1, max_length=64)
@@ -306,18 +311,19 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
     rerankers = tuple(engine.available_rerankers())
     answer_modes = ("extractive", "none") + (("llm",) if settings.llm_base_url and settings.llm_model else ())
 
-    class QueryBody(_QueryBody):
-        reranker: Literal[rerankers] | None = Field(  # type: ignore[valid-type]
-            None, description="Reorders the fused candidates; only the rerankers this server can run are listed "
-                              "(cross-encoder needs GROUNDWORK_CROSS_ENCODER_PATH). Default: default_reranker.")
-        answer: Literal[answer_modes] = Field(  # type: ignore[valid-type]
-            "extractive", description="extractive (sentences of the passages, cited), none, or llm when an "
-                                      "OpenAI-compatible endpoint is configured.")
-        query: str = Field(..., min_length=1, max_length=settings.max_query_chars, pattern=r"\S",
-                           description="Free text: a question, a prompt fragment, a parameter name (not only whitespace).")
-
-    class FeedbackBody(_FeedbackBody):
-        note: str | None = Field(None, max_length=settings.max_note_chars)
+    served_query_body = create_model(
+        "QueryBody", __base__=QueryBody,
+        query=(str, Field(..., max_length=settings.max_query_chars, json_schema_extra={"minLength": 1, "pattern": r"\S"},
+                          description="Free text: a question, a prompt fragment, a parameter name (not only whitespace).")),
+        reranker=(Annotated[Literal[RERANKERS], WithJsonSchema({"type": "string", "enum": list(rerankers)})] | None,  # type: ignore[valid-type]
+                  Field(None, description="Reorders the fused candidates; the rerankers this server can run "
+                                          "(cross-encoder needs GROUNDWORK_CROSS_ENCODER_PATH). Default: default_reranker.")),
+        answer=(Annotated[Literal["extractive", "llm", "none"], WithJsonSchema({"type": "string", "enum": list(answer_modes)})],
+                Field("extractive", description="extractive (sentences of the passages, cited), none, or llm when an "
+                                                "OpenAI-compatible endpoint is configured.")),
+    )
+    served_feedback_body = create_model(
+        "FeedbackBody", __base__=FeedbackBody, note=(str | None, Field(None, max_length=settings.max_note_chars)))
     app.state.settings = settings
     app.state.engine = engine
     policy = OriginPolicy.from_settings(settings)
@@ -389,7 +395,7 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
 
     # -------------------------------------------------------------- query & feedback
     @app.post("/api/knowledge/query", tags=["knowledge"], response_model=out.QueryResponse)
-    async def query(body: QueryBody, request: Request) -> dict[str, Any]:
+    async def query(body: served_query_body, request: Request) -> dict[str, Any]:  # type: ignore[valid-type]
         """Hybrid retrieval with citations; the response's ``retrieval_request_id`` is what feedback refers to."""
         # a few search workers, not one thread per request: on 2 cores 40 threads fighting over the
         # GIL and torch is slower; waiting requests still share model calls (BatchingEmbedder)
@@ -411,7 +417,7 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
 
     @app.post("/api/knowledge/feedback", status_code=201, tags=["knowledge"], response_model=out.FeedbackStored,
               responses=error_responses(404))
-    def feedback(body: FeedbackBody) -> dict[str, Any]:
+    def feedback(body: served_feedback_body) -> dict[str, Any]:  # type: ignore[valid-type]
         """Thumbs up/down (and an optional note) on a logged request or one of its passages."""
         if body.note is not None and len(body.note) > settings.max_note_chars:
             raise QueryValidationError("note", f"{len(body.note)} characters", f"must be at most {settings.max_note_chars} characters")
