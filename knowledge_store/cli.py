@@ -189,6 +189,11 @@ def _print_source(detail: dict[str, object]) -> None:
               f"{last.get('failed', 0)} failed" + (f"; crawl: {crawl.get('requests', 0)} requests, "
                                                    f"{'complete' if crawl.get('complete') else 'INCOMPLETE: ' + str(crawl.get('aborted_reason'))}"
                                                    if crawl else ""))
+        excluded = last.get("excluded_items") or []
+        if excluded:
+            print(f"  excluded ({last.get('excluded', len(excluded))}" + (", first shown" if last.get("excluded", 0) > len(excluded) else "") + "):")
+            for item in excluded:
+                print(f"    {item['path']}: {item['reason']}")
     else:
         print("  last sync: never (run `groundwork sync " + str(detail["name"]) + "`)")
     if detail.get("resync_needed"):
@@ -415,7 +420,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         print("index: not published yet (run `groundwork ingest`)")
     if status["last_sync"]:
         last = status["last_sync"]
-        print(f"last sync: {last['status']} at {last['started_at']}: {last['summary'] or '(in progress)'}")
+        if last.get("interrupted_reason"):
+            print(f"last sync: interrupted - started at {last['started_at']}, stopped before it finished: "
+                  f"{last['interrupted_reason']}")
+        elif last["status"] == "running":
+            where = f" by process {last['pid']} on {last['hostname']}" if last.get("pid") else ""
+            print(f"last sync: running since {last['started_at']}{where} (in progress)")
+        else:
+            print(f"last sync: {last['status']} at {last['started_at']}: {last['summary'] or '(no summary)'}")
     for failure in status.get("recent_run_failures", []):
         print(f"FAILED RUN {failure['at']}: job {failure['job']} ({failure['run_id'][:8]}) in {', '.join(failure['steps']) or 'setup'}: {failure['error'][:200]}")
     print(f"\ningestion failures ({len(status['ingestion_failures'])} open):")

@@ -7,6 +7,7 @@ from datetime import datetime
 from knowledge_store.errors import IndexNotBuiltError, StoreError
 from knowledge_store.index import read_pointer
 from knowledge_store.ingest.failures import open_failures
+from knowledge_store.ingest.sync_runs import run_process_state
 from knowledge_store.settings import Settings
 from knowledge_store.store import store_connection
 
@@ -56,10 +57,17 @@ def store_status(settings: Settings, include_history: bool = True) -> dict[str, 
               (SELECT count(*) FROM embeddings) AS embeddings
             """
         ))[0]
+        run_columns = {d[0] for d in conn.execute("SELECT * FROM sync_runs LIMIT 0").description}
+        process_columns = [c for c in ("pid", "hostname", "heartbeat_at") if c in run_columns]  # schema 3+
         last_run = _rows(conn.execute(
             "SELECT sync_run_id, trigger, status, started_at, finished_at, summary, snapshot_version, "
-            "chunks_created, embeddings_computed, embeddings_reused FROM sync_runs ORDER BY started_at DESC LIMIT 1"
+            "chunks_created, embeddings_computed, embeddings_reused"
+            + "".join(f", {c}" for c in process_columns) + " FROM sync_runs ORDER BY started_at DESC LIMIT 1"
         ))
+        for run in last_run:  # a 'running' run whose process is gone was interrupted
+            run["status"], reason = run_process_state(run)
+            if reason:
+                run["interrupted_reason"] = reason
         failures = open_failures(conn)
     try:
         pointer = read_pointer(settings.index_dir)

@@ -45,6 +45,10 @@ def raw_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreResour
         f"{result.updated} changed, {result.removed} removed, {result.unchanged} unchanged, "
         f"{result.excluded} excluded, {result.failed} refused"
     )
+    for items in result.excluded_items.values():
+        for item in items:
+            if "symbolic link" in item["reason"]:  # a link out of a source folder: worth a look
+                context.log.warning(f"excluded {item['path']}: {item['reason']}")
     return dg.MaterializeResult(
         metadata={
             "files_seen": result.files_seen,
@@ -62,6 +66,7 @@ def raw_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreResour
                 {name: {k: v for k, v in crawl.items() if k != "excluded_preview"} for name, crawl in result.crawls.items()}
             ),
             "missing_sources": dg.MetadataValue.json(result.missing_sources),
+            "excluded_items": dg.MetadataValue.json(result.excluded_items),
             "changes": markdown_table(result.changes),
             "sync_run_id": result.sync_run_id,
         }

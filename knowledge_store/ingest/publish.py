@@ -24,7 +24,7 @@ from knowledge_store.index import (
     write_pointer,
 )
 from knowledge_store.errors import IndexNotBuiltError, StoreError
-from knowledge_store.ingest.sync_runs import add_counts, finish_sync_run
+from knowledge_store.ingest.sync_runs import STOPPED_RUN_STATUSES, add_counts, finish_sync_run, unpublished_active_versions
 from knowledge_store.ingest.web_sources import cache_dir
 from knowledge_store.settings import Settings
 from knowledge_store.store import store_connection, transaction, utcnow
@@ -35,6 +35,7 @@ class PublishResult:
     sync_run_id: str
     activated_added: int = 0
     activated_updated: int = 0
+    resumed: int = 0  # documents a killed run had left unpublished, brought into the index by this run
     purged_documents: int = 0
     purged_versions: int = 0
     purged_sources: list[str] = field(default_factory=list)
@@ -48,11 +49,11 @@ class PublishResult:
     sync_run: dict[str, object] = field(default_factory=dict)
 
 
-def activate_ready_versions(conn, model_id: str) -> tuple[int, int]:
-    """Make complete pending versions active; returns (added, updated)."""
-    ready = conn.execute(
+def ready_versions(conn, model_id: str) -> list[tuple[str, int, int | None, str | None]]:
+    """Pending versions whose chunks all have embeddings: (doc_id, version, supersedes, sync_run_id)."""
+    return conn.execute(
         """
-        SELECT d.doc_id, d.version, d.supersedes
+        SELECT d.doc_id, d.version, d.supersedes, d.sync_run_id
         FROM documents d
         WHERE d.status = 'pending' AND d.parsed_at IS NOT NULL AND d.chunker_signature IS NOT NULL
           AND NOT EXISTS (
@@ -61,9 +62,14 @@ def activate_ready_versions(conn, model_id: str) -> tuple[int, int]:
         """,
         [model_id],
     ).fetchall()
+
+
+def activate_ready_versions(conn, model_id: str, ready: list[tuple] | None = None) -> tuple[int, int]:
+    """Make complete pending versions (default: ``ready_versions``) active; returns (added, updated)."""
+    ready = ready_versions(conn, model_id) if ready is None else ready
     now = utcnow()
     added = updated = 0
-    for doc_id, version, _supersedes in ready:
+    for doc_id, version, *_ in ready:
         previous = conn.execute(
             "SELECT version FROM documents WHERE doc_id = ? AND status = 'active' AND version <> ?", [doc_id, version]
         ).fetchall()
@@ -145,10 +151,20 @@ def publish_index(settings: Settings, model_id: str, sync_run_id: str) -> Publis
     index_dir = settings.index_dir
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
         with transaction(conn):
-            result.activated_added, result.activated_updated = activate_ready_versions(conn, model_id)
+            # work of a run killed half-way that this run brings into the index: versions it had
+            # activated without publishing them, and pending versions it recorded
+            unpublished = unpublished_active_versions(conn)
+            ready = ready_versions(conn, model_id)
+            stopped = {row[0] for row in conn.execute(
+                "SELECT sync_run_id FROM sync_runs WHERE list_contains(?, status) AND sync_run_id <> ?",
+                [list(STOPPED_RUN_STATUSES), sync_run_id]).fetchall()}
+            result.resumed = len(unpublished) + sum(1 for row in ready if row[3] in stopped)
+            result.activated_added, result.activated_updated = activate_ready_versions(conn, model_id, ready)
             result.purged_documents, result.purged_versions = purge_expired(conn, settings.deleted_retention_days)
             result.purged_sources = purge_deleted_sources(conn, settings)
-            add_counts(conn, sync_run_id, added=result.activated_added, updated=result.activated_updated)
+            resumed_updated = sum(1 for _version, supersedes in unpublished.values() if supersedes is not None)
+            add_counts(conn, sync_run_id, added=result.activated_added + len(unpublished) - resumed_updated,
+                       updated=result.activated_updated + resumed_updated)
         missing = conn.execute(
             """
             SELECT count(*) FROM chunks c JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version
@@ -196,7 +212,8 @@ def publish_index(settings: Settings, model_id: str, sync_run_id: str) -> Publis
             result.sync_run = finish_sync_run(
                 conn, sync_run_id, result.snapshot_version,
                 {"chunk_count": chunk_count, "document_count": document_count,
-                 "snapshot_built": result.snapshot_built, "purged_documents": result.purged_documents},
+                 "snapshot_built": result.snapshot_built, "purged_documents": result.purged_documents,
+                 "resumed": result.resumed},
             )
     result.seconds = time.perf_counter() - started
     return result

@@ -26,7 +26,7 @@ import duckdb
 
 from knowledge_store.errors import OversizeFileError, UnsupportedTypeError
 from knowledge_store.ingest.failures import failure_id, record_failure, resolve_failures
-from knowledge_store.ingest.sync_runs import add_counts
+from knowledge_store.ingest.sync_runs import STOPPED_RUN_STATUSES, add_counts, unpublished_active_versions
 from knowledge_store.parsers import SUPPORTED_EXTENSIONS
 from knowledge_store.settings import Settings
 from knowledge_store.store import transaction, utcnow
@@ -79,6 +79,7 @@ class ScanResult:
     failures: list[ScanFailure] = field(default_factory=list)
     bytes_hashed: int = 0
     excluded: dict[str, int] = field(default_factory=dict)  # source_id -> items left out by rules (.groundworkignore, include/exclude, robots)
+    excluded_items: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # source_id -> first (path, reason) of them
     partial: bool = False  # a retry of single items: nothing else is deleted or resolved
     keep_unseen: set[str] = field(default_factory=set)  # sources whose unseen documents stay (crawl stopped by the page cap)
 
@@ -94,11 +95,13 @@ class RawDocumentsResult:
     failed: int = 0
     excluded: int = 0
     pending: int = 0
+    resumed: int = 0  # of added/updated: versions a stopped (killed) run had recorded or activated, completed now
     files_seen: int = 0
     bytes_hashed: int = 0
     missing_sources: list[str] = field(default_factory=list)
     changes: list[dict[str, object]] = field(default_factory=list)
     per_source: dict[str, dict[str, int]] = field(default_factory=dict)
+    excluded_items: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # source_id -> [{path, reason}]
     crawls: dict[str, dict[str, object]] = field(default_factory=dict)  # per web source: crawl statistics
     sources: list[str] = field(default_factory=list)  # names of the sources synced
 
@@ -120,6 +123,7 @@ def sha256_file(path: Path) -> str:
 
 
 IGNORE_FILE = ".groundworkignore"
+EXCLUDED_PREVIEW = 50  # excluded items listed (with their reason) per source and sync
 
 
 def ignore_patterns(folder: Path) -> list[str]:
@@ -147,26 +151,82 @@ def _ignored(relative: str, patterns: list[str]) -> bool:
     return False
 
 
-def _walk(folder: Path, skip: set[Path], ignored: list[str] | None = None) -> list[Path]:
+def _inside(target: str, folder: str) -> bool:
+    return target == folder or target.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _walk(
+    folder: Path, skip: set[Path], ignored: list[str] | None = None,
+    links: list[tuple[str, str]] | None = None, follow_external_links: bool = False,
+) -> list[Path]:
     """Every regular file under ``folder``: hidden files and folders and ``.groundworkignore`` matches excluded, sorted.
 
-    Relative paths left out by ``.groundworkignore`` are appended to ``ignored`` (the sync reports them as excluded)."""
+    Relative paths left out by ``.groundworkignore`` are appended to ``ignored`` (the sync reports them as excluded).
+
+    Symbolic links: a link to a file inside ``folder`` is a file like any other; a link to a folder
+    inside it is not entered (its files are indexed where they really are, once).  A link (to a
+    file or a folder) whose target resolves outside ``folder`` is left out - a ``passwd.txt ->
+    /etc/passwd`` must not be indexed and served - and appended to ``links`` as (relative path,
+    reason), unless ``follow_external_links``.  No real folder is entered twice and a link to a
+    folder the walk is already inside is never followed, so link loops cannot make it go round."""
     patterns = ignore_patterns(folder)
+    real_folder = os.path.realpath(folder)
+    real_skip = {str(p) for p in skip}
+    visited: set[str] = set()
     found: list[Path] = []
-    for root, dirs, files in os.walk(folder, followlinks=False):
+
+    def leave_out(relative: str, reason: str) -> None:
+        if links is not None:
+            links.append((relative, reason))
+
+    for root, dirs, files in os.walk(folder, followlinks=follow_external_links):
         root_path = Path(root)
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and (root_path / d).resolve() not in skip)
+        real_root = os.path.realpath(root)
+        if real_root in visited:
+            dirs[:] = []
+            continue
+        visited.add(real_root)
+        kept: list[str] = []
+        for name in sorted(dirs):
+            if name.startswith("."):
+                continue
+            path = root_path / name
+            real = os.path.realpath(path)
+            if real in real_skip:
+                continue
+            if path.is_symlink():
+                relative = path.relative_to(folder).as_posix() + "/"
+                if _inside(real, real_folder) or not os.path.isdir(real):
+                    continue  # indexed at its real place (or broken / a loop): never entered
+                if _ignored(relative, patterns):
+                    if ignored is not None:
+                        ignored.append(relative)
+                    continue
+                if not follow_external_links:
+                    leave_out(relative, f"symbolic link to a folder outside the source folder ({real}); "
+                                        "set GROUNDWORK_FOLLOW_EXTERNAL_SYMLINKS=true to index it")
+                    continue
+                if real in visited or _inside(real_root, real):
+                    continue  # a link back to a folder being walked: a loop
+            kept.append(name)
+        dirs[:] = kept
         for name in sorted(files):
             if name.startswith(".") or name.endswith("~"):
                 continue
             path = root_path / name
             if not path.is_file():
-                continue
+                continue  # broken links and link loops included
             relative = path.relative_to(folder).as_posix()
             if _ignored(relative, patterns):
                 if ignored is not None:
                     ignored.append(relative)
                 continue
+            if not follow_external_links and path.is_symlink():  # the folders walked are real ones: only the name can link out
+                real = os.path.realpath(path)
+                if not _inside(real, real_folder):
+                    leave_out(relative, f"symbolic link to a file outside the source folder ({real}); "
+                                        "set GROUNDWORK_FOLLOW_EXTERNAL_SYMLINKS=true to index it")
+                    continue
             found.append(path)
     return found
 
@@ -195,8 +255,9 @@ def scan_sources(settings: Settings, folders: list[SourceFolder] | None = None) 
         if not folder.exists:
             continue
         ignored: list[str] = []
+        links: list[tuple[str, str]] = []
         location = Path(folder.location)
-        for path in _walk(location, skip, ignored):
+        for path in _walk(location, skip, ignored, links, settings.follow_external_symlinks):
             relative = path.relative_to(location).as_posix()
             stat = path.stat()
             suffix = path.suffix.lower()
@@ -230,7 +291,10 @@ def scan_sources(settings: Settings, folders: list[SourceFolder] | None = None) 
                     checksum=checksum,
                 )
             )
-        result.excluded[folder.source_id] = len(ignored)
+        result.excluded[folder.source_id] = len(ignored) + len(links)
+        result.excluded_items[folder.source_id] = (
+            links + [(relative, f"matches {IGNORE_FILE}") for relative in ignored]
+        )[:EXCLUDED_PREVIEW]
     return result
 
 
@@ -287,18 +351,24 @@ def record_raw_documents(
         latest: dict[str, tuple[int, str, str]] = {}
         active_version: dict[str, int] = {}
         doc_source: dict[str, str] = {}
+        stopped: dict[str, bool] = {}  # latest version recorded by a run that stopped before it finished
+        unpublished: dict[str, tuple[int, int | None]] = {}
         observed_sources = sorted({f.source_id for f in scan.folders} | {f.source_id for f in scan.files})
         if observed_sources:
             rows = conn.execute(
-                "SELECT doc_id, version, status, checksum, source_id FROM documents WHERE list_contains(?, source_id)",
-                [observed_sources],
+                "SELECT d.doc_id, d.version, d.status, d.checksum, d.source_id, "
+                "coalesce(list_contains(?, r.status), FALSE) AND d.sync_run_id <> ? "
+                "FROM documents d LEFT JOIN sync_runs r USING (sync_run_id) WHERE list_contains(?, d.source_id)",
+                [list(STOPPED_RUN_STATUSES), sync_run_id, observed_sources],
             ).fetchall()
-            for doc_id, version, status, checksum, source_id in rows:
+            for doc_id, version, status, checksum, source_id, by_stopped_run in rows:
                 doc_source[doc_id] = source_id
                 if status == "active":
                     active_version[doc_id] = version
                 if doc_id not in latest or version > latest[doc_id][0]:
                     latest[doc_id] = (version, status, checksum)
+                    stopped[doc_id] = bool(by_stopped_run)
+            unpublished = unpublished_active_versions(conn, observed_sources)
 
         seen_failures: set[str] = set()
         for failure in scan.failures:
@@ -345,12 +415,25 @@ def record_raw_documents(
                 bump(file.source_id, "added")
                 continue
             version, status, checksum = previous
+            if checksum == file.checksum and status == "active" and unpublished.get(doc_id, (None,))[0] == version:
+                # activated by a run killed before it published the index: this run publishes it
+                change = "added" if unpublished[doc_id][1] is None else "updated"
+                result.resumed += 1
+                bump(file.source_id, change)
+                result.changes.append({"doc_id": doc_id, "path": file.relative_path, "change": change, "resumed": True})
+                continue
             if checksum == file.checksum and status in ("active", "failed"):
                 result.unchanged += 1
                 bump(file.source_id, "unchanged")
                 continue
             if checksum == file.checksum and status == "pending":
                 result.pending += 1  # a killed run left it half-done: the later stages resume it
+                if stopped.get(doc_id):  # ... and it is this run that brings it into the index
+                    change = "updated" if doc_id in active_version else "added"
+                    result.resumed += 1
+                    bump(file.source_id, change)
+                    result.changes.append({"doc_id": doc_id, "path": file.relative_path, "change": change,
+                                           "resumed": True})
                 continue
             if status == "pending":
                 # changed again before it was processed: restart that version with the new bytes
@@ -403,6 +486,10 @@ def record_raw_documents(
                 resolve_failures(conn, path_row[2], stages=("parse", "chunk", "embed"))
 
         result.excluded = sum(scan.excluded.values())
+        result.excluded_items = {
+            source_id: [{"path": path, "reason": reason} for path, reason in items]
+            for source_id, items in scan.excluded_items.items() if items
+        }
         if not scan.partial:
             conn.execute(
                 "UPDATE sources SET last_synced_at = ? WHERE list_contains(?, source_id)", [now, scanned_sources]
@@ -412,7 +499,7 @@ def record_raw_documents(
         conn.execute(
             "UPDATE sync_runs SET details = ? WHERE sync_run_id = ?",
             [json.dumps({"changes": result.changes[:500], "missing_sources": result.missing_sources,
-                         "per_source": per_source}), sync_run_id],
+                         "per_source": per_source, "excluded_items": result.excluded_items}), sync_run_id],
         )
     result.added = sum(1 for c in result.changes if c["change"] == "added")
     result.updated = sum(1 for c in result.changes if c["change"] == "updated")

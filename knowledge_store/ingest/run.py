@@ -7,6 +7,7 @@ at a time; ``groundwork ingest`` runs those assets headless.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from knowledge_store.ingest.embed import EmbedResult, embed_missing
 from knowledge_store.ingest.parse import ParseResult, parse_pending
 from knowledge_store.ingest.publish import PublishResult, publish_index
 from knowledge_store.ingest.raw_documents import RawDocumentsResult, SourceFolder, record_raw_documents, scan_sources
-from knowledge_store.ingest.sync_runs import start_sync_run
+from knowledge_store.ingest.sync_runs import end_sync_run, start_sync_run
 from knowledge_store.ingest.web_sources import (
     ProgressCallback,
     WebSourceOutcome,
@@ -94,6 +95,7 @@ def record_sources(
         scan.files.extend(outcome.files)
         scan.failures.extend(outcome.failures)
         scan.excluded[source.source_id] = outcome.excluded
+        scan.excluded_items[source.source_id] = [(str(url), str(reason)) for url, reason in outcome.excluded_preview[:20]]
         if outcome.capped:
             scan.keep_unseen.add(source.source_id)
         if outcome.aborted_reason:
@@ -115,6 +117,8 @@ def record_sources(
                 counts = dict(result.per_source.get(source.source_id, {}))
                 crawl = by_id.get(source.source_id)
                 summary: dict[str, Any] = {"sync_run_id": run_id, "at": utcnow().isoformat() + "Z", **counts}
+                if result.excluded_items.get(source.source_id):
+                    summary["excluded_items"] = result.excluded_items[source.source_id]
                 if crawl is not None:
                     summary["crawl"] = {**crawl.stats, "complete": crawl.complete, "aborted_reason": crawl.aborted_reason}
                 elif not Path(source.location).is_dir():
@@ -147,13 +151,31 @@ def run_sync(
     sync_run_id: str | None = None,
     refresh: bool = False,
 ) -> SyncReport:
-    """Every stage for the chosen sources (default all), then publish the whole index."""
+    """Every stage for the chosen sources (default all), then publish the whole index.
+
+    A stage that raises leaves the run 'failed' (Ctrl-C: 'interrupted'), not 'running'."""
     started = time.perf_counter()
     embedder = embedder or Embedder(settings.model_path, settings.embed_batch_size, settings.torch_threads, settings.embedding_dim)
-    raw = record_sources(settings, sync_run_id=sync_run_id, trigger=trigger, names=names, kinds=kinds,
-                         progress=progress, web_client=web_client, refresh=refresh)
-    parse, chunk, embed, publish = process_pending(settings, embedder, raw.sync_run_id)
+    sync_run_id = sync_run_id or uuid.uuid4().hex
+    try:
+        raw = record_sources(settings, sync_run_id=sync_run_id, trigger=trigger, names=names, kinds=kinds,
+                             progress=progress, web_client=web_client, refresh=refresh)
+        parse, chunk, embed, publish = process_pending(settings, embedder, raw.sync_run_id)
+    except BaseException as error:
+        stopped = isinstance(error, (KeyboardInterrupt, SystemExit))
+        _close_run(settings, sync_run_id, "interrupted" if stopped else "failed",
+                   f"stopped by {type(error).__name__}" if stopped else f"{type(error).__name__}: {error}")
+        raise
     return SyncReport(raw, parse, chunk, embed, publish, time.perf_counter() - started)
+
+
+def _close_run(settings: Settings, sync_run_id: str, status: str, reason: str) -> None:
+    """Best effort: the error being raised matters more than this bookkeeping."""
+    try:
+        with store_connection(settings.store_path, timeout_s=min(settings.lock_timeout_s, 5.0)) as conn:
+            end_sync_run(conn, sync_run_id, status, reason[:500])
+    except Exception:  # noqa: BLE001 - no store, locked, or the run was never opened
+        pass
 
 
 def process_pending(
