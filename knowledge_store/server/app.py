@@ -657,7 +657,8 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         path = Path(doc["path"])
         if not path.is_file():
             raise HTTPException(status_code=410, detail=f"the file of '{doc['title']}' is no longer at its source")
-        if not _inside_its_source(snapshot, doc, path):
+        served = _inside_its_source(snapshot, doc, path)
+        if served is None:
             # e.g. replaced by a link to /etc/passwd after it was indexed: never serve what the source does not hold
             raise HTTPException(status_code=410, detail=f"the file of '{doc['title']}' now leads outside its source "
                                                         "folder (a symbolic link); it is not served")
@@ -670,7 +671,7 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
             media += "; charset=utf-8"
         # an ingested HTML page must not run scripts in this server's origin (it would pass the origin policy):
         # the sandbox CSP gives it an opaque origin with scripts off; nosniff stops content-type guessing
-        return FileResponse(path, media_type=media, headers={
+        return FileResponse(served, media_type=media, headers={
             "Content-Disposition": f'inline; filename="{path.name}"', "Content-Security-Policy": "sandbox",
             "X-Content-Type-Options": "nosniff"})
 
@@ -760,19 +761,25 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
             pass
         return PlainTextResponse(metrics.render(), media_type=metrics.content_type)
 
-    def _inside_its_source(snapshot, doc: dict[str, Any], path: Path) -> bool:
-        """A folder/upload document's file, links resolved, must still lie inside its source folder
-        (unless GROUNDWORK_FOLLOW_EXTERNAL_SYMLINKS allows links out)."""
-        if settings.follow_external_symlinks:
-            return True
+    def _inside_its_source(snapshot, doc: dict[str, Any], path: Path) -> Path | None:
+        """The file to serve, links resolved (what is checked is what is sent), or None when it now lies
+        outside where its source keeps files: the folder (unless GROUNDWORK_FOLLOW_EXTERNAL_SYMLINKS allows
+        links out) or, for a web source, the fetched-pages store under the data folder."""
+        resolved = path.resolve()
         cursor = snapshot.conn.cursor()
         try:
             row = cursor.execute("SELECT kind, location FROM sources WHERE source_id = ?", [doc["source_id"]]).fetchone()
         finally:
             cursor.close()
-        if row is None or row[0] not in ("folder", "upload"):
-            return True
-        return path.resolve().is_relative_to(Path(row[1]).resolve())
+        if row is None:
+            return resolved
+        if row[0] == "web":
+            root = (settings.data_dir / "web").resolve()
+        elif settings.follow_external_symlinks:
+            return resolved
+        else:
+            root = Path(row[1]).resolve()
+        return resolved if resolved.is_relative_to(root) else None
 
     def openapi_schema() -> dict[str, Any]:
         # errors are JSON on every route, also where the success body is not (/metrics, /file)
@@ -869,7 +876,7 @@ def _free_name(folder: Path, name: str) -> Path:
     target = folder / name
     stem, suffix = Path(name).stem, Path(name).suffix
     counter = 1
-    while target.exists():
+    while os.path.lexists(target):  # a dangling link is taken too: never write through it
         target = folder / f"{stem}-{counter}{suffix}"
         counter += 1
     return target
