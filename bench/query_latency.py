@@ -41,7 +41,9 @@ def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-def build_synthetic(source: Path, target_dir: Path, size: int) -> float:
+def build_synthetic(source: Path, target_dir: Path, size: int, make_vectors=None) -> float:
+    """``make_vectors(base, size) -> (size, dim)``, if given, replaces the replicas' vectors (row k is
+    a replica of base chunk ``k % len(base)``); default: the base vector plus Gaussian noise."""
     import duckdb
     import numpy as np
     import pyarrow as pa
@@ -59,6 +61,7 @@ def build_synthetic(source: Path, target_dir: Path, size: int) -> float:
     reps = -(-size // n)
     rng = np.random.default_rng(0)
     emb = np.asarray(base.column("embedding").combine_chunks().values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(n, -1)
+    generated = make_vectors(emb, size) if make_vectors is not None else None
     parts, doc_parts = [], []
     for r in range(reps):
         take = min(n, size - r * n)
@@ -66,7 +69,10 @@ def build_synthetic(source: Path, target_dir: Path, size: int) -> float:
             break
         t = base.slice(0, take)
         suffix = f"-r{r}"
-        e = emb[:take] if r == 0 else emb[:take] + rng.normal(0, 0.02, size=(take, emb.shape[1])).astype(np.float32)
+        if generated is not None:
+            e = generated[r * n: r * n + take]
+        else:
+            e = emb[:take] if r == 0 else emb[:take] + rng.normal(0, 0.02, size=(take, emb.shape[1])).astype(np.float32)
         e = e / np.linalg.norm(e, axis=1, keepdims=True)
         t = t.set_column(t.schema.get_field_index("chunk_id"), "chunk_id", pc.binary_join_element_wise(t.column("chunk_id"), pa.scalar(suffix), ""))
         t = t.set_column(t.schema.get_field_index("doc_id"), "doc_id", pc.binary_join_element_wise(t.column("doc_id"), pa.scalar(suffix), ""))

@@ -24,7 +24,8 @@ from knowledge_store.errors import GroundworkError, QueryValidationError
 from knowledge_store.retrieval.answer import Answer, LLMAnswerer, extractive_answer
 from knowledge_store.retrieval.citations import Citation, build_citations
 from knowledge_store.retrieval.filters import MaskCache, SearchFilters
-from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, lexical_evidence, rank_rows, semantic_evidence
+from knowledge_store.retrieval.ann import AnnConfig
+from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, lexical_evidence, rank_rows, vector_evidence
 from knowledge_store.retrieval.fusion import FUSION_MODES, relevance
 from knowledge_store.retrieval.rerankers import (
     RERANKERS,
@@ -151,7 +152,7 @@ class RetrievalEngine:
             self.settings.model_path, self.settings.query_encoder, self.settings.models_cache_dir,
             self.settings.query_torch_threads, self.settings.embedding_dim,
         ), cache_size=self.settings.query_cache_size)
-        self.snapshots = SnapshotManager(self.settings.index_dir)
+        self.snapshots = SnapshotManager(self.settings.index_dir, ann=AnnConfig.from_settings(self.settings))
         self.masks = MaskCache()
         self._query_log = query_log
         self._log_lock = threading.Lock()
@@ -298,12 +299,12 @@ class RetrievalEngine:
         bm25_future = _SEARCH_POOL.submit(lexical)
         query_vector = self.embedder.embed([request.query])[0]
         t1 = time.perf_counter()
-        vector_chunk, vector_lead = semantic_evidence(snapshot, query_vector)
+        mask = self.masks.mask(snapshot, request.filters)
+        vector_chunk, vector_lead, partial = vector_evidence(snapshot, query_vector, mask, self.settings.candidate_pool)
         t2 = time.perf_counter()
         (terms, bm25_chunk, bm25_section, coverage_mass), bm25_ms = bm25_future.result()
         t3 = time.perf_counter()
-        evidence = QueryEvidence(terms, bm25_chunk, bm25_section, coverage_mass, vector_chunk, vector_lead)
-        mask = self.masks.mask(snapshot, request.filters)
+        evidence = QueryEvidence(terms, bm25_chunk, bm25_section, coverage_mass, vector_chunk, vector_lead, partial)
         fused = rank_rows(evidence, request.ranking, mask, self.settings.candidate_pool, self.settings.rrf_k,
                           snapshot=snapshot, query=request.query if self.settings.phrase_boost else None)
         rows = fused.rows[:pool_size]

@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from knowledge_store.retrieval.fusion import FUSION_MODES, Fused, fuse_scores
+from knowledge_store.retrieval.ann import PartialVectors, approximate_semantic_evidence
+from knowledge_store.retrieval.fusion import FUSION_MODES, Fused, fuse_scores, top_rows
 from knowledge_store.retrieval.phrase import (
     PHRASE_MIN_SHARE,
     bigrams,
@@ -75,6 +76,8 @@ class QueryEvidence:
     coverage: np.ndarray  # idf mass of the query's terms present in each chunk
     vector_chunk: np.ndarray
     vector_lead: np.ndarray
+    # approximate vector search (ann.py): only the rows it scored have cosines; rank_rows scores the BM25 pool too
+    partial: PartialVectors | None = None
 
     def bm25(self, section_weight: float) -> np.ndarray:
         return blend(self.bm25_chunk, self.bm25_section, section_weight)
@@ -105,6 +108,17 @@ def semantic_evidence(snapshot: LoadedSnapshot, query_vector: np.ndarray) -> tup
     if snapshot.sections is None or not len(chunk):
         return chunk, chunk
     return chunk, chunk[snapshot.sections.lead_row][snapshot.sections.group]
+
+
+def vector_evidence(snapshot: LoadedSnapshot, query_vector: np.ndarray, mask: np.ndarray | None,
+                    pool: int) -> tuple[np.ndarray, np.ndarray, PartialVectors | None]:
+    """What the engine uses: exact ``semantic_evidence`` unless the snapshot has an ANN index (large
+    corpora, ``settings.ann_min_chunks``), then only the rows that can make the vector pool are scored."""
+    ann = snapshot.ann
+    if ann is None:
+        return (*semantic_evidence(snapshot, query_vector), None)
+    partial = approximate_semantic_evidence(snapshot, ann, query_vector, mask, pool, ann.config)
+    return partial.chunk, partial.lead, partial
 
 
 def gather_evidence(snapshot: LoadedSnapshot, query: str, query_vector: np.ndarray) -> QueryEvidence:
@@ -159,8 +173,15 @@ def rank_rows(evidence: QueryEvidence, params: RankingParams, mask: np.ndarray |
     With ``snapshot`` and ``query`` given, a long query gets phrase evidence
     (``phrase.py``): candidates that hold most of its word pairs in order go first.
     """
-    fused = fuse_scores(evidence.bm25(params.section_weight), evidence.vector(params.lead_weight), mask,
-                        params.alpha, pool, params.fusion, rrf_k)
+    bm25 = evidence.bm25(params.section_weight)
+    bm25_top = vector_candidates = None
+    if evidence.partial is not None:  # approximate vectors: the BM25 pool needs true cosines too
+        bm25_top = top_rows(bm25, mask, pool, positive_only=True)
+        evidence.partial.score(bm25_top)
+        evidence.partial.complete(pool, params.lead_weight)
+        vector_candidates = evidence.partial.scored_rows
+    fused = fuse_scores(bm25, evidence.vector(params.lead_weight), mask, params.alpha, pool, params.fusion, rrf_k,
+                        vector_candidates=vector_candidates, bm25_top=bm25_top)
     if snapshot is None or query is None or not len(fused.rows) or not is_phrase_query(query):
         return fused
     cache = {} if phrase_cache is None else phrase_cache  # sweeps rank one query many times: share once per row

@@ -38,9 +38,19 @@ class Fused:
     vector_rank: np.ndarray  # 1-based rank in the vector list, 0 = not in its pool
 
 
-def top_rows(scores: np.ndarray, mask: np.ndarray | None, n: int, positive_only: bool = False) -> np.ndarray:
-    """Indices of the ``n`` best scores among rows allowed by ``mask``, best first."""
-    if mask is not None:
+def top_rows(scores: np.ndarray, mask: np.ndarray | None, n: int, positive_only: bool = False,
+             candidates: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the ``n`` best scores among rows allowed by ``mask``, best first.
+
+    ``candidates`` (row numbers) limits the search to those rows: the rows an approximate
+    vector search scored (``ann.py``); no other row can be among the best.
+    """
+    if candidates is not None:
+        keep = np.ones(len(candidates), dtype=bool) if mask is None else mask[candidates]
+        if positive_only:
+            keep &= scores[candidates] > 0
+        candidates = candidates[keep]
+    elif mask is not None:
         candidates = np.flatnonzero(mask & (scores > 0)) if positive_only else np.flatnonzero(mask)
     else:
         candidates = np.flatnonzero(scores > 0) if positive_only else np.arange(len(scores))
@@ -83,14 +93,23 @@ def fuse_scores(
     pool: int,
     method: str = "weighted",
     rrf_k: int = 60,
+    vector_candidates: np.ndarray | None = None,
+    bm25_top: np.ndarray | None = None,
 ) -> Fused:
-    """Fuse full-corpus BM25 and vector score arrays into one ranked candidate list."""
+    """Fuse full-corpus BM25 and vector score arrays into one ranked candidate list.
+
+    ``vector_candidates``: the only rows whose vector scores are known (approximate search);
+    ``bm25_top``: the BM25 pool when the caller has already picked it (the same rows).
+    """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha={alpha!r}: must be between 0 and 1")
     if method not in FUSION_MODES:
         raise ValueError(f"fusion={method!r}: must be one of {', '.join(FUSION_MODES)}")
-    bm25_top = top_rows(bm25_scores, mask, pool, positive_only=True) if alpha < 1.0 else np.zeros(0, dtype=np.int64)
-    vector_top = top_rows(vector_scores, mask, pool) if alpha > 0.0 else np.zeros(0, dtype=np.int64)
+    if alpha >= 1.0:
+        bm25_top = np.zeros(0, dtype=np.int64)
+    elif bm25_top is None:
+        bm25_top = top_rows(bm25_scores, mask, pool, positive_only=True)
+    vector_top = top_rows(vector_scores, mask, pool, candidates=vector_candidates) if alpha > 0.0 else np.zeros(0, dtype=np.int64)
     rows = np.unique(np.concatenate([bm25_top, vector_top])).astype(np.int64)
     n_rows = len(bm25_scores)
     bm25_rank_all = np.zeros(n_rows, dtype=np.int64)

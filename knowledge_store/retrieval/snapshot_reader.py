@@ -89,6 +89,11 @@ class LoadedSnapshot:
     normalised_text_cache: dict = field(default_factory=dict)  # row -> normalised text
     _stems: dict[str, str] = field(default_factory=dict)
     load_seconds: float = 0.0
+    # approximate vector index (ann.py): None = exact search; set by SnapshotManager once built or loaded
+    ann: object | None = None
+    ann_ready: threading.Event = field(default_factory=threading.Event)  # set when the ANN is attached or given up
+    ann_cancel: threading.Event = field(default_factory=threading.Event)  # set when this snapshot is retired
+    ann_error: str | None = None
 
     def __post_init__(self) -> None:
         if self.post_norm is None:  # derived once, so scoring a term gathers no lengths
@@ -219,6 +224,7 @@ class LoadedSnapshot:
             cursor.close()
 
     def close(self) -> None:
+        self.ann_cancel.set()
         try:
             self.conn.close()
         except Exception:  # noqa: BLE001 - closing a read-only handle cannot lose data
@@ -418,21 +424,39 @@ class SnapshotManager:
     when a new version is published it loads it fully and then swaps the
     reference, so in-flight queries finish on the old one and nobody waits on a
     half-loaded index.
+
+    With ``ann`` (an ``AnnConfig``), a snapshot of at least ``ann.min_chunks`` rows gets
+    an approximate vector index on a background thread (from its side file, else built:
+    minutes at 1M rows); until it is attached the snapshot is served with exact search.
+    Such a large snapshot is also *loaded* on a background thread (~a minute at 1M rows)
+    while the previous one keeps answering; ``refresh()`` waits for it (a source delete
+    must not be served from the old snapshot after the call returns).
     """
 
-    def __init__(self, index_dir: Path, check_interval_s: float = 1.0) -> None:
+    def __init__(self, index_dir: Path, check_interval_s: float = 1.0, ann=None) -> None:
         self.index_dir = Path(index_dir)
         self.check_interval_s = check_interval_s
+        self.ann_config = ann
         self._snapshot: LoadedSnapshot | None = None
         self._lock = threading.Lock()
         self._last_check = 0.0
         self._pointer_mtime: float | None = None
+        self._loader: threading.Thread | None = None
+        self._loading_version: int | None = None
+        self.load_error: str | None = None
         self.reloads = 0
 
     def refresh(self) -> LoadedSnapshot:
-        """Look at the pointer now (after this process published, e.g. a source delete)."""
+        """Look at the pointer now (after this process published, e.g. a source delete); waits for a
+        background load, so the snapshot returned is the published one."""
         self._last_check = float("-inf")
-        return self.current()
+        snapshot = self.current()
+        loader = self._loader
+        if loader is not None:
+            loader.join()
+            self._last_check = float("-inf")
+            snapshot = self.current()
+        return snapshot
 
     def current(self) -> LoadedSnapshot:
         import time
@@ -454,12 +478,81 @@ class SnapshotManager:
             if self._snapshot is not None and self._snapshot.info.snapshot_version == info.snapshot_version:
                 self._pointer_mtime = mtime
                 return self._snapshot
+            if self._snapshot is not None and self.ann_config is not None and self.ann_config.wanted(info.chunk_count):
+                # large: keep serving the old snapshot while the new one loads
+                if self._loading_version != info.snapshot_version:
+                    self._loading_version = info.snapshot_version
+                    self._loader = threading.Thread(target=self._load_in_background, args=(info, mtime),
+                                                    name=f"snapshot-{info.snapshot_version}", daemon=True)
+                    self._loader.start()
+                return self._snapshot
+            return self._install(load_snapshot(self.index_dir, info), mtime)
+
+    def _install(self, fresh: LoadedSnapshot, mtime: float | None) -> LoadedSnapshot:
+        """Serve ``fresh`` from now on (the caller holds the lock)."""
+        self._start_ann(fresh)
+        old, self._snapshot = self._snapshot, fresh
+        self._pointer_mtime = mtime
+        if old is not None:
+            self.reloads += 1
+            # old readers may still hold it; DuckDB handles close-after-use safely on a read-only file
+            old.ann_cancel.set()  # an unfinished ANN build for it stops at its next batch
+            threading.Timer(30.0, old.close).start()
+        return fresh
+
+    def _load_in_background(self, info: SnapshotInfo, mtime: float | None) -> None:
+        import logging
+
+        try:
             fresh = load_snapshot(self.index_dir, info)
-            old, self._snapshot = self._snapshot, fresh
-            self._pointer_mtime = mtime
-            if old is not None:
-                self.reloads += 1
-                # old readers may still hold it; DuckDB handles close-after-use safely on a read-only file
-                threading.Timer(30.0, old.close).start()
-            return fresh
+        except Exception as error:  # noqa: BLE001 - the old snapshot keeps serving; the next check retries
+            self.load_error = f"{type(error).__name__}: {error}"
+            logging.getLogger(__name__).warning("loading snapshot %s failed: %s", info.snapshot_version, self.load_error)
+            with self._lock:
+                self._loading_version, self._loader = None, None
+            return
+        with self._lock:
+            current = self._snapshot
+            if current is None or current.info.snapshot_version < fresh.info.snapshot_version:
+                self._install(fresh, mtime)
+            else:
+                fresh.close()
+            self._loading_version, self._loader = None, None
+            self.load_error = None
+
+    # ------------------------------------------------------------------ ANN
+    def _start_ann(self, snapshot: LoadedSnapshot) -> None:
+        config = self.ann_config
+        if config is None or not config.wanted(snapshot.size):
+            snapshot.ann_ready.set()
+            return
+        threading.Thread(target=self._attach_ann, args=(snapshot, config), name=f"ann-{snapshot.info.snapshot_version}",
+                         daemon=True).start()
+
+    @staticmethod
+    def _attach_ann(snapshot: LoadedSnapshot, config) -> None:
+        import logging
+
+        from knowledge_store.retrieval.ann import BuildCancelled, obtain
+
+        logger = logging.getLogger(__name__)
+        try:
+            ann = obtain(snapshot.path, snapshot.info, snapshot.embeddings, config, snapshot.ann_cancel)
+            if not snapshot.ann_cancel.is_set():
+                snapshot.ann = ann
+                logger.info("ANN index for snapshot %s ready: %s", snapshot.info.snapshot_version, ann.describe())
+        except BuildCancelled:
+            pass
+        except Exception as error:  # noqa: BLE001 - without the ANN the snapshot is still served (exactly)
+            snapshot.ann_error = f"{type(error).__name__}: {error}"
+            logger.warning("ANN index for snapshot %s failed (%s); exact vector search", snapshot.info.snapshot_version,
+                           snapshot.ann_error)
+        finally:
+            snapshot.ann_ready.set()
+
+    @staticmethod
+    def wait_for_ann(snapshot: LoadedSnapshot, timeout_s: float | None = None):
+        """Block until the snapshot's ANN index is attached (or given up); returns it or None."""
+        snapshot.ann_ready.wait(timeout_s)
+        return snapshot.ann
 
