@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     deleted_retention_days: float = Field(30.0, ge=0, description="Soft-deleted documents are purged after this.")
     snapshots_to_keep: int = Field(3, ge=1, description="Published index snapshots kept on disk (newest first).")
     write_batch_chunks: int = Field(512, ge=1, description="Embeddings written per store transaction.")
+    embed_workers: int = Field(1, ge=1, le=64, description="Shards the Dagster embeddings asset fans out to, one step "
+                               "each: run them at once with the multiprocess, Kubernetes or Celery executor (each shard gets "
+                               "torch_threads / embed_workers threads); the store keeps one writer.")
     lock_timeout_s: float = Field(30.0, ge=0, description="How long to wait for the store's write lock.")
     sensor_interval_s: int = Field(60, ge=10, description="How often the Dagster sensor looks for changed files.")
 

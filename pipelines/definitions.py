@@ -18,8 +18,12 @@ __all__ = ["INGEST_JOB_NAME", "SYNC_SOURCE_JOB_NAME", "TUNE_JOB_NAME", "build_de
 ingest_job = dg.define_asset_job(
     name=INGEST_JOB_NAME,
     selection=dg.AssetSelection.groups("ingestion"),
-    description="Sync the sources into the store and publish a new index snapshot.",
+    description="Sync the sources into the store and publish a new index snapshot. In one process by default (the "
+                "model loads once); with GROUNDWORK_EMBED_WORKERS > 1 pick the multiprocess executor in the launchpad "
+                "(or a K8s/Celery executor) and the embedding shards run at once.",
     tags={"groundwork/job": "ingest"},
+    executor_def=dg.multi_or_in_process_executor,
+    config={"execution": {"config": {"in_process": {}}}},
 )
 
 sync_source_job = dg.define_asset_job(

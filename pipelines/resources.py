@@ -50,8 +50,10 @@ class EmbeddingModelResource(dg.ConfigurableResource):
             base.embedding_dim,
         )
 
-    def embedder(self) -> Embedder:
-        return _embedder(*self._resolved())
+    def embedder(self, workers: int = 1) -> Embedder:
+        """The model, with the torch threads shared among ``workers`` processes embedding at once."""
+        path, batch, threads, dim = self._resolved()
+        return _embedder(path, batch, max(1, threads // max(1, workers)), dim)
 
     def token_counter(self) -> TokenCounter:
         return token_counter(self._resolved()[0])

@@ -32,10 +32,18 @@ class EmbedResult:
         return self.computed / self.model_seconds if self.model_seconds else 0.0
 
 
-def embed_missing(settings: Settings, embedder: Embedder, sync_run_id: str) -> EmbedResult:
-    result = EmbedResult(model_id=embedder.model_id)
-    started = time.perf_counter()
-    with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+def shard_of(content_hash: str, shards: int) -> int:
+    """Which of ``shards`` embedding shards a text belongs to: from its content hash, so every worker
+    (process, pod) agrees without talking to the others, and a text is in exactly one shard."""
+    return int(content_hash[:8], 16) % shards if shards > 1 else 0
+
+
+def missing_embeddings(
+    settings: Settings, model_id: str, shard: int = 0, shards: int = 1
+) -> tuple[list[tuple[str, str]], int]:
+    """``(content_hash, embed_text)`` of the chunk texts of pending/active versions with no vector for
+    ``model_id`` (this shard only), and how many pending chunks reuse a cached vector."""
+    with store_connection(settings.store_path, read_only=True, timeout_s=settings.lock_timeout_s) as conn:
         # chunks of versions that are waiting to go live, or live ones re-chunked
         wanted = conn.execute(
             """
@@ -46,7 +54,7 @@ def embed_missing(settings: Settings, embedder: Embedder, sync_run_id: str) -> E
             WHERE d.status IN ('pending', 'active')
             GROUP BY c.content_hash ORDER BY c.content_hash
             """,
-            [embedder.model_id],
+            [model_id],
         ).fetchall()
         reused_pending = conn.execute(
             """
@@ -54,12 +62,25 @@ def embed_missing(settings: Settings, embedder: Embedder, sync_run_id: str) -> E
             JOIN embeddings e ON e.content_hash = c.content_hash AND e.model_id = ?
             WHERE d.status = 'pending'
             """,
-            [embedder.model_id],
+            [model_id],
         ).fetchone()[0]
-    missing = [(h, t) for h, t, have in wanted if not have]
+    missing = [(h, t) for h, t, have in wanted if not have and shard_of(h, shards) == shard]
+    return missing, int(reused_pending)
+
+
+def embed_missing(
+    settings: Settings, embedder: Embedder, sync_run_id: str, shard: int = 0, shards: int = 1
+) -> EmbedResult:
+    """Embed the missing texts (of one shard when ``shards`` > 1: several workers can each take one,
+    each writing its own short batches; the store's lock makes the writes take turns)."""
+    if not 0 <= shard < max(shards, 1):
+        raise ValueError(f"shard={shard}: must be in 0..{shards - 1}")
+    result = EmbedResult(model_id=embedder.model_id)
+    started = time.perf_counter()
+    missing, reused_pending = missing_embeddings(settings, embedder.model_id, shard, shards)
     if missing and hasattr(embedder, "load"):
         embedder.load()  # model load time is not inference time
-    result.reused = int(reused_pending)
+    result.reused = reused_pending if shard == 0 else 0  # counted once, by shard 0
     batch = settings.write_batch_chunks
     for offset in range(0, len(missing), batch):
         part = missing[offset:offset + batch]
