@@ -63,6 +63,10 @@ class Settings(BaseSettings):
     embed_workers: int = Field(1, ge=1, le=64, description="Shards the Dagster embeddings asset fans out to, one step "
                                "each: run them at once with the multiprocess, Kubernetes or Celery executor (each shard gets "
                                "torch_threads / embed_workers threads); the store keeps one writer.")
+    embed_handoff_dir: Path | None = Field(None, description="Set when shards run on other machines (K8s, Celery): a "
+                                           "folder every worker mounts; shards write Parquet parts there and the "
+                                           "combining step alone writes them into the store. Unset: shards write the "
+                                           "store directly (one machine).")
     lock_timeout_s: float = Field(30.0, ge=0, description="How long to wait for the store's write lock.")
     sensor_interval_s: int = Field(60, ge=10, description="How often the Dagster sensor looks for changed files.")
 

@@ -13,6 +13,7 @@ from knowledge_store.index import open_snapshot
 from knowledge_store.ingest.failures import open_failures
 from knowledge_store.ingest.chunk import chunk_parsed, chunking_config
 from knowledge_store.ingest.embed import embed_missing
+from knowledge_store.ingest.embed_handoff import embed_shard_to_parts, import_parts
 from knowledge_store.ingest.parse import parse_pending
 from knowledge_store.ingest.publish import publish_index
 from knowledge_store.ingest.run import record_sources
@@ -125,9 +126,16 @@ def chunks(context: dg.AssetExecutionContext, store: KnowledgeStoreResource, mod
 
 @dg.op(ins={"after_chunks": dg.In(dg.Nothing)}, out=dg.DynamicOut(int),
        description="One step per embedding shard (GROUNDWORK_EMBED_WORKERS); shards split the missing texts by content hash.")
-def plan_embedding_shards(context: dg.OpExecutionContext, store: KnowledgeStoreResource):
-    shards = store.settings().embed_workers
-    context.log.info(f"embedding in {shards} shard(s)")
+def plan_embedding_shards(context: dg.OpExecutionContext, store: KnowledgeStoreResource,
+                          model: EmbeddingModelResource):
+    settings = store.settings()
+    shards = settings.embed_workers
+    if settings.embed_handoff_dir is not None:  # whole parts a killed run left behind: import, never re-embed
+        leftover = import_parts(settings, settings.embed_handoff_dir, model.embedder().model_id, _run_id(store, context))
+        if leftover:
+            context.log.info(f"imported {leftover} vectors left in {settings.embed_handoff_dir} by an interrupted run")
+    context.log.info(f"embedding in {shards} shard(s)"
+                     + (f", handing vectors off through {settings.embed_handoff_dir}" if settings.embed_handoff_dir else ""))
     for shard in range(shards):
         yield dg.DynamicOutput(shard, mapping_key=f"shard_{shard}")
 
@@ -137,7 +145,10 @@ def embed_shard(context: dg.OpExecutionContext, shard: int, store: KnowledgeStor
                 model: EmbeddingModelResource) -> dict:
     settings = store.settings()
     embedder = model.embedder(workers=settings.embed_workers)  # the cores are shared between the shards
-    result = embed_missing(settings, embedder, _run_id(store, context), shard=shard, shards=settings.embed_workers)
+    if settings.embed_handoff_dir is not None:  # another machine: never write the store, leave Parquet parts
+        result = embed_shard_to_parts(settings, embedder, shard, settings.embed_workers, settings.embed_handoff_dir)
+    else:
+        result = embed_missing(settings, embedder, _run_id(store, context), shard=shard, shards=settings.embed_workers)
     context.log.info(
         f"shard {shard}/{settings.embed_workers}: embedded {result.computed} new texts "
         f"({result.chunks_per_second:.1f}/s, {embedder.torch_threads} thread(s)), reused {result.reused} from cache"
@@ -147,9 +158,14 @@ def embed_shard(context: dg.OpExecutionContext, shard: int, store: KnowledgeStor
             "chunks_per_second": round(result.chunks_per_second, 1), "threads": embedder.torch_threads}
 
 
-@dg.op(out=dg.Out(dg.Nothing), description="Sum the shards into the asset's metadata.")
-def combine_embedding_shards(context: dg.OpExecutionContext, shards: list[dict]) -> None:
+@dg.op(out=dg.Out(dg.Nothing), description="Import handed-off vectors (the store's one writer) and sum the shards "
+                                          "into the asset's metadata.")
+def combine_embedding_shards(context: dg.OpExecutionContext, shards: list[dict], store: KnowledgeStoreResource) -> None:
     shards = sorted(shards, key=lambda r: r["shard"])
+    settings = store.settings()
+    if settings.embed_handoff_dir is not None and shards:
+        imported = import_parts(settings, settings.embed_handoff_dir, shards[0]["model_id"], _run_id(store, context))
+        context.log.info(f"imported {imported} handed-off vectors into the store")
     computed = sum(r["computed"] for r in shards)
     wall = max((r["seconds"] for r in shards), default=0.0)
     context.add_output_metadata({

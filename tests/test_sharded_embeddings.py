@@ -110,3 +110,49 @@ def test_the_multiprocess_executor_runs_the_shards_in_parallel_processes(tmp_pat
         vectors = conn.execute("SELECT count(*), count(DISTINCT content_hash) FROM embeddings").fetchone()
         wanted = conn.execute("SELECT count(DISTINCT content_hash) FROM chunks").fetchone()[0]
     assert vectors == (wanted, wanted)
+
+
+@pytest.mark.slow
+def test_handoff_shards_never_write_the_store_and_give_the_same_vectors(tmp_path, monkeypatch):
+    docs = tmp_path / "docs"
+    write_sample_corpus(docs)
+    _, single_data = _ingest(tmp_path, docs, 1, monkeypatch)
+    handoff = tmp_path / "handoff"
+    monkeypatch.setenv("GROUNDWORK_EMBED_HANDOFF_DIR", str(handoff))
+    _, handoff_data = _ingest(tmp_path, docs, 2, monkeypatch)
+    assert _vectors(handoff_data) == _vectors(single_data)
+    assert not list(handoff.rglob("*.parquet"))  # imported, then removed
+
+
+def test_parts_left_by_a_killed_run_are_imported_once(tmp_path):
+    """Whole parts survive a kill; importing them is idempotent and removes them."""
+    import numpy as np
+
+    from knowledge_store.ingest.embed_handoff import embed_shard_to_parts, import_parts
+    from knowledge_store.settings import Settings
+
+    settings = Settings(data_dir=tmp_path / "data", sources=[tmp_path / "docs"], write_batch_chunks=2)
+    with store_connection(settings.store_path):  # an empty, migrated store
+        pass
+    texts = {f"{i:064x}": f"text {i}" for i in range(5)}
+
+    class FakeEmbedder:
+        model_id, dim = "fake-model", 384
+
+        def embed(self, batch):
+            return np.ones((len(batch), 384), dtype=np.float32) / np.sqrt(384)
+
+    import knowledge_store.ingest.embed_handoff as handoff_module
+
+    original = handoff_module.missing_embeddings
+    handoff_module.missing_embeddings = lambda s, m, shard, shards: (list(texts.items()), 0)
+    try:
+        result = embed_shard_to_parts(settings, FakeEmbedder(), 0, 1, tmp_path / "handoff")
+    finally:
+        handoff_module.missing_embeddings = original
+    parts = list((tmp_path / "handoff").rglob("*.parquet"))
+    assert result.computed == 5 and len(parts) == 3 and not list((tmp_path / "handoff").rglob("*.tmp"))
+    assert import_parts(settings, tmp_path / "handoff", "fake-model") == 5
+    assert import_parts(settings, tmp_path / "handoff", "fake-model") == 0  # nothing left
+    with store_connection(settings.store_path, read_only=True) as conn:
+        assert conn.execute("SELECT count(*) FROM embeddings WHERE model_id = 'fake-model'").fetchone()[0] == 5
