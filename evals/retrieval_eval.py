@@ -93,12 +93,15 @@ def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str
     """Run every query of ``dataset`` through ``engine.search`` and score the document ranking."""
     from evals.grounding import grounding_score
     from evals.ragas_metrics import ragas_recall_batch
+    from knowledge_store.progress import stage_progress
     from knowledge_store.retrieval.answer import extractive_answer
 
     per_query: list[dict] = []
     latencies: list[float] = []
     ragas_samples: list[tuple[list[str], list[str]]] = []
+    counts = stage_progress("eval", "queries").start(len(dataset.queries))
     for query_id, text in dataset.queries.items():
+        counts.advance()
         response = engine.search(text, k=min(100, max(chunks, 4 * max(ks))), alpha=config.alpha, fusion=config.fusion, reranker=config.reranker,
                                  section_weight=config.section_weight, lead_weight=config.lead_weight,
                                  min_relevance=0.0, answer="none", log=False, client="eval")
@@ -111,6 +114,7 @@ def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str
         grounding = grounding_score(answer, {i + 1: h.text for i, h in enumerate(served)}).score
         ragas_samples.append((ranked[:5], list(dataset.qrels[query_id])))
         per_query.append({"query_id": query_id, **scores, "grounding": grounding})
+    counts.finish()
     for row, value in zip(per_query, ragas_recall_batch(ragas_samples, k=5)):
         row["ragas_recall@5"] = value  # RAGAS IDBasedContextRecall over the top five retrieved ids
     metrics = aggregate(per_query)

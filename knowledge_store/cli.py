@@ -30,6 +30,7 @@ import time
 from collections.abc import Sequence
 
 from knowledge_store.errors import GroundworkError
+from knowledge_store.progress import terminal_progress
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.settings import Settings
 
@@ -825,9 +826,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+LONG_COMMANDS = frozenset({"ingest", "sync", "eval", "tune"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "command", None) in LONG_COMMANDS:
+            # counts, rate and ETA of every stage on stderr: a bar on a terminal, periodic lines otherwise
+            with terminal_progress():
+                return int(args.func(args))
         return int(args.func(args))
     except GroundworkError as error:
         print(f"error: {error}", file=sys.stderr)

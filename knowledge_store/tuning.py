@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from evals.metrics import ndcg_at_k, recall_at_k
+from knowledge_store.progress import stage_progress
 from knowledge_store.chunking import SECTION_SEPARATOR
 from knowledge_store.errors import GroundworkError
 from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, gather_evidence, rank_rows
@@ -307,7 +308,9 @@ def sweep(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Callable[
     mask = snapshot.active
     ndcg = np.zeros((len(grid), len(queries)))
     recall = np.zeros((len(grid), len(queries)))
+    counts = stage_progress("tune", "pseudo-queries").start(len(queries))
     for j, (pq, qv) in enumerate(zip(queries, vectors)):
+        counts.advance()
         evidence = gather_evidence(snapshot, pq.query, qv)
         if strip:
             evidence = strip_query_from_targets(snapshot, pq, evidence, embed, counter, qv)
@@ -317,6 +320,7 @@ def sweep(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Callable[
             ranked = units_of(snapshot, fused.rows, pq.unit)
             ndcg[i, j] = ndcg_at_k(ranked, pq.targets, 10)
             recall[i, j] = recall_at_k(ranked, pq.targets, 5)
+    counts.finish()
     kinds = sorted({q.kind for q in queries})
     rows = []
     for i, params in enumerate(grid):

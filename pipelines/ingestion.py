@@ -18,6 +18,7 @@ from knowledge_store.ingest.parse import parse_pending
 from knowledge_store.ingest.publish import publish_index
 from knowledge_store.ingest.run import record_sources
 from knowledge_store.ingest.sync_runs import current_sync_run
+from knowledge_store.progress import DagsterLogSink
 from knowledge_store.store import store_connection
 from pipelines.metadata import markdown_table
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource
@@ -77,7 +78,7 @@ def raw_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreResour
 @dg.asset(group_name=GROUP, deps=[raw_documents], kinds={"pymupdf"}, description="Pending versions parsed into pages and structural blocks.")
 def parsed_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreResource) -> dg.MaterializeResult:
     settings = store.settings()
-    result = parse_pending(settings, _run_id(store, context))
+    result = parse_pending(settings, _run_id(store, context), progress=DagsterLogSink(context.log))
     context.log.info(
         f"parsed {result.parsed} documents ({result.pages} pages, {result.pages_per_minute:.0f} pages/min, "
         f"{result.pages_ocr} OCR'd in {result.ocr_seconds:.1f} s), {result.failed} failed"
@@ -105,7 +106,7 @@ def parsed_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreRes
 @dg.asset(group_name=GROUP, deps=[parsed_documents], kinds={"duckdb"}, description="Structure-aware chunks of at most 254 word-pieces with citation fields.")
 def chunks(context: dg.AssetExecutionContext, store: KnowledgeStoreResource, model: EmbeddingModelResource) -> dg.MaterializeResult:
     settings = store.settings()
-    result = chunk_parsed(settings, model.token_counter(), _run_id(store, context))
+    result = chunk_parsed(settings, model.token_counter(), _run_id(store, context), progress=DagsterLogSink(context.log))
     rate = result.chunks / result.seconds if result.seconds else 0.0
     context.log.info(f"chunked {result.documents} documents into {result.chunks} chunks ({rate:.0f} chunks/s)")
     return dg.MaterializeResult(
@@ -146,9 +147,11 @@ def embed_shard(context: dg.OpExecutionContext, shard: int, store: KnowledgeStor
     settings = store.settings()
     embedder = model.embedder(workers=settings.embed_workers)  # the cores are shared between the shards
     if settings.embed_handoff_dir is not None:  # another machine: never write the store, leave Parquet parts
-        result = embed_shard_to_parts(settings, embedder, shard, settings.embed_workers, settings.embed_handoff_dir)
+        result = embed_shard_to_parts(settings, embedder, shard, settings.embed_workers, settings.embed_handoff_dir,
+                                      progress=DagsterLogSink(context.log))
     else:
-        result = embed_missing(settings, embedder, _run_id(store, context), shard=shard, shards=settings.embed_workers)
+        result = embed_missing(settings, embedder, _run_id(store, context), shard=shard, shards=settings.embed_workers,
+                               progress=DagsterLogSink(context.log))
     context.log.info(
         f"shard {shard}/{settings.embed_workers}: embedded {result.computed} new texts "
         f"({result.chunks_per_second:.1f}/s, {embedder.torch_threads} thread(s)), reused {result.reused} from cache"

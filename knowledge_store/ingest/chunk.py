@@ -19,6 +19,7 @@ from knowledge_store.documents import Block, Page, ParsedDocument
 from knowledge_store.embeddings import TokenCounter
 from knowledge_store.ingest.failures import record_failure
 from knowledge_store.ingest.sync_runs import add_counts
+from knowledge_store.progress import Sink, stage_progress
 from knowledge_store.settings import Settings
 from knowledge_store.store import store_connection, transaction, utcnow
 
@@ -129,7 +130,7 @@ def _link(base_url: str, draft: ChunkDraft, paginated: bool) -> str:
     return base_url
 
 
-def chunk_parsed(settings: Settings, counter: TokenCounter, sync_run_id: str) -> ChunkResult:
+def chunk_parsed(settings: Settings, counter: TokenCounter, sync_run_id: str, progress: Sink | None = None) -> ChunkResult:
     """Chunk every parsed pending version, and re-chunk active ones made with other settings."""
     config = chunking_config(settings)
     signature = config.signature
@@ -144,7 +145,9 @@ def chunk_parsed(settings: Settings, counter: TokenCounter, sync_run_id: str) ->
         )
         columns = [d[0] for d in cursor.description]
         todo = [dict(zip(columns, row)) for row in cursor.fetchall()]
+        counts = stage_progress("chunk", "documents", progress).start(len(todo))
         for doc in todo:
+            counts.advance()
             parsed = load_parsed(conn, doc["doc_id"], doc["version"], doc["title"], doc["doc_type"], doc["paginated"])
             drafts = chunk_document(parsed, counter, config)
             with transaction(conn):
@@ -183,5 +186,6 @@ def chunk_parsed(settings: Settings, counter: TokenCounter, sync_run_id: str) ->
                          "tokens": draft.token_count, "text": draft.text[:80].replace("\n", " ")}
                     )
         add_counts(conn, sync_run_id, chunks_created=result.chunks)
+    counts.finish()
     result.seconds = time.perf_counter() - started
     return result

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from knowledge_store.embeddings import Embedder
 from knowledge_store.ingest.sync_runs import add_counts
+from knowledge_store.progress import Sink, stage_progress
 from knowledge_store.settings import Settings
 from knowledge_store.store import store_connection, transaction, utcnow
 
@@ -69,7 +70,8 @@ def missing_embeddings(
 
 
 def embed_missing(
-    settings: Settings, embedder: Embedder, sync_run_id: str, shard: int = 0, shards: int = 1
+    settings: Settings, embedder: Embedder, sync_run_id: str, shard: int = 0, shards: int = 1,
+    progress: Sink | None = None,
 ) -> EmbedResult:
     """Embed the missing texts (of one shard when ``shards`` > 1: several workers can each take one,
     each writing its own short batches; the store's lock makes the writes take turns)."""
@@ -81,6 +83,7 @@ def embed_missing(
     if missing and hasattr(embedder, "load"):
         embedder.load()  # model load time is not inference time
     result.reused = reused_pending if shard == 0 else 0  # counted once, by shard 0
+    counts = stage_progress("embed" if shards == 1 else f"embed shard {shard}", "chunks", progress).start(len(missing))
     batch = settings.write_batch_chunks
     for offset in range(0, len(missing), batch):
         part = missing[offset:offset + batch]
@@ -104,6 +107,8 @@ def embed_missing(
             conn.unregister("emb_df")
             add_counts(conn, sync_run_id, embeddings_computed=len(part))
         result.computed += len(part)
+        counts.advance(len(part))
+    counts.finish()
     if result.reused:
         with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
             add_counts(conn, sync_run_id, embeddings_reused=result.reused)

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from knowledge_store.embeddings import Embedder
 from knowledge_store.ingest.embed import EmbedResult, missing_embeddings
 from knowledge_store.ingest.sync_runs import add_counts
+from knowledge_store.progress import Sink, stage_progress
 from knowledge_store.settings import Settings
 from knowledge_store.store import store_connection, transaction, utcnow
 
@@ -39,7 +40,7 @@ def _model_dir(handoff: Path, model_id: str) -> Path:
 
 
 def embed_shard_to_parts(
-    settings: Settings, embedder: Embedder, shard: int, shards: int, handoff: Path
+    settings: Settings, embedder: Embedder, shard: int, shards: int, handoff: Path, progress: Sink | None = None
 ) -> EmbedResult:
     """Embed one shard's missing texts into Parquet parts under ``handoff`` (the store is only read)."""
     result = EmbedResult(model_id=embedder.model_id)
@@ -51,6 +52,7 @@ def embed_shard_to_parts(
     if missing and hasattr(embedder, "load"):
         embedder.load()
     batch = settings.write_batch_chunks
+    counts = stage_progress(f"embed shard {shard}", "chunks", progress).start(len(missing))
     for offset in range(0, len(missing), batch):
         part = missing[offset:offset + batch]
         model_started = time.perf_counter()
@@ -69,6 +71,8 @@ def embed_shard_to_parts(
             os.fsync(handle.fileno())
         os.replace(temp, final)
         result.computed += len(part)
+        counts.advance(len(part))
+    counts.finish()
     result.seconds = time.perf_counter() - started
     return result
 

@@ -24,6 +24,7 @@ from knowledge_store.ingest.raw_documents import sha256_file
 from knowledge_store.ingest.sync_runs import add_counts
 from knowledge_store.parsers import OcrOptions, parse_file
 from knowledge_store.parsers.ocr import missing_text_reason
+from knowledge_store.progress import Sink, stage_progress
 from knowledge_store.settings import Settings
 from knowledge_store.store import store_connection, transaction, utcnow
 
@@ -157,7 +158,8 @@ def _store_outcome(conn, outcome: tuple, sync_run_id: str, result: ParseResult) 
         )
 
 
-def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, batch_seconds: float = 2.0) -> ParseResult:
+def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, batch_seconds: float = 2.0,
+                  progress: Sink | None = None) -> ParseResult:
     """Parse every pending version that has no pages yet.
 
     Parsing happens with the store closed; results are written in short
@@ -176,6 +178,7 @@ def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, ba
         ).fetchall()
     buffer: list[tuple] = []
     last_flush = time.perf_counter()
+    counts = stage_progress("parse", "documents", progress).start(len(todo))
 
     def flush() -> None:
         nonlocal buffer, last_flush
@@ -187,6 +190,7 @@ def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, ba
         last_flush = time.perf_counter()
 
     for doc_id, version, path, checksum, source_id, label in todo:
+        counts.advance()
         parsed: ParsedDocument | None = None
         error: IngestionError | None = None
         try:
@@ -203,5 +207,6 @@ def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, ba
         if len(buffer) >= batch_size or time.perf_counter() - last_flush > batch_seconds:
             flush()
     flush()
+    counts.finish()
     result.seconds = time.perf_counter() - started
     return result

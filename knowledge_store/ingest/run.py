@@ -160,7 +160,7 @@ def run_sync(
     try:
         raw = record_sources(settings, sync_run_id=sync_run_id, trigger=trigger, names=names, kinds=kinds,
                              progress=progress, web_client=web_client, refresh=refresh)
-        parse, chunk, embed, publish = process_pending(settings, embedder, raw.sync_run_id)
+        parse, chunk, embed, publish = process_pending(settings, embedder, raw.sync_run_id, progress=progress)
     except BaseException as error:
         stopped = isinstance(error, (KeyboardInterrupt, SystemExit))
         _close_run(settings, sync_run_id, "interrupted" if stopped else "failed",
@@ -179,11 +179,12 @@ def _close_run(settings: Settings, sync_run_id: str, status: str, reason: str) -
 
 
 def process_pending(
-    settings: Settings, embedder: Embedder, sync_run_id: str
+    settings: Settings, embedder: Embedder, sync_run_id: str, progress: ProgressCallback | None = None
 ) -> tuple[ParseResult, ChunkResult, EmbedResult, PublishResult]:
-    """Stages 2-5 over whatever is pending (after a scan, a crawl or a retry), then publish."""
-    parse = parse_pending(settings, sync_run_id)
-    chunk = chunk_parsed(settings, token_counter(str(settings.model_path)), sync_run_id)
-    embed = embed_missing(settings, embedder, sync_run_id)
+    """Stages 2-5 over whatever is pending (after a scan, a crawl or a retry), then publish;
+    ``progress(stage, figures)`` hears each stage's counts, rate and ETA (knowledge_store.progress)."""
+    parse = parse_pending(settings, sync_run_id, progress=progress)
+    chunk = chunk_parsed(settings, token_counter(str(settings.model_path)), sync_run_id, progress=progress)
+    embed = embed_missing(settings, embedder, sync_run_id, progress=progress)
     publish = publish_index(settings, embedder.model_id, sync_run_id)
     return parse, chunk, embed, publish

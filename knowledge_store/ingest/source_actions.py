@@ -98,7 +98,7 @@ def retry_failure(
         from knowledge_store.ingest.web_sources import retry_page
 
         run_id = retry_page(settings, failure, progress=progress, web_client=web_client)
-        process_pending(settings, embedder, run_id)
+        process_pending(settings, embedder, run_id, progress=progress)
     elif stage in ("parse", "chunk", "embed") and failure["doc_id"]:
         with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
             run_id = start_sync_run(conn, None, "retry", scope=[failure["source"]] if failure["source"] else None)
@@ -112,7 +112,7 @@ def retry_failure(
                 # the failure belongs to an active version (e.g. pages without text before OCR was
                 # installed): parse the same bytes again as a new version that supersedes it when ready
                 _requeue_active(conn, failure["doc_id"], run_id)
-        process_pending(settings, embedder, run_id)
+        process_pending(settings, embedder, run_id, progress=progress)
     else:
         if not failure["source"]:
             raise FailureNotFoundError(failure_id)

@@ -153,7 +153,7 @@ class IngestJobs:
         from knowledge_store.ingest.run import run_sync
 
         def work(progress) -> dict[str, Any]:
-            report = run_sync(self.settings, self.embedder, trigger="api-upload", kinds=["upload"])
+            report = run_sync(self.settings, self.embedder, trigger="api-upload", kinds=["upload"], progress=progress)
             return {"summary": report.summary, "snapshot_version": report.publish.snapshot_version,
                     "documents_indexed": report.publish.document_count, "chunks_indexed": report.publish.chunk_count}
 
@@ -170,9 +170,11 @@ class IngestJobs:
         return dict(job)
 
     def _progress(self, job_id: str):
-        def report(source: str, progress: dict[str, Any]) -> None:
+        def report(name: str, progress: dict[str, Any]) -> None:
+            # stage counts (parse/chunk/embed: done, total, rate, ETA) or a web source's crawl figures
+            key = "stage" if "unit" in progress else "source"
             with self._lock:
-                self.jobs[job_id]["progress"] = {"source": source, **progress, "updated_at": _now()}
+                self.jobs[job_id]["progress"] = {key: name, **progress, "updated_at": _now()}
         return report
 
     def _run(self, job_id: str, work) -> None:
