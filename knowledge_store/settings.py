@@ -55,8 +55,11 @@ class Settings(BaseSettings):
     header_max_tokens: int = Field(40, ge=0, description="Budget for the 'title › section' header embedded with each chunk.")
     max_file_mb: float = Field(50.0, gt=0, description="Files larger than this are refused with a failure row.")
     follow_external_symlinks: bool = Field(False, description="Index symbolic links (to files or folders) in a folder source whose target lies outside that folder; off = such links are skipped and counted as excluded.")
-    embed_batch_size: int = Field(32, ge=1)
-    torch_threads: int = Field(min(2, os.cpu_count() or 1), ge=1, description="Threads torch may use for embedding.")
+    embed_batch_size: int = Field(32, ge=1, description="Texts per batch when documents are embedded with torch (document_encoder=torch).")
+    torch_threads: int = Field(min(2, os.cpu_count() or 1), ge=1, description="Cores document embedding may use: torch threads, or ONNX batches run at once (one thread each).")
+    document_encoder: str = Field("onnx", pattern="^(onnx|torch)$", description="Document (chunk) embedding backend in ingestion: onnx (ONNX Runtime, exported once from the local weights; fp32 vectors equal torch's to |1-cos| < 1e-6 and share its model id, ~2x the chunks/s, docs/BENCHMARKS.md) or torch (sentence-transformers).")
+    document_quantization: str = Field("none", pattern="^(none|int8)$", description="Document vectors in fp32 (none) or from a dynamically int8-quantised ONNX graph (int8: faster, cosine ~0.995 to fp32, its own model id so the two are never mixed; quality in docs/EVALUATION.md). Queries are always fp32. int8 needs document_encoder=onnx.")
+    onnx_batch_size: int = Field(1, ge=1, description="Texts per ONNX Runtime call when embedding documents; texts are length-sorted first. 1 (no padding, activations stay in cache) was fastest on a 2-core EPYC.")
     deleted_retention_days: float = Field(30.0, ge=0, description="Soft-deleted documents are purged after this.")
     snapshots_to_keep: int = Field(3, ge=1, description="Published index snapshots kept on disk (newest first).")
     write_batch_chunks: int = Field(512, ge=1, description="Embeddings written per store transaction.")
@@ -109,6 +112,12 @@ class Settings(BaseSettings):
     server_host: str = Field("127.0.0.1", description="Bind address; anything but loopback needs allow_remote=true.")
     server_port: int = Field(8080, ge=1, le=65535)
     allow_remote: bool = Field(False, description="Explicitly allow binding to a non-loopback address.")
+    query_log_stdout: bool = Field(True, description="The server prints one JSON line per query (redacted) on stdout, "
+                                   "for container logs (seed 004).")
+    query_log_file: bool = Field(True, description="...and appends it to <data_dir>/logs/query.log, rotated daily and "
+                                 "at query_log_max_mb, query_log_keep_days kept.")
+    query_log_max_mb: float = Field(100.0, gt=0, description="Size at which query.log is rotated (besides midnight UTC).")
+    query_log_keep_days: int = Field(7, ge=1, description="Rotated query.log files kept.")
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Host header values accepted besides localhost/127.0.0.1/[::1] (any port), comma-separated; "
@@ -179,6 +188,8 @@ class Settings(BaseSettings):
             raise ConfigError("chunk_overlap_tokens", self.chunk_overlap_tokens, "must be under half of chunk_size_tokens")
         if self.header_max_tokens >= self.chunk_size_tokens // 2:
             raise ConfigError("header_max_tokens", self.header_max_tokens, "must be under half of chunk_size_tokens")
+        if self.document_quantization != "none" and self.document_encoder != "onnx":
+            raise ConfigError("document_quantization", self.document_quantization, "needs document_encoder=onnx")
         return self
 
     # Derived paths: one place decides the file layout (see docs/ARCHITECTURE.md).

@@ -209,6 +209,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE sync_runs ADD COLUMN heartbeat_at TIMESTAMP;    -- last time that process wrote to the run
         """,
     ),
+    (
+        4,
+        "sync runs count the pages they parse (the server's pages_ingested_total, over every process)",
+        """
+        ALTER TABLE sync_runs ADD COLUMN pages_parsed BIGINT DEFAULT 0;
+        """,
+    ),
 ]
 
 

@@ -144,6 +144,7 @@ def _store_outcome(conn, outcome: tuple, sync_run_id: str, result: ParseResult) 
         )
         keep.add(failure_id(path, "parse", "no_text_layer", checksum))
     resolve_failures(conn, path, keep_ids=keep)
+    add_counts(conn, sync_run_id, pages_parsed=len(parsed.pages))
     result.parsed += 1
     result.pages += len(parsed.pages)
     result.pages_without_text += len(missing)

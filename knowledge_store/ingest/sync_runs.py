@@ -21,7 +21,7 @@ from knowledge_store.store import utcnow
 
 COUNTERS = (
     "added", "updated", "removed", "unchanged", "excluded", "failed",
-    "chunks_created", "embeddings_computed", "embeddings_reused",
+    "chunks_created", "embeddings_computed", "embeddings_reused", "pages_parsed",
 )
 
 

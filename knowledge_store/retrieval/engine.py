@@ -408,13 +408,14 @@ class RetrievalEngine:
                 ],
                 results_post=[
                     {"chunk_id": h.chunk_id, "content_hash": h.content_hash, "rank": i + 1, "score": h.score,
-                     "rerank_score": h.rerank_score}
+                     "rerank_score": h.rerank_score, "doc_id": h.doc_id, "url": h.url, "snippet": h.text[:150]}
                     for i, h in enumerate(post)
                 ],
                 latency_ms=response.latency_ms,
                 reranker_status=response.reranker_status,
                 coverage=response.coverage,
                 snapshot_version=response.snapshot_version,
+                answer=response.answer.text if response.answer else None,
             )
             return self.query_log.append(record)
         except Exception:  # noqa: BLE001 - logging must never break retrieval

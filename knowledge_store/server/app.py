@@ -45,7 +45,7 @@ from knowledge_store.errors import (
     StoreError,
 )
 from knowledge_store.ingest.source_actions import FailureNotFoundError
-from knowledge_store.query_log import QueryLog, redact
+from knowledge_store.query_log import QueryLines, QueryLog, redact
 from knowledge_store.retrieval.engine import QueryValidationError, RetrievalEngine
 from knowledge_store.retrieval.filters import SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES
@@ -284,7 +284,11 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     query_log = engine.query_log if engine is not None else QueryLog(settings.logs_path)
     engine = engine or RetrievalEngine(settings, query_log=query_log)
-    metrics = Metrics()
+    metrics = Metrics(settings.store_path)
+    if query_log.lines is None:  # one JSON line per query on stdout and in the rotated logs/query.log (seed 004)
+        query_log.lines = QueryLines(settings.data_dir / "logs" if settings.query_log_file else None,
+                                     stdout=settings.query_log_stdout, max_mb=settings.query_log_max_mb,
+                                     keep_days=settings.query_log_keep_days)
     jobs = IngestJobs(settings, engine.embedder, on_published=lambda: _refresh_quietly(engine))
     search_limiter = anyio.CapacityLimiter(settings.search_workers)
     started_at = time.time()
