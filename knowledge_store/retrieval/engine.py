@@ -25,6 +25,7 @@ from knowledge_store.retrieval.answer import Answer, LLMAnswerer, extractive_ans
 from knowledge_store.retrieval.citations import Citation, build_citations
 from knowledge_store.retrieval.filters import MaskCache, SearchFilters
 from knowledge_store.retrieval.ann import AnnConfig
+from knowledge_store.retrieval.query_cache import QueryEmbeddingCache
 from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, lexical_evidence, rank_rows, vector_evidence
 from knowledge_store.retrieval.fusion import FUSION_MODES, relevance
 from knowledge_store.retrieval.rerankers import (
@@ -147,11 +148,12 @@ class RetrievalEngine:
 
     def __init__(self, settings: Settings | None = None, embedder: Embedder | None = None, query_log: Any = None) -> None:
         self.settings = settings or Settings()
-        # concurrent queries share model calls (see BatchingEmbedder); a lone query is not delayed
-        self.embedder = embedder or BatchingEmbedder(query_embedder(
+        # concurrent queries share model calls (see BatchingEmbedder); a lone query is not delayed;
+        # repeated queries are served from QueryEmbeddingCache (retrieval/query_cache.py)
+        self.embedder = QueryEmbeddingCache(embedder or BatchingEmbedder(query_embedder(
             self.settings.model_path, self.settings.query_encoder, self.settings.models_cache_dir,
             self.settings.query_torch_threads, self.settings.embedding_dim,
-        ), cache_size=self.settings.query_cache_size)
+        ), cache_size=0), size=self.settings.query_cache_size)
         self.snapshots = SnapshotManager(self.settings.index_dir, ann=AnnConfig.from_settings(self.settings))
         self.masks = MaskCache()
         self._query_log = query_log
