@@ -265,43 +265,102 @@ class BatchingEmbedder:
         return slot["vector"][None, :]
 
 
-class OnnxEmbedder:
-    """The same model run by ONNX Runtime: ~2.2x faster per query on this CPU, same vectors.
+# ONNX export revision: part of the exported file's name, so a changed export is never confused
+# with an older file in the cache.  "eager1": attention exported in its eager form (issue 12),
+# which ONNX Runtime runs 1.1-1.3x faster than the SDPA export it replaces; same vectors.
+ONNX_EXPORT_REVISION = "eager1"
 
-    Used for *query* embedding in the serving path, where one short text is
-    embedded per request.  The ONNX graph is exported once from the local
-    weights (``torch.onnx.export``, no download) into ``cache_dir`` and reused;
-    tokenisation, mean pooling and L2 normalisation mirror the
-    sentence-transformers pipeline of all-MiniLM-L6-v2 (Transformer -> mean
-    Pooling -> Normalize), so its vectors match the torch ones to cosine
-    >= 0.99999 (tests/test_retrieval.py) and share their cache key.
+# Document quantisations (issue 12) and the recipe tag each adds to the model id: int8 vectors are
+# not the fp32 ones (cosine ~0.995), so they are cached under their own id and never mixed.
+# Changing a recipe must change its tag.
+QUANTIZATION_RECIPES = {"none": "", "int8": "onnx-int8-dyn-pc1"}
+
+
+def document_model_id(model_path: Path, quantization: str = "none") -> str:
+    """The cache identity of document vectors made with ``quantization``.
+
+    fp32 ONNX Runtime and torch share the model's id: their vectors agree to
+    |1 - cosine| < 1e-6 (measured in bench/embed_throughput.py and
+    tests/test_document_embedding.py), far below any ranking effect.  Each
+    quantisation gets its own id (``<model id>+<recipe>``).
+    """
+    if quantization not in QUANTIZATION_RECIPES:
+        raise ConfigError("document_quantization", quantization, f"must be one of {', '.join(QUANTIZATION_RECIPES)}")
+    base = model_id_for(model_path)
+    recipe = QUANTIZATION_RECIPES[quantization]
+    return f"{base}+{recipe}" if recipe else base
+
+
+class OnnxEmbedder:
+    """The same model run by ONNX Runtime: faster than torch on this CPU, same vectors in fp32.
+
+    Used for *query* embedding in the serving path (one short text per request)
+    and, since issue 12, for *document* embedding in ingestion.  The ONNX graph
+    is exported once from the local weights (``torch.onnx.export``, no download)
+    into ``cache_dir`` and reused; tokenisation, mean pooling and L2
+    normalisation mirror the sentence-transformers pipeline of
+    all-MiniLM-L6-v2 (Transformer -> mean Pooling -> Normalize), so fp32 vectors
+    match the torch ones to cosine >= 0.99999 and share their cache key.
+
+    Throughput levers for documents (measured in bench/embed_throughput.py):
+
+    - texts are tokenised once, sorted by length and cut into batches of
+      ``batch_size`` (1 = no padding at all, and the activations stay in the
+      core's cache: the fastest on this CPU);
+    - ``parallel`` batches run at once, each on one thread of a shared session
+      (``threads`` intra-op threads each).  One thread per batch beats one
+      batch on two threads, most of all when other processes take a core;
+    - ``quantization="int8"``: dynamic int8 weights (per channel, MatMul only),
+      made from the fp32 export with ONNX Runtime's quantiser; its own model id.
     """
 
-    def __init__(self, model_path: Path, cache_dir: Path, threads: int = 1, dim: int = 384, max_length: int = 256) -> None:
+    def __init__(self, model_path: Path, cache_dir: Path, threads: int = 1, dim: int = 384, max_length: int = 256,
+                 quantization: str = "none", batch_size: int = 32, parallel: int = 1,
+                 torch_fallback: bool = False) -> None:
         self.model_path = Path(model_path)
         self.cache_dir = Path(cache_dir)
-        self.torch_threads = threads
+        self.threads = max(1, threads)
+        self.parallel = max(1, parallel)
+        self.torch_threads = self.threads * self.parallel  # cores used (the name other embedders report)
         self.dim = dim
         self.max_length = max_length
-        self.model_id = model_id_for(self.model_path)
+        self.batch_size = max(1, batch_size)
+        self.quantization = quantization
+        self.torch_fallback = torch_fallback
+        self.base_model_id = model_id_for(self.model_path)
+        self.model_id = document_model_id(self.model_path, quantization)
         self._session = None
         self._tokenizer = None
+        self._torch: Embedder | None = None
         self._lock = threading.Lock()
 
     @property
+    def backend(self) -> str:
+        """What actually embeds: onnx, onnx-int8, or torch (the fp32 fallback)."""
+        if self._torch is not None:
+            return "torch"
+        return "onnx" if self.quantization == "none" else f"onnx-{self.quantization}"
+
+    @property
+    def fp32_path(self) -> Path:
+        return self.cache_dir / f"{self.base_model_id.replace(':', '-')}.{ONNX_EXPORT_REVISION}.onnx"
+
+    @property
     def onnx_path(self) -> Path:
-        return self.cache_dir / f"{self.model_id.replace(':', '-')}.onnx"
+        if self.quantization == "none":
+            return self.fp32_path
+        return self.fp32_path.with_suffix(f".{QUANTIZATION_RECIPES[self.quantization]}.onnx")
 
     @property
     def loaded(self) -> bool:
-        return self._session is not None
+        return self._session is not None or self._torch is not None
 
     def _export(self) -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(str(self.model_path), local_files_only=True)
-        model = AutoModel.from_pretrained(str(self.model_path), local_files_only=True).eval()
+        model = AutoModel.from_pretrained(str(self.model_path), local_files_only=True, attn_implementation="eager").eval()
 
         class LastHiddenState(torch.nn.Module):
             def __init__(self, inner):
@@ -313,7 +372,7 @@ class OnnxEmbedder:
 
         sample = tokenizer(["export sample"], return_tensors="pt")
         self.cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.onnx_path.with_suffix(f".{os.getpid()}.tmp")
+        tmp = self.fp32_path.with_suffix(f".{os.getpid()}.tmp")
         axes = {0: "batch", 1: "tokens"}
         with torch.no_grad():
             torch.onnx.export(
@@ -322,38 +381,92 @@ class OnnxEmbedder:
                 dynamic_axes={"input_ids": axes, "attention_mask": axes, "token_type_ids": axes, "last_hidden_state": axes},
                 opset_version=17, dynamo=False,
             )
+        os.replace(tmp, self.fp32_path)
+        # the export of earlier versions (SDPA attention, no revision in the name) is never read again
+        (self.cache_dir / f"{self.base_model_id.replace(':', '-')}.onnx").unlink(missing_ok=True)
+
+    def _quantize(self) -> None:
+        import onnx
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        tmp = self.onnx_path.with_suffix(f".{os.getpid()}.tmp")
+        quantize_dynamic(
+            str(self.fp32_path), str(tmp), weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"],
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+        )
         os.replace(tmp, self.onnx_path)
+
+    def _load_onnx(self) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        if not self.fp32_path.is_file():
+            self._export()
+        if not self.onnx_path.is_file():
+            self._quantize()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        tokenizer = Tokenizer.from_file(str(self.model_path / "tokenizer.json"))
+        tokenizer.enable_truncation(max_length=self.max_length)  # [CLS] and [SEP] included, as sentence-transformers
+        tokenizer.no_padding()
+        self._tokenizer = tokenizer
+        self._session = ort.InferenceSession(str(self.onnx_path), options, providers=["CPUExecutionProvider"])
 
     def load(self) -> "OnnxEmbedder":
         with self._lock:
-            if self._session is None:
-                import onnxruntime as ort
-                from transformers import AutoTokenizer
+            if not self.loaded:
+                try:
+                    self._load_onnx()
+                except Exception as error:
+                    if not (self.torch_fallback and self.quantization == "none"):
+                        raise
+                    import logging
 
-                if not self.onnx_path.is_file():
-                    self._export()
-                options = ort.SessionOptions()
-                options.intra_op_num_threads = self.torch_threads
-                options.inter_op_num_threads = 1
-                options.log_severity_level = 3
-                self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_path), local_files_only=True)
-                self._session = ort.InferenceSession(str(self.onnx_path), options, providers=["CPUExecutionProvider"])
+                    logging.getLogger(__name__).warning("ONNX document encoder unavailable (%s); using torch", error)
+                    self._torch = Embedder(self.model_path, batch_size=32, torch_threads=self.torch_threads, dim=self.dim)
+                    self._torch.load()
         return self
+
+    def _embed_batch(self, encodings: list, out: np.ndarray, rows: list[int]) -> None:
+        width = max(len(encodings[i].ids) for i in rows)
+        ids = np.zeros((len(rows), width), dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        types = np.zeros((len(rows), width), dtype=np.int64)
+        for row, i in enumerate(rows):
+            encoding = encodings[i]
+            length = len(encoding.ids)
+            ids[row, :length] = encoding.ids
+            mask[row, :length] = 1
+            types[row, :length] = encoding.type_ids
+        hidden = self._session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+        out[rows] = pooled
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         self.load()
-        encoded = self._tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
-        mask = encoded["attention_mask"].astype(np.int64)
-        hidden = self._session.run(None, {
-            "input_ids": encoded["input_ids"].astype(np.int64), "attention_mask": mask,
-            "token_type_ids": encoded["token_type_ids"].astype(np.int64),
-        })[0]
-        weights = mask[..., None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-        pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
-        return np.ascontiguousarray(pooled, dtype=np.float32)
+        if self._torch is not None:
+            return self._torch.embed(texts)
+        encodings = self._tokenizer.encode_batch(list(texts))
+        order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))  # longest first: little padding
+        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        if self.parallel > 1 and len(batches) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            # ONNX Runtime releases the GIL while it runs: one batch per thread keeps every core busy
+            with ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="embed") as pool:
+                for _ in pool.map(lambda rows: self._embed_batch(encodings, out, rows), batches):
+                    pass
+        else:
+            for rows in batches:
+                self._embed_batch(encodings, out, rows)
+        return out
 
 
 def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int, dim: int = 384):
@@ -361,6 +474,7 @@ def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int
 
     Falls back to the sentence-transformers model (and says so in the log) if
     the ONNX graph cannot be exported or loaded, so serving never depends on it.
+    Queries are always embedded in fp32, whatever the documents' quantisation.
     """
     import logging
 
@@ -370,3 +484,26 @@ def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int
         except Exception as error:  # noqa: BLE001 - torch is always there to fall back on
             logging.getLogger(__name__).warning("ONNX query encoder unavailable (%s); using torch", error)
     return Embedder(model_path, batch_size=32, torch_threads=threads, dim=dim)
+
+
+def document_embedder(settings, workers: int = 1, cache_dir: Path | None = None):
+    """The embedder ingestion uses for chunk texts, from the settings (issue 12).
+
+    ``document_encoder=onnx`` (default): ONNX Runtime, ``onnx_batch_size`` texts
+    per call, ``torch_threads // workers`` batches at once (``workers``: processes
+    embedding shards at the same time), ``document_quantization`` none or int8;
+    an fp32 graph that cannot be exported or loaded falls back to torch (same
+    vectors, same model id).  ``torch``: the sentence-transformers model,
+    ``embed_batch_size`` texts per batch.  Loading is lazy: a sync with nothing
+    to embed never pays for it.
+    """
+    cores = max(1, settings.torch_threads // max(1, workers))
+    if settings.document_encoder == "torch":
+        if settings.document_quantization != "none":
+            raise ConfigError("document_quantization", settings.document_quantization, "needs document_encoder=onnx")
+        return Embedder(settings.model_path, settings.embed_batch_size, cores, settings.embedding_dim)
+    return OnnxEmbedder(
+        settings.model_path, cache_dir or settings.models_cache_dir, threads=1, dim=settings.embedding_dim,
+        quantization=settings.document_quantization, batch_size=settings.onnx_batch_size, parallel=cores,
+        torch_fallback=True,
+    )

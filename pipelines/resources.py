@@ -7,10 +7,11 @@ tests override ``data_dir``/``sources`` explicitly.
 
 
 from functools import lru_cache
+from pathlib import Path
 
 import dagster as dg
 
-from knowledge_store.embeddings import Embedder, TokenCounter, token_counter
+from knowledge_store.embeddings import Embedder, OnnxEmbedder, TokenCounter, document_embedder, token_counter
 from knowledge_store.settings import Settings
 
 
@@ -30,8 +31,13 @@ class KnowledgeStoreResource(dg.ConfigurableResource):
 
 
 @lru_cache(maxsize=4)
-def _embedder(model_path: str, batch_size: int, torch_threads: int, dim: int) -> Embedder:
-    return Embedder(model_path, batch_size=batch_size, torch_threads=torch_threads, dim=dim)
+def _embedder(model_path: str, batch_size: int, torch_threads: int, dim: int, encoder: str = "torch",
+              quantization: str = "none", onnx_batch_size: int = 1, cache_dir: str = "") -> Embedder | OnnxEmbedder:
+    """The document embedder for these settings (``document_encoder``, ``document_quantization``, ...)."""
+    settings = Settings().model_copy(update={
+        "model_path": model_path, "embed_batch_size": batch_size, "torch_threads": torch_threads, "embedding_dim": dim,
+        "document_encoder": encoder, "document_quantization": quantization, "onnx_batch_size": onnx_batch_size})
+    return document_embedder(settings, cache_dir=Path(cache_dir) if cache_dir else None)
 
 
 class EmbeddingModelResource(dg.ConfigurableResource):
@@ -50,10 +56,12 @@ class EmbeddingModelResource(dg.ConfigurableResource):
             base.embedding_dim,
         )
 
-    def embedder(self, workers: int = 1) -> Embedder:
-        """The model, with the torch threads shared among ``workers`` processes embedding at once."""
+    def embedder(self, workers: int = 1) -> Embedder | OnnxEmbedder:
+        """The document embedder, with the cores (torch_threads) shared among ``workers`` processes embedding at once."""
         path, batch, threads, dim = self._resolved()
-        return _embedder(path, batch, max(1, threads // max(1, workers)), dim)
+        base = Settings()
+        return _embedder(path, batch, max(1, threads // max(1, workers)), dim, base.document_encoder,
+                         base.document_quantization, base.onnx_batch_size, str(base.models_cache_dir))
 
     def token_counter(self) -> TokenCounter:
         return token_counter(self._resolved()[0])

@@ -307,7 +307,8 @@ def test_kill_9_midway_keeps_previous_index_and_next_run_completes(tmp_path, cou
     for i in range(6):
         (docs / f"extra-{i}.md").write_text(f"# Extra {i}\n\n" + paragraph(f"extra topic {i}", 8))
     env = {**os.environ, "GROUNDWORK_DATA_DIR": str(settings.data_dir), "GROUNDWORK_SOURCES": str(docs),
-           "GROUNDWORK_WRITE_BATCH_CHUNKS": "2", "GROUNDWORK_TORCH_THREADS": "1"}
+           "GROUNDWORK_WRITE_BATCH_CHUNKS": "2", "GROUNDWORK_TORCH_THREADS": "1",
+           "GROUNDWORK_DOCUMENT_ENCODER": "torch"}  # the Embedder patched above (ONNX: same vectors, same model id)
     proc = subprocess.run([sys.executable, "-c", KILLER, kill_point], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
 

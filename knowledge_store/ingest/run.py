@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knowledge_store.embeddings import Embedder, token_counter
+from knowledge_store.embeddings import Embedder, document_embedder, token_counter
 from knowledge_store.ingest.chunk import ChunkResult, chunk_parsed
 from knowledge_store.ingest.embed import EmbedResult, embed_missing
 from knowledge_store.ingest.parse import ParseResult, parse_pending
@@ -155,7 +155,7 @@ def run_sync(
 
     A stage that raises leaves the run 'failed' (Ctrl-C: 'interrupted'), not 'running'."""
     started = time.perf_counter()
-    embedder = embedder or Embedder(settings.model_path, settings.embed_batch_size, settings.torch_threads, settings.embedding_dim)
+    embedder = embedder or document_embedder(settings)
     sync_run_id = sync_run_id or uuid.uuid4().hex
     try:
         raw = record_sources(settings, sync_run_id=sync_run_id, trigger=trigger, names=names, kinds=kinds,

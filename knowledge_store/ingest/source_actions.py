@@ -13,7 +13,7 @@ from typing import Any
 
 import duckdb
 
-from knowledge_store.embeddings import Embedder, model_id_for
+from knowledge_store.embeddings import Embedder, document_embedder, document_model_id
 from knowledge_store.errors import GroundworkError
 from knowledge_store.ingest.publish import publish_index
 from knowledge_store.ingest.sync_runs import get_sync_run, start_sync_run
@@ -51,7 +51,7 @@ def delete_source_now(settings: Settings, name: str) -> dict[str, Any]:
         run_id = start_sync_run(conn, None, "source-delete", scope=[name])
         with transaction(conn):
             conn.execute("UPDATE sync_runs SET removed = ? WHERE sync_run_id = ?", [documents, run_id])
-    publish = publish_index(settings, model_id_for(settings.model_path), run_id)
+    publish = publish_index(settings, document_model_id(settings.model_path, settings.document_quantization), run_id)
     return {
         "name": name, "deleted_at": source.as_dict()["deleted_at"], "documents_deleted": documents,
         "snapshot_version": publish.snapshot_version, "chunks_indexed": publish.chunk_count,
@@ -92,7 +92,7 @@ def retry_failure(
     started = time.perf_counter()
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
         failure = open_failure(conn, failure_id)
-    embedder = embedder or Embedder(settings.model_path, settings.embed_batch_size, settings.torch_threads, settings.embedding_dim)
+    embedder = embedder or document_embedder(settings)
     stage = failure["stage"]
     if stage == "fetch":
         from knowledge_store.ingest.web_sources import retry_page
