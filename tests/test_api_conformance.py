@@ -6,7 +6,7 @@ phases, ~1-2 minutes here; the bound is 3) sends it schema-valid and
 schema-violating requests.  The run must end with 0 server errors and 0 schema
 violations: undocumented statuses or content types, bodies that do not match the
 response models, invalid input accepted or valid input refused.
-tests/schemathesis/schemathesis.toml lists the three operations whose acceptance
+tests/schemathesis/schemathesis.toml lists the four operations whose acceptance
 depends on the world (files, folders, URLs, earlier responses) and why.
 """
 

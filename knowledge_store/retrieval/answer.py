@@ -99,7 +99,8 @@ def _is_heading(text: str, hit: SearchHit) -> bool:
 
 @lru_cache(maxsize=16384)
 def _heading_key(text: str) -> str:
-    return normalize(collapse_ws(text)).rstrip(":.")
+    # a Markdown heading unit ("## Resetting") repeats its section name as much as the bare text does
+    return normalize(collapse_ws(re.sub(r"^\s*#{1,6}\s+", "", text))).rstrip(":.")
 
 
 def extractive_answer(query: str, hits: Sequence[SearchHit], max_sentences: int = 3, max_chars: int = 600) -> Answer:

@@ -84,6 +84,35 @@ class QueryResponse(BaseModel):
     params: dict[str, Any] = Field(..., description="The parameters the query ran with (defaults filled in).")
 
 
+class AskSource(Open):
+    """One source of an /api/ask answer (seed 002: file, section), plus url, pages and this server's additions."""
+
+    file: str = Field(..., description="The document's path relative to its source (the page URL for web sources): "
+                                       "what /api/ask-local's source_file takes.")
+    section: str = Field(..., description="Heading path of the passage, 'Chapter > Section'.")
+    url: str = Field(..., description="Absolute link to the original at the passage: the page URL for web sources, "
+                                      "this server's /api/knowledge/sources/{doc_id}/file#page=N|#anchor otherwise.")
+    pages: list[int] = Field(..., description="Pages the passage spans (empty for formats without pages).")
+    n: int = Field(..., description="The answer's marker [n] for this source.")
+    title: str
+    doc_id: str
+    chunk_id: str = Field(..., description="What feedback on this passage refers to.")
+    snippet: str
+    relevance: float
+
+
+class AskResponse(Open):
+    answer: str = Field(..., description="Grounded in the sources only, each sentence cited [n]; 'No relevant "
+                                         "content found.' when nothing relevant was retrieved.")
+    sources: list[AskSource]
+    answer_method: Literal["extractive", "llm"]
+    retrieval_request_id: str = Field(..., description="What POST /api/knowledge/feedback refers to.")
+    coverage: Literal["high", "medium", "low", "none"]
+    candidates: int = Field(..., description="Passages retrieved and ranked (at most top_k); sources are the first ones.")
+    snapshot_version: int
+    latency_ms: float
+
+
 class FeedbackStored(BaseModel):
     feedback_id: str
     retrieval_request_id: str
@@ -155,21 +184,41 @@ class DocumentList(Open):
     index_snapshot: dict[str, Any]
 
 
+class ArticleMetadata(Open):
+    """Contract 001's article metadata; the document's other metadata fields follow as additions."""
+
+    intent: list[str] = Field(..., description="The document's intent/intents, then tags/category metadata.")
+    device: list[str] = Field(..., description="The document's device/product metadata.")
+    last_updated: str = Field(..., description="ISO 8601 UTC: the file's modification time, else when this version "
+                                               "was indexed. Always present.")
+    author: str = Field(None, description="Present when the document names its author.")
+
+
 class Article(Open):
-    article_id: str
-    title: str | None
-    content: str
-    url: str
-    last_updated: str | None
-    metadata: dict[str, Any]
+    """One knowledge-base article (seed 001, contract 1), plus this server's additions."""
+
+    id: str = Field(..., description="The document id (stable across versions).")
+    title: str
+    url: str = Field(..., description="Absolute link to the original: the page URL for web sources, this server's "
+                                      "/api/knowledge/sources/{id}/file otherwise.")
+    content: str = Field(..., description="The full document text, once (the stored page text, not overlapping chunks).")
+    metadata: ArticleMetadata
+    article_id: str = Field(..., description="Same as id (kept for clients of the first version).")
+    version: int = Field(..., description="The document version served.")
+    type: str | None = Field(..., description="Document type: pdf, docx, html, markdown, text.")
+    path: str = Field(..., description="Path relative to its source (the page URL for web sources).")
+    last_updated: str = Field(..., description="Same as metadata.last_updated.")
 
 
-class ArticlePage(BaseModel):
+class ArticlePage(Open):
     articles: list[Article]
-    total: int
+    total: int = Field(..., description="Articles matching the filters (all pages).")
+    updated_at: str = Field(..., description="When the served index snapshot was published (ISO 8601 UTC).")
     limit: int
     offset: int
-    next_offset: int | None
+    next_offset: int | None = Field(..., description="offset of the next page; null on the last page.")
+    content_source: str = Field(None, description="Where content came from: pages (the store's parsed page text) "
+                                                  "or chunks (rebuilt from the index snapshot while the store is busy).")
 
 
 class ConfigResponse(Open):

@@ -124,6 +124,49 @@ class FeedbackBody(BaseModel):
     note: str | None = None
 
 
+def _text_field(description: str, **limits: Any):
+    # minLength/pattern stated for clients; enforced by _not_blank with a message people understand
+    return Field(..., json_schema_extra={"minLength": 1, "pattern": r"\S"}, description=description, **limits)
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty or only whitespace")
+    return value
+
+
+class AskBody(BaseModel):
+    """``POST /api/ask`` (seed 002); ``create_app`` derives the served model (length limit, answer modes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = _text_field("The question.")
+    top_k: JsonInt = Field(10, ge=1, le=100, description="Passages retrieved and ranked by descending score.")
+    max_sources: JsonInt = Field(3, ge=1, le=10, description="How many of the best of them the answer is made from "
+                                                              "and returns as sources.")
+    answer: Literal["extractive", "llm"] = "extractive"
+
+    @field_validator("query")
+    @classmethod
+    def _query_not_blank(cls, value: str) -> str:
+        return _not_blank(value)
+
+
+class AskLocalBody(AskBody):
+    """``POST /api/ask-local`` (seed 002): a question about text the reader selected in one document."""
+
+    context: str = _text_field("The text the reader selected (searched together with the question).",
+                               max_length=20000)
+    source_file: str = _text_field("The document the selection is from: its path relative to its source (as in "
+                                   "GET /api/kb/articles), an absolute path, a file name or a glob; the page URL "
+                                   "for web sources. Retrieval is restricted to it.", max_length=2000)
+
+    @field_validator("context", "source_file")
+    @classmethod
+    def _selection_not_blank(cls, value: str) -> str:
+        return _not_blank(value)
+
+
 def _iso_datetime(value: object) -> object:
     """Query-string datetimes must be ISO-8601 (the schema says date-time): ``0.5`` is not a moment."""
     if isinstance(value, str) and not re.match(r"^\d{4}-\d{2}-\d{2}", value):
@@ -328,6 +371,16 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
                 Field("extractive", description="extractive (sentences of the passages, cited), none, or llm when an "
                                                 "OpenAI-compatible endpoint is configured.")),
     )
+    ask_modes = ("extractive",) + (("llm",) if "llm" in answer_modes else ())
+    ask_overrides = dict(
+        query=(str, Field(..., max_length=settings.max_query_chars, json_schema_extra={"minLength": 1, "pattern": r"\S"},
+                          description="The question.")),
+        answer=(Annotated[Literal["extractive", "llm"], WithJsonSchema({"type": "string", "enum": list(ask_modes)})],
+                Field("extractive", description="extractive (sentences of the sources, cited [n]) or llm when an "
+                                                "OpenAI-compatible endpoint is configured.")),
+    )
+    served_ask_body = create_model("AskBody", __base__=AskBody, **ask_overrides)
+    served_ask_local_body = create_model("AskLocalBody", __base__=AskLocalBody, **ask_overrides)
     served_feedback_body = create_model(
         "FeedbackBody", __base__=FeedbackBody, note=(str | None, Field(None, max_length=settings.max_note_chars)))
     app.state.settings = settings
@@ -420,6 +473,33 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
             item["source_url"] = f"{base}/api/knowledge/sources/{item['doc_id']}/file" + (f"#{fragment}" if fragment else "")
         metrics.query_latency.observe(response.latency_ms["total"] / 1000.0)
         return out
+
+    async def _ask(body: AskBody, request: Request, **local: Any) -> dict[str, Any]:
+        from knowledge_store.server.ask import ask
+
+        if body.answer not in ask_modes:
+            raise QueryValidationError("answer", body.answer, "no LLM configured (set GROUNDWORK_LLM_BASE_URL and "
+                                                              "GROUNDWORK_LLM_MODEL)")
+        base = str(request.base_url).rstrip("/")
+        result = await anyio.to_thread.run_sync(
+            lambda: ask(engine, base, body.query, top_k=body.top_k, max_sources=min(body.max_sources, body.top_k),
+                        answer=body.answer, **local),
+            limiter=search_limiter,
+        )
+        metrics.query_latency.observe(result["latency_ms"] / 1000.0)
+        return result
+
+    @app.post("/api/ask", tags=["knowledge"], response_model=out.AskResponse)
+    async def ask_book(body: served_ask_body, request: Request) -> dict[str, Any]:  # type: ignore[valid-type]
+        """Seed 002's ``/ask``: ``{query}`` -> ``{answer, sources: [{file, section, url, pages}]}``; the answer is
+        made from the best ``max_sources`` (3) of the ``top_k`` (10) ranked passages and cites them as ``[n]``."""
+        return await _ask(body, request, client="api-ask")
+
+    @app.post("/api/ask-local", tags=["knowledge"], response_model=out.AskResponse)
+    async def ask_local(body: served_ask_local_body, request: Request) -> dict[str, Any]:  # type: ignore[valid-type]
+        """Seed 002's ``/ask-local``: a question about selected text; retrieval only in ``source_file`` (422 when it
+        matches no indexed document), searching for the question and the selected ``context``."""
+        return await _ask(body, request, context=body.context, source_file=body.source_file, client="api-ask-local")
 
     @app.post("/api/knowledge/feedback", status_code=201, tags=["knowledge"], response_model=out.FeedbackStored,
               responses=error_responses(404))
@@ -681,40 +761,33 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
             "Content-Disposition": f'inline; filename="{path.name}"', "Content-Security-Policy": "sandbox",
             "X-Content-Type-Options": "nosniff"})
 
-    @app.get("/api/kb/articles", tags=["documents"], response_model=out.ArticlePage)
-    def articles(intent: str | None = None, device: str | None = None, updated_since: IsoDatetime | None = None,
-                 limit: int = Query(20, ge=1, le=200), offset: int = Query(0, ge=0)) -> dict[str, Any]:
-        """Articles (active documents) with full content and ``last_updated``; filter and paginate."""
-        snapshot = engine.snapshots.current()
-        cursor = snapshot.conn.cursor()
+    @app.get("/api/kb/articles", tags=["documents"], response_model=out.ArticlePage, response_model_exclude_unset=True,
+             responses={"500": {"model": out.ErrorBody, "description": "The knowledge base is unavailable (no index "
+                                "yet, or it cannot be read): {\"error\": \"Internal server error\", \"message\": "
+                                "\"Knowledge base unavailable\"}."}})
+    def articles(request: Request,
+                 intent: str | None = Query(None, description="Only articles with this intent (metadata intent/tags) "
+                                            "or with all its words in the title; not_hashing = Not hashing."),
+                 device: str | None = Query(None, description="Only articles for this device (metadata device/product)."),
+                 updated_since: IsoDatetime | None = Query(None, description="Only articles updated at or after this "
+                                                           "moment (ISO-8601)."),
+                 limit: int = Query(100, ge=1, le=1000, description="Articles per page."),
+                 offset: int = Query(0, ge=0, description="Where the page starts (the previous page's next_offset).")):
+        """Every active document as a knowledge-base article (seed 001, contract 1): full content once,
+        ``metadata`` with ``intent``, ``device``, ``last_updated`` (always) and ``author``; filtered and paginated.
+        Errors are 500 ``{"error": "Internal server error", "message": "Knowledge base unavailable"}``."""
+        from knowledge_store.server.kb_articles import KB_UNAVAILABLE, list_articles
+
         try:
-            rows = cursor.execute(
-                """
-                SELECT d.doc_id, d.version, d.title, d.doc_type, d.relative_path, d.metadata::VARCHAR,
-                       coalesce(d.modified_at, d.valid_from) AS last_updated,
-                       string_agg(c.text, '\n\n' ORDER BY c.chunk_index) AS content
-                FROM documents d JOIN chunks c ON c.doc_id = d.doc_id AND c.version = d.version AND c.status = 'active'
-                GROUP BY ALL ORDER BY last_updated DESC, d.title
-                """
-            ).fetchall()
-        finally:
-            cursor.close()
-        items = []
-        for doc_id, version, title, doc_type, relative, metadata, updated, content in rows:
-            meta = json.loads(metadata) if metadata else {}
-            if device and not _meta_has(meta, ("device", "product", "devices", "products"), device):
-                continue
-            if intent and not (_meta_has(meta, ("intent", "intents", "tags", "category"), intent)
-                               or intent.lower() in (title or "").lower()):
-                continue
-            if updated_since and updated is not None and updated < updated_since.replace(tzinfo=None):
-                continue
-            items.append({"article_id": doc_id, "version": version, "title": title, "type": doc_type, "path": relative,
-                          "metadata": meta, "last_updated": updated.isoformat() + "Z" if updated else None,
-                          "content": content, "url": f"/api/knowledge/sources/{doc_id}/file"})
-        page = items[offset: offset + limit]
-        nxt = offset + limit if offset + limit < len(items) else None
-        return {"articles": page, "total": len(items), "limit": limit, "offset": offset, "next_offset": nxt}
+            snapshot = engine.snapshots.current()
+            return list_articles(settings, snapshot, str(request.base_url).rstrip("/"), intent=intent, device=device,
+                                 updated_since=updated_since, limit=limit, offset=offset)
+        except GroundworkError as error:  # no index yet, store/snapshot unreadable: expected, no traceback
+            log.warning("GET /api/kb/articles: knowledge base unavailable: %s", redact(str(error)))
+            return JSONResponse(status_code=500, content=dict(KB_UNAVAILABLE))
+        except Exception:  # noqa: BLE001 - the contract's one error body; the cause goes to the server log
+            log.exception("GET /api/kb/articles failed")
+            return JSONResponse(status_code=500, content=dict(KB_UNAVAILABLE))
 
     @app.get("/api/knowledge/config", tags=["knowledge"], response_model=out.ConfigResponse)
     def config() -> dict[str, Any]:
@@ -751,6 +824,8 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
     def health() -> JSONResponse:
         body: dict[str, Any] = {"status": "ok", "uptime_s": round(time.time() - started_at, 1),
                                 "store": settings.store_path.exists(), "model_loaded": engine.embedder.loaded}
+        if callable(getattr(engine.embedder, "stats", None)):
+            body["query_cache"] = engine.embedder.stats()  # query-embedding cache: hits, misses, hit_rate
         try:
             snapshot = engine.snapshots.current()
             body["index"] = {"snapshot_version": snapshot.info.snapshot_version, "chunks": int(snapshot.active.sum()),
@@ -886,16 +961,6 @@ def _free_name(folder: Path, name: str) -> Path:
         target = folder / f"{stem}-{counter}{suffix}"
         counter += 1
     return target
-
-
-def _meta_has(meta: dict, keys: tuple[str, ...], wanted: str) -> bool:
-    wanted = wanted.lower()
-    for key in keys:
-        value = meta.get(key)
-        values = value if isinstance(value, list) else [value]
-        if any(str(v).lower() == wanted for v in values if v is not None):
-            return True
-    return False
 
 
 def serve(settings: Settings | None = None) -> None:

@@ -1,0 +1,107 @@
+"""``POST /api/ask`` and ``POST /api/ask-local`` (seed 002): a question in, an answer with its sources out.
+
+The retrieval pipeline of seed 002 on this engine: the query is ranked over the
+whole index (hybrid BM25 + vector, the corpus's defaults), the ``top_k`` (10)
+best passages are taken in descending score, and the answer is made from the
+first ``max_sources`` (3) of them, which are the ``sources`` returned.  The
+answer is the engine's extractive one (sentences of those passages, each with
+its ``[n]`` marker); ``answer: "llm"`` asks the configured OpenAI-compatible
+endpoint instead (only offered when one is configured).  Nothing relevant:
+``answer`` says so and ``sources`` is empty.
+
+``/api/ask-local`` is the "ask about the selected text" variant: retrieval is
+restricted to ``source_file`` (the same matching as ``filters.paths``: a path
+relative to its source, an absolute path, a file name or a glob; the page URL
+for web sources) and searches for the question *and* the selected ``context``,
+so the passages around the selection come first.  The extractive answer picks
+sentences by the question's words (the selection says what it is about, the
+question what to take from it), unless the question only asks about the
+selection itself ("what does this mean?", "explain this"): then by the
+selection's words too.  An LLM sees the selection as well.
+
+Each call is one logged retrieval: ``retrieval_request_id`` is what
+``POST /api/knowledge/feedback`` refers to.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from knowledge_store.errors import QueryValidationError
+from knowledge_store.retrieval.answer import Answer, LLMAnswerer, extractive_answer
+from knowledge_store.retrieval.citations import query_terms
+from knowledge_store.retrieval.filters import SearchFilters, document_matches
+
+NO_ANSWER = "No relevant content found."
+# words of a question that is about the selected text itself, not about something in it
+ABOUT_THE_SELECTION = frozenset({
+    "mean", "means", "meaning", "explain", "explained", "explanation", "clarify", "summarize", "summarise",
+    "summary", "elaborate", "detail", "details", "simpler", "simply", "words", "say", "says", "saying",
+})
+
+
+def retrieval_query(question: str, context: str | None, max_chars: int) -> str:
+    """The search text: the question, then as much of the selected text as the query limit allows."""
+    question = question.strip()
+    context = " ".join((context or "").split())
+    if not context:
+        return question[:max_chars]
+    room = max_chars - len(question) - 2
+    return f"{question}\n\n{context[:room]}" if room > 20 else question[:max_chars]
+
+
+def _answer(settings, question: str, hits: list, mode: str, context: str | None) -> Answer:
+    if not hits:
+        return Answer(text=NO_ANSWER, citations=[], method="llm" if mode == "llm" else "extractive")
+    if mode == "llm":
+        answerer = LLMAnswerer(settings.llm_base_url, settings.llm_model,
+                               settings.llm_api_key.get_secret_value() if settings.llm_api_key else None)
+        prompt = f"{question}\n\nThe reader selected this text:\n{context}" if context else question
+        return answerer.answer(prompt, hits)
+    if context and not set(query_terms(question)) - ABOUT_THE_SELECTION:
+        return extractive_answer(retrieval_query(question, context, settings.max_query_chars), hits)
+    return extractive_answer(question, hits)
+
+
+def _source_url(base: str, citation: Any) -> str:
+    """The original: the page URL for web sources, this server's file link (with #page=N / #anchor) otherwise."""
+    url = citation.url or ""
+    if url.startswith(("http://", "https://")):
+        return url
+    fragment = url.split("#", 1)[1] if "#" in url else ""
+    return f"{base}/api/knowledge/sources/{citation.doc_id}/file" + (f"#{fragment}" if fragment else "")
+
+
+def ask(engine, base: str, question: str, *, top_k: int = 10, max_sources: int = 3, answer: str = "extractive",
+        context: str | None = None, source_file: str | None = None, client: str = "api-ask") -> dict[str, Any]:
+    began = time.perf_counter()
+    settings = engine.settings
+    filters = None
+    if source_file is not None:
+        filters = SearchFilters(paths=[source_file.strip()])
+        snapshot = engine.snapshots.current()
+        if not any(document_matches(doc, filters) for doc in snapshot.documents if doc["status"] == "active"):
+            raise QueryValidationError("source_file", source_file, "matches no indexed document (give its path relative "
+                                       "to its source, e.g. from GET /api/kb/articles, a file name or a glob)")
+    response = engine.search(retrieval_query(question, context, settings.max_query_chars), k=top_k, answer="none",
+                             filters=filters, client=client)
+    hits = list(response.hits)[:max_sources]
+    citations = list(response.results)[:max_sources]
+    reply = _answer(settings, question, hits, answer, context)
+    relative = {(d["doc_id"], d["version"]): d["relative_path"] for d in engine.snapshots.current().documents}
+    sources = []
+    for n, (hit, citation) in enumerate(zip(hits, citations), start=1):
+        sources.append({
+            "file": relative.get((hit.doc_id, hit.version), Path(hit.source_path).name),
+            "section": citation.section, "url": _source_url(base, citation), "pages": citation.pages,
+            "n": n, "title": citation.title, "doc_id": citation.doc_id, "chunk_id": citation.chunk_id,
+            "snippet": citation.snippet, "relevance": citation.relevance,
+        })
+    return {
+        "answer": reply.text, "sources": sources, "answer_method": reply.method,
+        "retrieval_request_id": response.retrieval_request_id, "coverage": response.coverage if sources else "none",
+        "candidates": len(response.results), "snapshot_version": response.snapshot_version,
+        "latency_ms": round((time.perf_counter() - began) * 1000, 3),
+    }
