@@ -34,6 +34,8 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
+import duckdb
+
 from knowledge_store.errors import StoreError
 from knowledge_store.settings import Settings
 
@@ -115,7 +117,7 @@ def _from_store(settings: Settings, keys: list[tuple[str, int]]) -> dict[tuple[s
             rows = conn.execute(
                 f"SELECT doc_id, version, text FROM pages WHERE doc_id IN ({', '.join(['?'] * len(doc_ids))}) "
                 "ORDER BY doc_id, version, page_number", doc_ids).fetchall()
-    except StoreError:
+    except (StoreError, duckdb.Error):  # busy (another process syncs) or unreadable: the snapshot has the text too
         return {}
     for doc_id, version, text in rows:
         if (doc_id, version) in wanted:
