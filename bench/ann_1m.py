@@ -45,7 +45,7 @@ import numpy as np  # noqa: E402
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
 M_CONNECTIVITY = 16
 EF_CONSTRUCTION = 128
-EF_SEARCH = (64, 128, 256)
+EF_SEARCH = (64, 128, 256, 512)
 FETCH = 100  # candidates the engine asks for (settings.candidate_pool)
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -143,14 +143,18 @@ def exact_top(M: np.ndarray, Q: np.ndarray, k: int) -> np.ndarray:
 
 # --------------------------------------------------------------------------- library workers
 def _build(lib: str, M: np.ndarray, threads: int):
-    """(search(q, count, ef) -> ids, serialized bytes or None)."""
+    """(search(q, count, ef) -> ids, serialized bytes or None).  ``lib`` is a library name, for usearch
+    with the graph's vector type and optionally -m<connectivity>-e<expansion at build>: usearch-i8-m32-e256."""
     n, dim = M.shape
     if lib.startswith("usearch"):
         from usearch.index import Index
 
-        dtype = lib.split("-", 1)[1] if "-" in lib else "f32"
-        index = Index(ndim=dim, metric="cos", dtype=dtype, connectivity=M_CONNECTIVITY,
-                      expansion_add=EF_CONSTRUCTION, expansion_search=EF_SEARCH[0])
+        parts = lib.split("-")[1:]
+        dtype = next((x for x in parts if x[0] in "fi" and x[1:].isdigit()), "f32")
+        connectivity = next((int(x[1:]) for x in parts if x.startswith("m")), M_CONNECTIVITY)
+        expansion = next((int(x[1:]) for x in parts if x.startswith("e")), EF_CONSTRUCTION)
+        index = Index(ndim=dim, metric="cos", dtype=dtype, connectivity=connectivity,
+                      expansion_add=expansion, expansion_search=EF_SEARCH[0])
         index.add(np.arange(n, dtype=np.uint64), M, threads=threads)
 
         def search(q, count, ef):

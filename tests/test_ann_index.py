@@ -320,3 +320,15 @@ def test_large_snapshot_loads_in_the_background_while_the_old_one_answers(sample
 
 
 RESET_QUERY = "how do I reset the Aurora to factory settings"
+
+
+def test_ranks_without_corpus_length_arrays_match_the_full_array_ranks():
+    from knowledge_store.retrieval.fusion import ranks_in
+
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        top = rng.choice(10_000, size=int(rng.integers(0, 60)), replace=False)
+        rows = np.unique(np.concatenate([top[: len(top) // 2], rng.integers(0, 10_000, 40)]))
+        full = np.zeros(10_000, dtype=np.int64)
+        full[top] = np.arange(1, len(top) + 1)
+        assert ranks_in(rows, top).tolist() == full[rows].tolist()

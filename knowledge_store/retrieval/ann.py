@@ -257,7 +257,8 @@ class PartialVectors:
     it returned) - so any blend of the two is at most ``floor`` too.  ``complete`` uses that:
     once the pool's worst blended score among scored rows is at least ``floor``, no unscored row
     can enter the pool, and the pool is the exact one (as far as the graph found the true
-    nearest rows); otherwise it asks the graph for 4x more, and finally scores exactly.
+    nearest rows); otherwise it asks the graph for 4x more, twice; then a full pool is kept as
+    it is, and a pool the filter left short is filled by exact search over the masked rows.
     """
 
     WIDEN = 4  # the graph is asked for this many times more candidates when the pool is not certain
@@ -286,6 +287,17 @@ class PartialVectors:
         if len(self._scored_rows) > 1:
             self._scored_rows = [np.concatenate(self._scored_rows)]
         return self._scored_rows[0] if self._scored_rows else np.zeros(0, dtype=np.int64)
+
+    def blended(self, lead_weight: float) -> np.ndarray:
+        """``evidence.blend(chunk, lead, lead_weight)`` computed for the scored rows only (``SENTINEL`` elsewhere)."""
+        if lead_weight <= 0.0:
+            return self.chunk
+        if lead_weight >= 1.0:
+            return self.lead
+        out = np.full(len(self.chunk), SENTINEL, dtype=np.float32)
+        rows = self.scored_rows
+        out[rows] = (1.0 - lead_weight) * self.chunk[rows] + lead_weight * self.lead[rows]
+        return out
 
     def section_rows(self, rows: np.ndarray) -> np.ndarray:
         """``rows`` widened to every row of their sections (sections are runs of consecutive rows)."""
@@ -351,7 +363,10 @@ class PartialVectors:
                 if float(np.partition(blended, len(blended) - pool)[len(blended) - pool]) >= self.floor:
                     break
             if self.widenings >= self.MAX_WIDENINGS:
-                self.score_exact("exact-fallback")  # the filter and the query disagree, or the graph missed
+                if len(rows) >= pool:
+                    self.mode = "ann-uncertain"  # a full pool, the graph's best; not worth a scan of every row
+                else:
+                    self.score_exact("exact-fallback")  # too few rows pass the filter among the graph's candidates
                 break
             self.widenings += 1
             self.mode = "ann-widened"

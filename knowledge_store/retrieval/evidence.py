@@ -180,7 +180,8 @@ def rank_rows(evidence: QueryEvidence, params: RankingParams, mask: np.ndarray |
         evidence.partial.score(bm25_top)
         evidence.partial.complete(pool, params.lead_weight)
         vector_candidates = evidence.partial.scored_rows
-    fused = fuse_scores(bm25, evidence.vector(params.lead_weight), mask, params.alpha, pool, params.fusion, rrf_k,
+    vector = evidence.vector(params.lead_weight) if evidence.partial is None else evidence.partial.blended(params.lead_weight)
+    fused = fuse_scores(bm25, vector, mask, params.alpha, pool, params.fusion, rrf_k,
                         vector_candidates=vector_candidates, bm25_top=bm25_top)
     if snapshot is None or query is None or not len(fused.rows) or not is_phrase_query(query):
         return fused

@@ -111,11 +111,7 @@ def fuse_scores(
         bm25_top = top_rows(bm25_scores, mask, pool, positive_only=True)
     vector_top = top_rows(vector_scores, mask, pool, candidates=vector_candidates) if alpha > 0.0 else np.zeros(0, dtype=np.int64)
     rows = np.unique(np.concatenate([bm25_top, vector_top])).astype(np.int64)
-    n_rows = len(bm25_scores)
-    bm25_rank_all = np.zeros(n_rows, dtype=np.int64)
-    vector_rank_all = np.zeros(n_rows, dtype=np.int64)
-    bm25_rank_all[bm25_top] = np.arange(1, len(bm25_top) + 1)
-    vector_rank_all[vector_top] = np.arange(1, len(vector_top) + 1)
+    br, vr = ranks_in(rows, bm25_top), ranks_in(rows, vector_top)
     b = bm25_scores[rows].astype(np.float64)
     v = vector_scores[rows].astype(np.float64)
     if method == "weighted":
@@ -124,7 +120,6 @@ def fuse_scores(
         fused = alpha * distribution_scaled(v, vector_scores[vector_top]) + (1.0 - alpha) * distribution_scaled(
             b, bm25_scores[bm25_top])
     else:
-        br, vr = bm25_rank_all[rows], vector_rank_all[rows]
         fused = (1.0 - alpha) * np.where(br > 0, 1.0 / (rrf_k + br), 0.0) + alpha * np.where(vr > 0, 1.0 / (rrf_k + vr), 0.0)
     order = np.lexsort((rows, -fused))
     rows = rows[order]
@@ -133,9 +128,21 @@ def fuse_scores(
         fused=fused[order],
         bm25=b[order],
         vector=v[order],
-        bm25_rank=bm25_rank_all[rows],
-        vector_rank=vector_rank_all[rows],
+        bm25_rank=br[order],
+        vector_rank=vr[order],
     )
+
+
+def ranks_in(rows: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """1-based rank of each of ``rows`` in the list ``top`` (0 = not in it), without a corpus-length array."""
+    ranks = np.zeros(len(rows), dtype=np.int64)
+    if len(top) and len(rows):
+        order = np.argsort(top, kind="stable")
+        ordered = top[order]
+        pos = np.minimum(np.searchsorted(ordered, rows), len(top) - 1)
+        found = ordered[pos] == rows
+        ranks[found] = order[pos[found]] + 1
+    return ranks
 
 
 def relevance(cosine: np.ndarray, coverage: np.ndarray, cos_floor: float = 0.2, cos_ceiling: float = 0.7) -> np.ndarray:
