@@ -54,9 +54,9 @@ class AnnConfig:
     """How the graph is built and searched (from ``Settings``: ``ann_*``)."""
 
     min_chunks: int = 200_000
-    connectivity: int = 16
-    expansion_add: int = 128
-    ef_search: int = 128
+    connectivity: int = 32
+    expansion_add: int = 256
+    ef_search: int = 512
     dtype: str = "i8"
     build_threads: int = 1
     cache: bool = True
@@ -257,11 +257,11 @@ class PartialVectors:
     it returned) - so any blend of the two is at most ``floor`` too.  ``complete`` uses that:
     once the pool's worst blended score among scored rows is at least ``floor``, no unscored row
     can enter the pool, and the pool is the exact one (as far as the graph found the true
-    nearest rows); otherwise it asks the graph for 4x more, twice; then a full pool is kept as
+    nearest rows); otherwise it asks the graph for 2x more, twice; then a full pool is kept as
     it is, and a pool the filter left short is filled by exact search over the masked rows.
     """
 
-    WIDEN = 4  # the graph is asked for this many times more candidates when the pool is not certain
+    WIDEN = 2  # the graph is asked for this many times more candidates when the pool is not certain
     MAX_WIDENINGS = 2  # then exact search over the masked rows
 
     def __init__(self, embeddings: np.ndarray, query: np.ndarray, sections, ann: AnnIndex | None = None,
