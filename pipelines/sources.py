@@ -17,6 +17,7 @@ import dagster as dg
 from knowledge_store.errors import StoreError
 from knowledge_store.ingest.failures import open_failures
 from knowledge_store.ingest.run import run_sync
+from knowledge_store.progress import DagsterLogSink
 from knowledge_store.sources import get_source, list_sources, source_statistics
 from knowledge_store.store import store_connection
 from pipelines.metadata import markdown_table
@@ -32,7 +33,12 @@ def crawl_logger(context: dg.AssetExecutionContext):
     The crawler reports every ``web_progress_interval_s``."""
     partition = context.partition_key if context.has_partition_key else None
 
+    stages = DagsterLogSink(context.log)
+
     def report(source: str, progress: dict) -> None:
+        if "unit" in progress:  # a stage's counts (parse/chunk/embed), not the crawl's
+            stages(source, progress)
+            return
         done = " (done)" if progress.get("done") else ""
         context.log.info(
             f"crawl {source}{done}: fetched {progress.get('fetched', 0)}, unchanged {progress.get('not_modified', 0)}, "

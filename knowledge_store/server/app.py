@@ -214,10 +214,16 @@ class IngestJobs:
 
     def _progress(self, job_id: str):
         def report(name: str, progress: dict[str, Any]) -> None:
-            # stage counts (parse/chunk/embed: done, total, rate, ETA) or a web source's crawl figures
-            key = "stage" if "unit" in progress else "source"
+            # a web source's crawl figures at the top level (fetched, queued, ...); each stage's counts
+            # (parse/chunk/embed: done, total, rate, ETA) under stages, the current one named by stage
             with self._lock:
-                self.jobs[job_id]["progress"] = {key: name, **progress, "updated_at": _now()}
+                current = dict(self.jobs[job_id].get("progress") or {})
+                if "unit" in progress:
+                    current.update(stage=name, stages={**(current.get("stages") or {}), name: progress})
+                else:
+                    current.update({"source": name, **progress})
+                current["updated_at"] = _now()
+                self.jobs[job_id]["progress"] = current
         return report
 
     def _run(self, job_id: str, work) -> None:
