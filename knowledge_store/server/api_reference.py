@@ -1,0 +1,206 @@
+"""docs/API.md, written from the served OpenAPI schema so the reference cannot drift.
+
+Why generated: the routes, their parameters and every field of every request and
+response model already carry types and descriptions (they are what `/docs` shows
+and what the schemathesis run checks).  A hand-written reference went stale with
+each added field; this one is rebuilt from the same schema and
+``tests/test_api_reference.py`` fails when docs/API.md differs from it.
+
+    python -m knowledge_store.server.api_reference [--write] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "API.md"
+METHODS = ("get", "post", "put", "patch", "delete")
+
+HEADER = """# HTTP API reference
+
+Generated from the served OpenAPI schema by `python -m knowledge_store.server.api_reference --write`
+(`tests/test_api_reference.py` fails when this file is stale). The live schema is at
+`/openapi.json` and browsable at `/docs` on a running `groundwork serve`. The MCP tools are
+in docs/MCP.md.
+
+Conventions: every error has the body `{error, message}` (422 adds `errors: [{field, message}]`);
+timestamps are ISO-8601; the `reranker` and `answer` enums list what this server can run
+(a cross-encoder appears when `GROUNDWORK_CROSS_ENCODER_PATH` is set, `llm` when an
+OpenAI-compatible endpoint is configured). Seed contracts: `/api/kb/articles` (seed 001),
+`/api/ask`, `/api/ask-local` (seed 002), citations with `rev_label`, `valid_from`,
+`valid_to` and entities (seed 003), `/metrics` (seed 004).
+"""
+
+
+def served_schema(embedder: Any = None) -> dict[str, Any]:
+    """The OpenAPI document of an app over an empty data folder (the schema does not depend on data).
+
+    ``embedder``: a loaded query embedder to reuse (tests); else the configured one is built."""
+    from knowledge_store.retrieval.engine import RetrievalEngine
+    from knowledge_store.server.app import create_app
+    from knowledge_store.settings import Settings
+
+    with tempfile.TemporaryDirectory(prefix="gw-api-reference-") as tmp:
+        settings = Settings(data_dir=Path(tmp), models_cache_dir=Settings().models_cache_dir,  # reuse the ONNX export
+                            cross_encoder_path=None, llm_base_url=None, llm_model=None)
+        engine = RetrievalEngine(settings, embedder=embedder) if embedder is not None else None
+        return create_app(settings, engine, mount_mcp=False).openapi()
+
+
+def _ref_name(ref: str) -> str:
+    return ref.rsplit("/", 1)[-1]
+
+
+def type_of(schema: dict[str, Any]) -> str:
+    """A short, readable type: `string`, `integer[]`, `Citation`, `string | null`, enum values."""
+    if not schema:
+        return "any"
+    if "$ref" in schema:
+        return f"[{_ref_name(schema['$ref'])}](#{_ref_name(schema['$ref']).lower()})"
+    if "enum" in schema:
+        return " \\| ".join(f"`{value}`" for value in schema["enum"])
+    if "const" in schema:
+        return f"`{schema['const']}`"
+    for key in ("anyOf", "oneOf", "allOf"):
+        if key in schema:
+            return " \\| ".join(dict.fromkeys(type_of(option) for option in schema[key]))
+    kind = schema.get("type")
+    if kind == "array":
+        inner = type_of(schema.get("items", {}))
+        return f"{inner}[]" if " " not in inner else f"({inner})[]"
+    if kind == "object":
+        extra = schema.get("additionalProperties")
+        return f"object of {type_of(extra)}" if isinstance(extra, dict) and extra else "object"
+    if isinstance(kind, list):
+        return " \\| ".join(kind)
+    fmt = schema.get("format")
+    return f"{kind} ({fmt})" if fmt and kind else str(kind or "any")
+
+
+def _cell(text: Any) -> str:
+    return " ".join(str(text or "").split()).replace("|", "\\|")
+
+
+def _limits(schema: dict[str, Any]) -> str:
+    parts = []
+    for key, label in (("minimum", "≥"), ("maximum", "≤"), ("exclusiveMinimum", ">"), ("minLength", "min length "),
+                       ("maxLength", "max length "), ("maxItems", "max items ")):
+        if key in schema:
+            parts.append(f"{label}{schema[key]}")
+    if "default" in schema and schema["default"] not in (None, [], {}):
+        parts.append(f"default `{schema['default']}`")
+    return ", ".join(parts)
+
+
+def _fields_table(schema: dict[str, Any]) -> list[str]:
+    properties = schema.get("properties", {})
+    if not properties:
+        return ["(no fields)" if schema.get("type") == "object" else f"type: {type_of(schema)}", ""]
+    required = set(schema.get("required", []))
+    lines = ["| field | type | required | description |", "|---|---|---|---|"]
+    for name, prop in properties.items():
+        limits = _limits(prop)
+        description = _cell(prop.get("description", "")) + (f" ({limits})" if limits else "")
+        lines.append(f"| `{name}` | {type_of(prop)} | {'yes' if name in required else ''} | {description} |")
+    return lines + [""]
+
+
+def _body_schema(content: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    for media, value in content.items():
+        return media, value.get("schema", {})
+    return None
+
+
+def render(schema: dict[str, Any]) -> str:
+    """The Markdown reference: endpoints grouped by tag, then every model's fields.
+
+    The error statuses every route can answer (``COMMON_ERRORS``) are listed once; each
+    endpoint lists its success and its own error statuses."""
+    from knowledge_store.server.api_models import COMMON_ERRORS
+
+    common = {str(status) for status in COMMON_ERRORS}
+    by_tag: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
+    for path, item in schema.get("paths", {}).items():
+        for method in METHODS:
+            if method in item:
+                operation = item[method]
+                tag = (operation.get("tags") or ["other"])[0]
+                by_tag.setdefault(tag, []).append((path, method, operation))
+    out = [HEADER, "Errors any route can answer:", "", "| status | meaning |", "|---|---|"]
+    first = next(iter(next(iter(schema["paths"].values())).values()))
+    for status in sorted(common):
+        out.append(f"| {status} | {_cell(first['responses'].get(status, {}).get('description', ''))} |")
+    out += ["", "## Endpoints", ""]
+    for tag in by_tag:
+        out.append(f"- **{tag}**: " + ", ".join(f"`{m.upper()} {p}`" for p, m, _ in by_tag[tag]))
+    out.append("")
+    for tag, operations in by_tag.items():
+        out += [f"## {tag}", ""]
+        for path, method, operation in operations:
+            out += [f"### `{method.upper()} {path}`", ""]
+            summary = operation.get("summary", "")
+            description = operation.get("description", "")
+            if description:
+                out += [description.strip(), ""]
+            elif summary:
+                out += [summary, ""]
+            parameters = operation.get("parameters", [])
+            if parameters:
+                out += ["| parameter | in | type | required | description |", "|---|---|---|---|---|"]
+                for parameter in parameters:
+                    param_schema = parameter.get("schema", {})
+                    limits = _limits(param_schema)
+                    text = _cell(parameter.get("description", param_schema.get("description", "")))
+                    out.append(f"| `{parameter['name']}` | {parameter['in']} | {type_of(param_schema)} | "
+                               f"{'yes' if parameter.get('required') else ''} | {text}{f' ({limits})' if limits else ''} |")
+                out.append("")
+            body = operation.get("requestBody")
+            if body:
+                media, body_schema = _body_schema(body.get("content", {})) or ("", {})
+                out += [f"Request body (`{media}`): {type_of(body_schema)}", ""]
+            responses = operation.get("responses", {})
+            rows = []
+            for status in sorted(responses):
+                if status in common:
+                    continue
+                response = responses[status]
+                found = _body_schema(response.get("content", {}))
+                kind = f"{type_of(found[1])} (`{found[0]}`)" if found else ""
+                rows.append(f"| {status} | {kind} | {_cell(response.get('description', ''))} |")
+            out += ["| status | body | meaning |", "|---|---|---|", *rows, ""]
+    components = schema.get("components", {}).get("schemas", {})
+    out += ["## Models", ""]
+    for name in sorted(components):
+        model = components[name]
+        out += [f"### {name}", ""]
+        if model.get("description"):
+            out += [_cell(model["description"]), ""]
+        out += _fields_table(model)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"write {REFERENCE}")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the file differs from the schema")
+    args = parser.parse_args(argv)
+    text = render(served_schema())
+    if args.write:
+        REFERENCE.write_text(text)
+        print(f"wrote {REFERENCE} ({len(text.splitlines())} lines)")
+    elif args.check:
+        current = REFERENCE.read_text() if REFERENCE.is_file() else ""
+        if current != text:
+            print(f"{REFERENCE} is stale: run python -m knowledge_store.server.api_reference --write", file=sys.stderr)
+            return 1
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

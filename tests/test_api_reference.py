@@ -1,0 +1,27 @@
+"""docs/API.md is the served OpenAPI schema rendered: a route or field added without
+regenerating the reference fails here (fix: python -m knowledge_store.server.api_reference --write)."""
+
+from __future__ import annotations
+
+from knowledge_store.server.api_reference import REFERENCE, render, served_schema
+
+
+def test_api_reference_matches_the_served_schema(embedder) -> None:
+    schema = served_schema(embedder)
+    assert REFERENCE.is_file(), "docs/API.md is missing: python -m knowledge_store.server.api_reference --write"
+    assert REFERENCE.read_text() == render(schema), \
+        "docs/API.md is stale: python -m knowledge_store.server.api_reference --write"
+
+
+def test_api_reference_lists_every_route_and_the_seed_field_names(embedder) -> None:
+    schema = served_schema(embedder)
+    text = render(schema)
+    for path, item in schema["paths"].items():
+        for method in ("get", "post", "put", "patch", "delete"):
+            if method in item:
+                assert f"### `{method.upper()} {path}`" in text
+    # seed 001 (articles), 002 (ask), 004 (query logging is not an API field, /metrics is a route)
+    for field in ("`articles`", "`total`", "`updated_at`", "`last_updated`", "`intent`", "`device`",
+                  "`answer`", "`sources`", "`source_file`", "`context`"):
+        assert field in text, field
+    assert "### `GET /metrics`" in text
