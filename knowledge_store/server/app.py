@@ -33,6 +33,8 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.responses import Response
+from starlette.staticfiles import NotModifiedResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, create_model, field_validator
 
@@ -62,6 +64,10 @@ STATIC_DIR = Path(__file__).parent / "static"
 # what GET /api/knowledge/sources/{doc_id}/file can answer with (text formats are served as text/plain)
 ORIGINAL_MEDIA_TYPES = ("application/pdf", "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
                         "text/html", "text/plain", "application/octet-stream")
+# /widget.js: cached briefly and revalidated by ETag (a new release reaches pages within minutes); embeddable
+# by pages that set Cross-Origin-Embedder-Policy; never sniffed as anything but JavaScript
+WIDGET_HEADERS = {"Cache-Control": "public, max-age=600, must-revalidate", "Cross-Origin-Resource-Policy": "cross-origin",
+                  "X-Content-Type-Options": "nosniff"}
 UPLOAD_TYPES = {".pdf": "pdf", ".docx": "docx", ".html": "html", ".htm": "html", ".md": "markdown",
                 ".markdown": "markdown", ".txt": "text", ".text": "text"}
 
@@ -903,6 +909,20 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
         @app.get("/", include_in_schema=False)
         def console() -> FileResponse:
             return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+        @app.get("/widget.js", include_in_schema=False)
+        def chat_widget(request: Request) -> Response:
+            """The embeddable docs-site chat widget (docs/WIDGET.md): one ``<script src=".../widget.js">`` on any
+            page.  Loaded cross-origin by a classic script tag (no ``Origin`` header, so the origin policy serves
+            it to any page; its API calls are what ``GROUNDWORK_CORS_ORIGINS`` governs).  Revalidation by ETag
+            answers 304, so every page view of a docs site costs a header exchange, not the script."""
+            path = STATIC_DIR / "widget.js"
+            response = FileResponse(path, media_type="text/javascript; charset=utf-8", headers=WIDGET_HEADERS,
+                                    stat_result=path.stat())
+            wanted = {tag.strip().removeprefix("W/") for tag in request.headers.get("if-none-match", "").split(",")}
+            if response.headers["etag"] in wanted or "*" in wanted:
+                return NotModifiedResponse(response.headers)
+            return response
     else:
         @app.get("/", include_in_schema=False)
         def root() -> RedirectResponse:

@@ -12,8 +12,10 @@ endpoint instead (only offered when one is configured).  Nothing relevant:
 ``/api/ask-local`` is the "ask about the selected text" variant: retrieval is
 restricted to ``source_file`` (the same matching as ``filters.paths``: a path
 relative to its source, an absolute path, a file name or a glob; the page URL
-for web sources) and searches for the question *and* the selected ``context``,
-so the passages around the selection come first.  The extractive answer picks
+for web sources, in any spelling the crawler would have stored under the same
+canonical URL - see ``source_file_patterns``) and searches for the question
+*and* the selected ``context``, so the passages around the selection come
+first.  The extractive answer picks
 sentences by the question's words (the selection says what it is about, the
 question what to take from it), unless the question only asks about the
 selection itself ("what does this mean?", "explain this"): then by the
@@ -28,11 +30,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from knowledge_store.errors import QueryValidationError
 from knowledge_store.retrieval.answer import Answer, LLMAnswerer, extractive_answer
 from knowledge_store.retrieval.citations import query_terms
 from knowledge_store.retrieval.filters import SearchFilters, document_matches
+from knowledge_store.web.errors import InvalidUrlError
+from knowledge_store.web.urls import canonical_url
 
 NO_ANSWER = "No relevant content found."
 # words of a question that is about the selected text itself, not about something in it
@@ -65,6 +70,31 @@ def _answer(settings, question: str, hits: list, mode: str, context: str | None)
     return extractive_answer(question, hits)
 
 
+def source_file_patterns(source_file: str) -> list[str]:
+    """The ``filters.paths`` patterns ``source_file`` stands for.
+
+    A file path, name or glob stands for itself.  A page URL (what the docs-site widget sends: the page's
+    ``<link rel=canonical>`` or its address) is also tried as the key web documents are stored under - its
+    canonical form (fragment, tracking parameters and default port dropped, host lower-cased) - with and
+    without a trailing slash, because a site answers ``/docs/intro`` and ``/docs/intro/`` alike while the
+    crawler kept whichever spelling its links used.
+    """
+    source_file = source_file.strip()
+    patterns = [source_file]
+    if source_file.lower().startswith(("http://", "https://")):
+        try:
+            canonical = canonical_url(source_file)
+        except (InvalidUrlError, ValueError):  # not a URL a crawl could have stored (urlsplit: bad IPv6 host)
+            return patterns
+        address, mark, query = canonical.partition("?")
+        if urlsplit(address).path == "/":  # the site's root has one spelling
+            toggled = None
+        else:
+            toggled = (address[:-1] if address.endswith("/") else address + "/") + mark + query
+        patterns += [p for p in (canonical, toggled) if p and p not in patterns]
+    return patterns
+
+
 def _source_url(base: str, citation: Any) -> str:
     """The original: the page URL for web sources, this server's file link (with #page=N / #anchor) otherwise."""
     url = citation.url or ""
@@ -80,11 +110,12 @@ def ask(engine, base: str, question: str, *, top_k: int = 10, max_sources: int =
     settings = engine.settings
     filters = None
     if source_file is not None:
-        filters = SearchFilters(paths=[source_file.strip()])
+        filters = SearchFilters(paths=source_file_patterns(source_file))
         snapshot = engine.snapshots.current()
         if not any(document_matches(doc, filters) for doc in snapshot.documents if doc["status"] == "active"):
             raise QueryValidationError("source_file", source_file, "matches no indexed document (give its path relative "
-                                       "to its source, e.g. from GET /api/kb/articles, a file name or a glob)")
+                                       "to its source, e.g. from GET /api/kb/articles, a file name, a glob, or the "
+                                       "URL of a crawled web page)")
     response = engine.search(retrieval_query(question, context, settings.max_query_chars), k=top_k, answer="none",
                              filters=filters, client=client)
     hits = list(response.hits)[:max_sources]
