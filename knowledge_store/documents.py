@@ -60,9 +60,26 @@ class Page:
     ocr_confidence: float | None = None
 
 
+@dataclass(frozen=True)
+class DocumentLink:
+    """A link written in the document, as the author wrote it (``href`` unresolved).
+
+    ``text`` is the link text a reader sees; ``char_start``/``char_end`` locate it in
+    page ``page_number``'s text (None when the text could not be found there, e.g. an
+    image link).  Links to other documents of the store become ``seeAlso`` relations
+    (``knowledge_store.ingest.relations``) whose evidence is this phrase and span.
+    """
+
+    href: str
+    text: str
+    page_number: int
+    char_start: int | None = None
+    char_end: int | None = None
+
+
 @dataclass
 class ParsedDocument:
-    """A parsed file: its title, pages, blocks and format-level metadata."""
+    """A parsed file: its title, pages, blocks, format-level metadata and the links it contains."""
 
     title: str
     doc_type: str  # pdf | markdown | docx | html | text
@@ -70,6 +87,7 @@ class ParsedDocument:
     blocks: list[Block]
     paginated: bool = False
     metadata: dict[str, object] = field(default_factory=dict)
+    links: list[DocumentLink] = field(default_factory=list)
 
     @property
     def pages_without_text(self) -> list[int]:

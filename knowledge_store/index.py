@@ -96,6 +96,7 @@ SNAPSHOT_CHUNKS_SQL = f"""
         d.source_id, c.source_path, c.url, c.page_start, c.page_end, c.anchor,
         c.char_start, c.char_end, c.token_count, c.content_hash, d.doc_type,
         d.metadata, coalesce(d.modified_at, d.valid_from) AS last_updated, d.status,
+        d.rev_label, d.valid_from, d.valid_to, d.superseded_by,
         coalesce(c.ocr, FALSE) AS ocr, c.ocr_confidence,
         e.embedding::FLOAT[{EMBEDDING_DIM}] AS embedding
     FROM chunks c
@@ -106,7 +107,7 @@ SNAPSHOT_CHUNKS_SQL = f"""
 
 SNAPSHOT_DOCUMENTS_SQL = """
     SELECT doc_id, version, source_id, relative_path, path, url, title, doc_type, checksum, size_bytes,
-           modified_at, valid_from, paginated, page_count, metadata
+           modified_at, valid_from, paginated, page_count, metadata, rev_label
     FROM documents WHERE status = 'active'
 """
 
@@ -127,6 +128,9 @@ def build_snapshot(store: duckdb.DuckDBPyConnection, index_dir: Path, info: Snap
         store.execute(f"CREATE TABLE snap.chunks AS {SNAPSHOT_CHUNKS_SQL}", [info.model_id])
         store.execute(f"CREATE TABLE snap.documents AS {SNAPSHOT_DOCUMENTS_SQL}")
         store.execute("CREATE TABLE snap.sources AS SELECT source_id, name, kind, location FROM sources")
+        # seed 003's relations (supersedes, seeAlso) between documents: citations name them without a store read
+        store.execute("CREATE TABLE snap.relations AS SELECT relation_id, src_type, src_id, rel_type, dst_type, dst_id, "
+                      "confidence, evidence::VARCHAR AS evidence, created_at FROM relations ORDER BY src_id, rel_type, dst_id")
         store.execute("CREATE TABLE snap.meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
         store.execute(
             "INSERT INTO snap.meta VALUES " + ", ".join(["(?, ?)"] * 6),

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from knowledge_store.errors import ConfigError
 from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.revisions import DEFAULT_FAMILY_ID_PATTERN
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,6 +56,8 @@ class Settings(BaseSettings):
     header_max_tokens: int = Field(40, ge=0, description="Budget for the 'title › section' header embedded with each chunk.")
     max_file_mb: float = Field(50.0, gt=0, description="Files larger than this are refused with a failure row.")
     follow_external_symlinks: bool = Field(False, description="Index symbolic links (to files or folders) in a folder source whose target lies outside that folder; off = such links are skipped and counted as excluded.")
+    revision_families: bool = Field(True, description="Supersedence across files (seed 003): of live documents of one source that are revisions of one document (same asset id, or same title once the revision label is removed; knowledge_store/revisions.py), only the newest stays active; the others are superseded, with a supersedes relation. Off: every file is its own document (superseded ones become active again on the next sync).")
+    family_id_pattern: str = Field(DEFAULT_FAMILY_ID_PATTERN, description="Regular expression (matched case-insensitively) for a document id in a title or file name that makes files revisions of one document: SOP-42-RevB.pdf and SOP-42 Rev C.docx share SOP-42.")
     embed_batch_size: int = Field(32, ge=1, description="Texts per batch when documents are embedded with torch (document_encoder=torch).")
     torch_threads: int = Field(min(2, os.cpu_count() or 1), ge=1, description="Cores document embedding may use: torch threads, or ONNX batches run at once (one thread each).")
     document_encoder: str = Field("onnx", pattern="^(onnx|torch)$", description="Document (chunk) embedding backend in ingestion: onnx (ONNX Runtime, exported once from the local weights; fp32 vectors equal torch's to |1-cos| < 1e-6 and share its model id, ~2x the chunks/s, docs/BENCHMARKS.md) or torch (sentence-transformers).")
@@ -177,6 +180,17 @@ class Settings(BaseSettings):
     def _known_fusion(cls, value: str) -> str:
         if value not in FUSION_MODES:
             raise ValueError(f"must be one of {', '.join(FUSION_MODES)} (got {value!r})")
+        return value
+
+    @field_validator("family_id_pattern")
+    @classmethod
+    def _compilable_family_pattern(cls, value: str) -> str:
+        try:
+            re.compile(value, re.IGNORECASE)
+        except re.error as error:
+            raise ConfigError("family_id_pattern", value, f"is not a regular expression: {error}") from None
+        if re.compile(value, re.IGNORECASE).search(""):
+            raise ConfigError("family_id_pattern", value, "matches the empty string, so every file would be one document")
         return value
 
     @model_validator(mode="after")

@@ -319,7 +319,7 @@ def delete_source(conn: duckdb.DuckDBPyConnection, name: str, configured_ids: se
             "SELECT count(DISTINCT doc_id) FROM documents WHERE source_id = ? AND status IN ('active', 'pending', 'failed')",
             [source.source_id],
         ).fetchone()[0]
-        for table in ("pages", "blocks", "chunks"):
+        for table in ("pages", "blocks", "chunks", "document_links"):
             conn.execute(
                 f"DELETE FROM {table} WHERE (doc_id, version) IN "
                 "(SELECT doc_id, version FROM documents WHERE source_id = ? AND status = 'pending')",

@@ -34,10 +34,13 @@ def store_status(settings: Settings, include_history: bool = True) -> dict[str, 
             GROUP BY ALL ORDER BY s.name
             """
         ))
+        document_columns = {d[0] for d in conn.execute("SELECT * FROM documents LIMIT 0").description}
+        # seed 003 (store migration 6): a store not yet migrated (opened read-only) has none of them
+        revision_columns = "".join(f"d.{c}, " for c in ("rev_label", "superseded_by") if c in document_columns)
         documents = _rows(conn.execute(
             f"""
             SELECT d.doc_id, d.version, d.status, d.title, d.relative_path, d.doc_type, d.page_count,
-                   d.checksum, d.valid_from, d.valid_to, d.supersedes,
+                   d.checksum, d.valid_from, d.valid_to, d.supersedes, {revision_columns}
                    (SELECT count(*) FROM chunks c WHERE c.doc_id = d.doc_id AND c.version = d.version) AS chunks
             FROM documents d
             {"" if include_history else "WHERE d.status IN ('active', 'pending', 'failed')"}

@@ -216,6 +216,42 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE sync_runs ADD COLUMN pages_parsed BIGINT DEFAULT 0;
         """,
     ),
+    (
+        6,
+        "document model of seed 003: revision labels, supersedence across files, relations (supersedes, seeAlso), links",
+        """
+        ALTER TABLE documents ADD COLUMN rev_label VARCHAR;         -- "Rev C", "v2.1" (knowledge_store.revisions)
+        ALTER TABLE documents ADD COLUMN rev_label_source VARCHAR;  -- metadata:<key> | file_name | title | none; NULL = not derived yet
+        ALTER TABLE documents ADD COLUMN superseded_by VARCHAR;     -- doc_id of the newer revision (another file) that replaced it
+        CREATE TABLE document_links (
+            doc_id         VARCHAR NOT NULL,
+            version        INTEGER NOT NULL,
+            link_index     INTEGER NOT NULL,            -- reading order in the version
+            href           VARCHAR NOT NULL,            -- as written
+            text           VARCHAR NOT NULL,            -- the link text (evidence phrase)
+            page_number    INTEGER NOT NULL,
+            char_start     INTEGER,                     -- span of the text in the page text (NULL: not found)
+            char_end       INTEGER,
+            target_path    VARCHAR,                     -- a file of the same folder source it points at (relative path)
+            target_url     VARCHAR,                     -- a web page it points at (canonical URL)
+            PRIMARY KEY (doc_id, version, link_index)
+        );
+        CREATE TABLE relations (
+            relation_id    VARCHAR PRIMARY KEY,         -- sha256(src_type|src_id|rel_type|dst_type|dst_id)[:32]
+            src_type       VARCHAR NOT NULL,            -- document
+            src_id         VARCHAR NOT NULL,
+            rel_type       VARCHAR NOT NULL,            -- supersedes | seeAlso
+            dst_type       VARCHAR NOT NULL,
+            dst_id         VARCHAR NOT NULL,
+            confidence     DOUBLE NOT NULL,
+            evidence       JSON,                        -- why: {"phrase", "page", "span"} for links; keys and labels for revisions
+            created_at     TIMESTAMP NOT NULL,
+            updated_at     TIMESTAMP NOT NULL
+        );
+        CREATE INDEX rel_idx ON relations (src_id, rel_type, dst_id);
+        CREATE INDEX rel_dst_idx ON relations (dst_id, rel_type);
+        """,
+    ),
 ]
 
 

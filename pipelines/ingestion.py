@@ -217,6 +217,12 @@ def search_index(context: dg.AssetExecutionContext, store: KnowledgeStoreResourc
             "activated_new": result.activated_added,
             "activated_updated": result.activated_updated,
             "purged_documents": result.purged_documents,
+            # seed 003: files superseded by a newer revision (another file) / active again, relations in the index
+            "revisions_superseded": int(result.revisions.get("superseded", 0)),
+            "revisions_reactivated": int(result.revisions.get("reactivated", 0)),
+            "relations_supersedes": int(result.revisions.get("supersedes", 0)),
+            "relations_see_also": int(result.revisions.get("see_also", 0)),
+            "revision_changes": dg.MetadataValue.json(result.revisions.get("changes", [])),
             "build_duration_s": round(result.build_seconds, 3),
             "duration_s": round(result.seconds, 3),
             "open_ingestion_failures": len(failures),

@@ -22,6 +22,9 @@ def test_api_reference_lists_every_route_and_the_seed_field_names(embedder) -> N
                 assert f"### `{method.upper()} {path}`" in text
     # seed 001 (articles), 002 (ask), 004 (query logging is not an API field, /metrics is a route)
     for field in ("`articles`", "`total`", "`updated_at`", "`last_updated`", "`intent`", "`device`",
-                  "`answer`", "`sources`", "`source_file`", "`context`"):
+                  "`answer`", "`sources`", "`source_file`", "`context`",
+                  # seed 003: the citation's revision label, link and validity; relations with their evidence
+                  "`rev_label`", "`source_path`", "`valid_from`", "`valid_to`", "`src_type`", "`rel_type`",
+                  "`dst_id`", "`confidence`", "`evidence`"):
         assert field in text, field
     assert "### `GET /metrics`" in text

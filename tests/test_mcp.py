@@ -31,7 +31,9 @@ pytestmark = pytest.mark.slow
 RESET = "how do I reset the Aurora to factory settings"
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 RESULT_KEYS = {"n", "chunk_id", "doc_id", "version", "title", "section", "pages", "url", "snippet", "score",
-               "bm25_score", "vector_score", "relevance", "ocr", "ocr_confidence"}
+               "bm25_score", "vector_score", "relevance", "ocr", "ocr_confidence",
+               # seed 003: the document's revision label, validity and relations
+               "status", "rev_label", "valid_from", "valid_to", "superseded_by", "see_also"}
 
 
 @pytest.fixture(scope="module")

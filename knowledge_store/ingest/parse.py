@@ -21,10 +21,12 @@ from knowledge_store.documents import ParsedDocument
 from knowledge_store.errors import IngestionError
 from knowledge_store.ingest.failures import failure_id, record_failure, resolve_failures
 from knowledge_store.ingest.raw_documents import sha256_file
+from knowledge_store.ingest.relations import write_links
 from knowledge_store.ingest.sync_runs import add_counts
 from knowledge_store.parsers import OcrOptions, parse_file
 from knowledge_store.parsers.ocr import missing_text_reason
 from knowledge_store.progress import Sink, stage_progress
+from knowledge_store.revisions import revision_label
 from knowledge_store.settings import Settings
 from knowledge_store.store import store_connection, transaction, utcnow
 
@@ -110,12 +112,17 @@ def write_parsed(conn, doc_id: str, version: int, parsed: ParsedDocument) -> Non
             "section_path::VARCHAR[], anchor, heading_level FROM blocks_df"
         )
         conn.unregister("blocks_df")
+    relative_path = conn.execute(
+        "SELECT relative_path FROM documents WHERE doc_id = ? AND version = ?", [doc_id, version]).fetchone()
+    label = revision_label(parsed.title, parsed.metadata, relative_path[0] if relative_path else "")
     conn.execute(
         "UPDATE documents SET title = ?, doc_type = ?, paginated = ?, page_count = ?, metadata = ?, parsed_at = ?, "
-        "chunker_signature = NULL WHERE doc_id = ? AND version = ?",
+        "chunker_signature = NULL, rev_label = ?, rev_label_source = ? WHERE doc_id = ? AND version = ?",
         [parsed.title, parsed.doc_type, parsed.paginated, len(parsed.pages),
-         json.dumps(_json_safe(parsed.metadata)), utcnow(), doc_id, version],
+         json.dumps(_json_safe(parsed.metadata)), utcnow(), label.label if label else None,
+         label.source if label else "none", doc_id, version],
     )
+    write_links(conn, doc_id, version, parsed.links)
 
 
 def _store_outcome(conn, outcome: tuple, sync_run_id: str, result: ParseResult) -> None:

@@ -24,6 +24,7 @@ from knowledge_store.index import (
     write_pointer,
 )
 from knowledge_store.errors import IndexNotBuiltError, StoreError
+from knowledge_store.ingest.relations import apply_document_model, document_model_digest
 from knowledge_store.ingest.sync_runs import STOPPED_RUN_STATUSES, add_counts, finish_sync_run, unpublished_active_versions
 from knowledge_store.ingest.web_sources import cache_dir
 from knowledge_store.settings import Settings
@@ -47,6 +48,8 @@ class PublishResult:
     seconds: float = 0.0
     retired: list[str] = field(default_factory=list)
     sync_run: dict[str, object] = field(default_factory=dict)
+    # seed 003's document model (ingest/relations.py): labels derived, revisions superseded/reactivated, relations
+    revisions: dict[str, object] = field(default_factory=dict)
 
 
 def ready_versions(conn, model_id: str) -> list[tuple[str, int, int | None, str | None]]:
@@ -79,6 +82,10 @@ def activate_ready_versions(conn, model_id: str, ready: list[tuple] | None = Non
                 [now, doc_id],
             )
             updated += 1
+        elif conn.execute(  # a new version of a file another file had superseded: an update of that document
+            "SELECT count(*) FROM documents WHERE doc_id = ? AND version < ? AND status = 'superseded' "
+            "AND superseded_by IS NOT NULL", [doc_id, version]).fetchone()[0]:
+            updated += 1
         else:
             added += 1
         conn.execute(
@@ -99,18 +106,23 @@ def purge_expired(conn, retention_days: float) -> tuple[int, int]:
             SELECT doc_id FROM documents GROUP BY doc_id
             HAVING bool_and(status IN ('deleted', 'superseded', 'failed'))
                AND max(CASE WHEN status = 'deleted' THEN valid_to END) < ?
+               -- a file superseded by a newer revision (another file) is still there: not gone
+               AND NOT coalesce(arg_max(status = 'superseded' AND superseded_by IS NOT NULL, version), FALSE)
             """,
             [cutoff],
         ).fetchall()
     ]
     if gone:
-        for table in ("pages", "blocks", "chunks", "documents"):
+        for table in ("pages", "blocks", "chunks", "document_links", "documents"):
             conn.execute(f"DELETE FROM {table} WHERE list_contains(?, doc_id)", [gone])
+    # versions replaced by a newer version of their file; not the live version of a file another file supersedes
     old_versions = conn.execute(
-        "SELECT doc_id, version FROM documents WHERE status = 'superseded' AND valid_to < ?", [cutoff]
+        "SELECT doc_id, version FROM documents d WHERE status = 'superseded' AND valid_to < ? AND NOT ("
+        "superseded_by IS NOT NULL AND NOT EXISTS (SELECT 1 FROM documents n WHERE n.doc_id = d.doc_id "
+        "AND n.version > d.version AND n.status IN ('active', 'superseded', 'deleted')))", [cutoff]
     ).fetchall()
     for doc_id, version in old_versions:
-        for table in ("pages", "blocks", "chunks"):
+        for table in ("pages", "blocks", "chunks", "document_links"):
             conn.execute(f"DELETE FROM {table} WHERE doc_id = ? AND version = ?", [doc_id, version])
     if gone or old_versions:
         conn.execute("DELETE FROM embeddings WHERE content_hash NOT IN (SELECT content_hash FROM chunks)")
@@ -160,6 +172,7 @@ def publish_index(settings: Settings, model_id: str, sync_run_id: str) -> Publis
                 [list(STOPPED_RUN_STATUSES), sync_run_id]).fetchall()}
             result.resumed = len(unpublished) + sum(1 for row in ready if row[3] in stopped)
             result.activated_added, result.activated_updated = activate_ready_versions(conn, model_id, ready)
+            result.revisions = apply_document_model(conn, settings, utcnow()).as_dict()
             result.purged_documents, result.purged_versions = purge_expired(conn, settings.deleted_retention_days)
             result.purged_sources = purge_deleted_sources(conn, settings)
             resumed_updated = sum(1 for _version, supersedes in unpublished.values() if supersedes is not None)
@@ -178,6 +191,7 @@ def publish_index(settings: Settings, model_id: str, sync_run_id: str) -> Publis
                 f"{missing} active or retained chunks have no embedding for model {model_id}; materialise the embeddings asset first"
             )
         fingerprint, chunk_count, document_count = active_fingerprint(conn, model_id)
+        fingerprint += f":{document_model_digest(conn)}"  # labels, supersedence and relations are in the snapshot too
         result.chunk_count, result.document_count = chunk_count, document_count
         try:
             current = read_pointer(index_dir)
@@ -213,7 +227,7 @@ def publish_index(settings: Settings, model_id: str, sync_run_id: str) -> Publis
                 conn, sync_run_id, result.snapshot_version,
                 {"chunk_count": chunk_count, "document_count": document_count,
                  "snapshot_built": result.snapshot_built, "purged_documents": result.purged_documents,
-                 "resumed": result.resumed},
+                 "resumed": result.resumed, "revisions": result.revisions},
             )
     result.seconds = time.perf_counter() - started
     return result

@@ -299,7 +299,7 @@ def scan_sources(settings: Settings, folders: list[SourceFolder] | None = None) 
 
 
 def _delete_pending_version(conn: duckdb.DuckDBPyConnection, doc_id: str, version: int) -> None:
-    for table in ("pages", "blocks", "chunks"):
+    for table in ("pages", "blocks", "chunks", "document_links"):
         conn.execute(f"DELETE FROM {table} WHERE doc_id = ? AND version = ?", [doc_id, version])
     conn.execute("DELETE FROM documents WHERE doc_id = ? AND version = ?", [doc_id, version])
 
@@ -352,22 +352,30 @@ def record_raw_documents(
         active_version: dict[str, int] = {}
         doc_source: dict[str, str] = {}
         stopped: dict[str, bool] = {}  # latest version recorded by a run that stopped before it finished
+        # latest version superseded by a newer revision in another file (ingest/relations.py): not in the index,
+        # but its file is live - unchanged while its bytes are, deleted when its file goes
+        family_superseded: set[str] = set()
         unpublished: dict[str, tuple[int, int | None]] = {}
         observed_sources = sorted({f.source_id for f in scan.folders} | {f.source_id for f in scan.files})
         if observed_sources:
             rows = conn.execute(
                 "SELECT d.doc_id, d.version, d.status, d.checksum, d.source_id, "
-                "coalesce(list_contains(?, r.status), FALSE) AND d.sync_run_id <> ? "
+                "coalesce(list_contains(?, r.status), FALSE) AND d.sync_run_id <> ?, d.superseded_by IS NOT NULL "
                 "FROM documents d LEFT JOIN sync_runs r USING (sync_run_id) WHERE list_contains(?, d.source_id)",
                 [list(STOPPED_RUN_STATUSES), sync_run_id, observed_sources],
             ).fetchall()
-            for doc_id, version, status, checksum, source_id, by_stopped_run in rows:
+            by_other_file: set[tuple[str, int]] = set()
+            for doc_id, version, status, checksum, source_id, by_stopped_run, superseded_by_file in rows:
                 doc_source[doc_id] = source_id
                 if status == "active":
                     active_version[doc_id] = version
+                if status == "superseded" and superseded_by_file:
+                    by_other_file.add((doc_id, version))
                 if doc_id not in latest or version > latest[doc_id][0]:
                     latest[doc_id] = (version, status, checksum)
                     stopped[doc_id] = bool(by_stopped_run)
+            family_superseded = {doc_id for doc_id, (version, status, _) in latest.items()
+                                 if status == "superseded" and (doc_id, version) in by_other_file}
             unpublished = unpublished_active_versions(conn, observed_sources)
 
         seen_failures: set[str] = set()
@@ -422,7 +430,7 @@ def record_raw_documents(
                 bump(file.source_id, change)
                 result.changes.append({"doc_id": doc_id, "path": file.relative_path, "change": change, "resumed": True})
                 continue
-            if checksum == file.checksum and status in ("active", "failed"):
+            if checksum == file.checksum and (status in ("active", "failed") or doc_id in family_superseded):
                 result.unchanged += 1
                 bump(file.source_id, "unchanged")
                 continue
@@ -440,8 +448,11 @@ def record_raw_documents(
                 _delete_pending_version(conn, doc_id, version)
                 new_rows.append({**base, "version": version, "supersedes": active_version.get(doc_id)})
             else:
-                new_rows.append({**base, "version": version + 1, "supersedes": active_version.get(doc_id)})
-            change = "updated" if doc_id in active_version else ("restored" if status == "deleted" else "added")
+                replaces = version if doc_id in family_superseded else active_version.get(doc_id)
+                new_rows.append({**base, "version": version + 1, "supersedes": replaces})
+            # a changed revision that another file had superseded is an update of that document
+            known = doc_id in active_version or doc_id in family_superseded
+            change = "updated" if known else ("restored" if status == "deleted" else "added")
             if change == "restored":
                 result.restored += 1
             bump(file.source_id, "updated" if change == "updated" else "added")
@@ -462,7 +473,9 @@ def record_raw_documents(
         known_gone = {doc_id_for(f.source_id, f.relative_path) for f in scan.failures if not f.keeps_document}
         complete_sources = set(scanned_sources)
         for doc_id, (version, status, _checksum) in latest.items():
-            if scan.partial or doc_id in present or status in ("deleted", "superseded"):
+            if scan.partial or doc_id in present or status == "deleted":
+                continue
+            if status == "superseded" and doc_id not in family_superseded:
                 continue
             if doc_source[doc_id] not in complete_sources:
                 continue  # missing folder or incomplete crawl: absence proves nothing
@@ -477,6 +490,10 @@ def record_raw_documents(
                 "UPDATE documents SET status = 'deleted', valid_to = ? WHERE doc_id = ? AND status IN ('active', 'failed')",
                 [now, doc_id],
             )
+            if doc_id in family_superseded:  # out of the index since it was superseded: keep when that was
+                conn.execute(
+                    "UPDATE documents SET status = 'deleted', valid_to = coalesce(valid_to, ?) "
+                    "WHERE doc_id = ? AND version = ?", [now, doc_id, version])
             if doc_id in active_version:
                 result.removed += 1
                 bump(doc_source[doc_id], "removed")

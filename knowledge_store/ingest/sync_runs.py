@@ -187,11 +187,18 @@ def summary_line(row: dict[str, object]) -> str:
     if isinstance(details, str):
         details = json.loads(details)
     resumed = (details or {}).get("resumed") if isinstance(details, dict) else None
+    revisions = (details or {}).get("revisions") if isinstance(details, dict) else None
+    revisions = revisions if isinstance(revisions, dict) else {}
+    # files that left (or re-entered) the index because of another file: a newer revision (ingest/relations.py)
+    moves = [f"{revisions[key]} {words}" for key, words in (("superseded", "superseded by a newer revision"),
+                                                            ("reactivated", "active again (newer revision gone)"))
+             if revisions.get(key)]
     return (
         f"{row.get('added') or 0} added, {row.get('updated') or 0} updated, "
         f"{row.get('removed') or 0} removed, {row.get('unchanged') or 0} unchanged, "
         f"{row.get('excluded') or 0} excluded, {row.get('failed') or 0} failed"
         + (f" ({resumed} resumed from an interrupted sync)" if resumed else "")
+        + (f"; {', '.join(moves)}" if moves else "")
     )
 
 

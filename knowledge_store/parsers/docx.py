@@ -20,6 +20,7 @@ from docx.text.paragraph import Paragraph
 
 from knowledge_store.documents import BlockKind, PageBuilder, ParsedDocument
 from knowledge_store.errors import CorruptFileError
+from knowledge_store.parsers.links import locate_links
 
 _HEADING_STYLE = re.compile(r"^heading\s*(\d)$", re.IGNORECASE)
 _CODE_STYLES = {"html preformatted", "macro text", "code", "source code", "plain text", "verbatim"}
@@ -131,6 +132,7 @@ def parse_docx(path: Path | str) -> ParsedDocument:
     stack: list[tuple[int, str]] = []
     styled_title: str | None = None
     first_heading: str | None = None
+    hyperlinks: list[tuple[str, str]] = []  # (target, text) in reading order, located in the page text below
     for item in iter_body(doc):
         path_now = tuple(title for _, title in stack)
         if isinstance(item, Table):
@@ -139,6 +141,7 @@ def parse_docx(path: Path | str) -> ParsedDocument:
         text = item.text.replace("\r", "\n")
         if not text.strip():
             continue
+        hyperlinks.extend(_hyperlinks(item))
         level = heading_level(item)
         if level is None:
             builder.add(paragraph_kind(item), text, section_path=path_now)
@@ -160,11 +163,35 @@ def parse_docx(path: Path | str) -> ParsedDocument:
         value = getattr(props, key, None)
         if value is not None:
             metadata[key] = value.isoformat()
+    # the "version" core property is the author's revision label ("Rev C", "2.1"); "revision" is not kept:
+    # Word counts every save in it, so it says nothing about which revision of a document this is
+    if (props.version or "").strip():
+        metadata["version"] = props.version.strip()
+    page = builder.page()
     return ParsedDocument(
         title=_meaningful(props.title) or styled_title or first_heading or path.stem,
         doc_type="docx",
-        pages=[builder.page()],
+        pages=[page],
         blocks=builder.blocks,
         paginated=False,
         metadata=metadata,
+        links=locate_links(page.text, 1, hyperlinks),
     )
+
+
+def _hyperlinks(paragraph: Paragraph) -> list[tuple[str, str]]:
+    """(target, text) of the paragraph's hyperlinks: external address (+ ``#fragment``); internal
+    bookmarks alone are in-document jumps and are left out."""
+    found: list[tuple[str, str]] = []
+    try:
+        links = paragraph.hyperlinks
+    except (KeyError, ValueError, AttributeError):  # a relationship id missing from a damaged package
+        return found
+    for link in links:
+        try:
+            address, fragment, text = link.address, link.fragment, link.text
+        except (KeyError, ValueError, AttributeError):
+            continue
+        if address:
+            found.append((address + (f"#{fragment}" if fragment else ""), text))
+    return found

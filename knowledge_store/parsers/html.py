@@ -21,6 +21,7 @@ from bs4.element import CData, Comment, Declaration, Doctype, ProcessingInstruct
 
 from knowledge_store.documents import BlockKind, PageBuilder, ParsedDocument
 from knowledge_store.errors import NestingTooDeepError
+from knowledge_store.parsers.links import locate_links
 from knowledge_store.parsers.text import UNTITLED, read_source
 
 # Deepest element nesting a page may have.  Real pages nest a few dozen levels and browsers flatten
@@ -315,13 +316,17 @@ def parse_html(path_or_text: str | os.PathLike[str], base_url: str | None = None
 
     _strip_chrome(soup)
     walker = _Walker()
-    walker.walk(_content_root(soup))
+    root = _content_root(soup)
+    walker.walk(root)
     walker.flush("paragraph")
+    page = walker.builder.page()
+    anchors = [(str(a.get("href") or ""), inline_text(a)) for a in root.find_all("a", href=True)]
     return ParsedDocument(
         title=page_title or walker.first_h1 or stem,
         doc_type="html",
-        pages=[walker.builder.page()],
+        pages=[page],
         blocks=walker.builder.blocks,
         paginated=False,
         metadata=metadata,
+        links=locate_links(page.text, 1, anchors),
     )

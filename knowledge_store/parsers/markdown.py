@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from knowledge_store.documents import BlockKind, PageBuilder, ParsedDocument
+from knowledge_store.parsers.links import markdown_links
 from knowledge_store.parsers.text import read_source
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?=[ \t]|$)(.*)$")
@@ -290,11 +291,13 @@ def parse_markdown(path_or_text: str | os.PathLike[str]) -> ParsedDocument:
     scanner.run()
     front_title = front.get("title")
     title = front_title.strip() if isinstance(front_title, str) and front_title.strip() else None
+    page = scanner.builder.page()
     return ParsedDocument(
         title=title or scanner.first_h1 or stem,
         doc_type="markdown",
-        pages=[scanner.builder.page()],
+        pages=[page],
         blocks=scanner.builder.blocks,
         paginated=False,
         metadata={**metadata, **front},
+        links=markdown_links(page.text, scanner.builder.blocks),
     )

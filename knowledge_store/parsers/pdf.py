@@ -791,6 +791,33 @@ def _has_eof_marker(path: Path) -> bool:
         return b"%%EOF" in handle.read()
 
 
+# custom Info dictionary entries document-control systems write for a file's revision; PyMuPDF's
+# ``doc.metadata`` holds the standard entries only, so they are read from the dictionary itself
+_INFO_REVISION_KEYS = {"revision": "revision", "rev": "revision", "revlabel": "rev_label", "rev_label": "rev_label",
+                       "version": "version", "docversion": "version"}
+
+
+def _info_revision_fields(doc: pymupdf.Document) -> dict[str, str]:
+    """``revision``/``rev_label``/``version`` from the PDF Info dictionary's custom entries (first of each kept)."""
+    fields: dict[str, str] = {}
+    try:
+        kind, value = doc.xref_get_key(-1, "Info")
+        if kind != "xref":
+            return fields
+        info = int(value.split()[0])
+        for key in doc.xref_get_keys(info):
+            target = _INFO_REVISION_KEYS.get(key.lower())
+            if target is None or target in fields:
+                continue
+            key_kind, key_value = doc.xref_get_key(info, key)
+            text = _clean(key_value) if key_kind in ("string", "name", "int", "float") else ""
+            if text:
+                fields[target] = text.lstrip("/") if key_kind == "name" else text
+    except (RuntimeError, ValueError, IndexError):  # a damaged trailer: the revision is simply unknown
+        return {}
+    return fields
+
+
 def parse_pdf(path: Path | str, ocr: OcrOptions | None = None) -> ParsedDocument:
     """Parse a PDF into one Page per PDF page (1-based, complete) and ordered blocks.
 
@@ -824,6 +851,7 @@ def parse_pdf(path: Path | str, ocr: OcrOptions | None = None) -> ParsedDocument
             events = font_events(raw_pages)
         pages, blocks = _assemble(raw_pages, events)
         metadata_raw = doc.metadata or {}
+        revision_fields = _info_revision_fields(doc)
     finally:
         doc.close()
 
@@ -841,6 +869,7 @@ def parse_pdf(path: Path | str, ocr: OcrOptions | None = None) -> ParsedDocument
         "pages_without_text": missing,
         "heading_source": heading_source,
         **ocr_metadata,
+        **revision_fields,
     }
     unreadable = [page.number for page in raw_pages if page.unreadable]
     if unreadable:

@@ -439,6 +439,20 @@ class Citation(BaseModel):
     ocr_confidence: float | None = Field(
         None, description="Mean OCR word confidence (0-1) of the passage's least sure page; only set when ocr is true and known."
     )
+    # seed 003's citation: {doc_id, title, rev_label, section, pages[], chunk_id, source_path} and validity
+    source_path: str = Field("", description="Seed 003's name for url: where the original is, at the passage "
+                             "(file:// link with #page=N or #anchor; the page URL for web sources).")
+    rev_label: str | None = Field(None, description="The document's revision label (Rev C, v2.1) from its front matter, "
+                                  "DOCX/PDF properties, file name or title; null when it has none.")
+    valid_from: str | None = Field(None, description="When this version of the document became the valid one (ISO-8601 UTC).")
+    valid_to: str | None = Field(None, description="When it stopped being valid (a newer version or revision replaced it, "
+                                 "or it was deleted; ISO-8601 UTC); null while it is the valid one.")
+    superseded_by: str | None = Field(None, description="doc_id of the newer revision (another file) that superseded "
+                                      "this document; null when none did.")
+    supersedes: list[str] = Field(default_factory=list, description="doc_ids of older revisions (other files) this "
+                                  "document supersedes (relations rel_type supersedes).")
+    see_also: list[str] = Field(default_factory=list, description="doc_ids of documents this document links to "
+                                "(relations rel_type seeAlso).")
 
 
 def citation_url(hit: SearchHit) -> str:
@@ -477,6 +491,13 @@ def build_citation(hit: SearchHit, query: str, n: int, max_snippet_chars: int = 
         status=hit.status,
         ocr=hit.ocr,
         ocr_confidence=hit.ocr_confidence if hit.ocr else None,
+        source_path=citation_url(hit),
+        rev_label=hit.rev_label,
+        valid_from=hit.valid_from,
+        valid_to=hit.valid_to,
+        superseded_by=hit.superseded_by,
+        supersedes=list(hit.supersedes),
+        see_also=list(hit.see_also),
     )
 
 

@@ -94,6 +94,10 @@ class LoadedSnapshot:
     ann_ready: threading.Event = field(default_factory=threading.Event)  # set when the ANN is attached or given up
     ann_cancel: threading.Event = field(default_factory=threading.Event)  # set when this snapshot is retired
     ann_error: str | None = None
+    # seed 003's relations between documents (index.py copies the store's ``relations`` table): every row, and
+    # per doc_id the ids it supersedes / is superseded by / links to (seeAlso) / is linked from
+    relations: list[dict] = field(default_factory=list)
+    doc_relations: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.post_norm is None:  # derived once, so scoring a term gathers no lengths
@@ -198,10 +202,25 @@ class LoadedSnapshot:
                     text=r["text"], doc_type=r["doc_type"] or "", metadata=metadata,
                     last_updated=(updated.isoformat() + "Z") if updated is not None else None, status=r["status"],
                     content_hash=r["content_hash"], ocr=bool(r["ocr"]), ocr_confidence=r["ocr_confidence"],
+                    **self._revision_fields(r),
                     row=int(row),
                 )
             )
         return hits
+
+    def _revision_fields(self, record: dict) -> dict:
+        """A hit's seed 003 fields: revision label, validity (ISO-8601 UTC) and related documents."""
+        related = self.doc_relations.get(record["doc_id"], {})
+        valid_from, valid_to = record.get("valid_from"), record.get("valid_to")
+        superseded_by = record.get("superseded_by") or next(iter(related.get("superseded_by", ())), None)
+        return {
+            "rev_label": record.get("rev_label"),
+            "valid_from": valid_from.isoformat() + "Z" if valid_from is not None else None,
+            "valid_to": valid_to.isoformat() + "Z" if valid_to is not None else None,
+            "superseded_by": superseded_by if record["status"] != "active" else None,
+            "supersedes": list(related.get("supersedes", ())),
+            "see_also": list(related.get("see_also", ())),
+        }
 
     def neighbours(self, chunk_id: str, before: int = 1, after: int = 1) -> list[dict]:
         """The chunk and its neighbours in the same document version, in order."""
@@ -331,6 +350,74 @@ def _ocr_columns(conn) -> str:
     return "FALSE AS ocr, NULL::DOUBLE AS ocr_confidence"
 
 
+REVISION_COLUMNS = ("rev_label", "valid_from", "valid_to", "superseded_by")
+
+
+def _revision_columns(conn, prefix: str = "") -> str:
+    """Seed 003's document fields; snapshots published before them (store migration 6) have none."""
+    columns = {row[0] for row in conn.execute("SELECT column_name FROM (DESCRIBE chunks)").fetchall()}
+    if set(REVISION_COLUMNS) <= columns:
+        return ", ".join(prefix + name for name in REVISION_COLUMNS)
+    return ("NULL::VARCHAR AS rev_label, NULL::TIMESTAMP AS valid_from, NULL::TIMESTAMP AS valid_to, "
+            "NULL::VARCHAR AS superseded_by")
+
+
+def load_relations(conn) -> tuple[list[dict], dict[str, dict[str, list[str]]]]:
+    """The snapshot's relations (none in snapshots published before them), and per document the ids
+    each kind of relation names: supersedes / superseded_by / see_also / linked_from."""
+    tables = {row[0] for row in conn.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()}
+    if "relations" not in tables:
+        return [], {}
+    cursor = conn.execute("SELECT relation_id, src_type, src_id, rel_type, dst_type, dst_id, confidence, evidence, "
+                          "created_at FROM relations ORDER BY src_id, rel_type, dst_id")
+    names = [d[0] for d in cursor.description]
+    rows: list[dict] = []
+    per_doc: dict[str, dict[str, list[str]]] = {}
+    outgoing = {"supersedes": "supersedes", "seeAlso": "see_also"}
+    incoming = {"supersedes": "superseded_by", "seeAlso": "linked_from"}
+    for values in cursor.fetchall():
+        row = dict(zip(names, values))
+        row["evidence"] = json.loads(row["evidence"]) if row["evidence"] else None
+        row["created_at"] = row["created_at"].isoformat() + "Z" if row["created_at"] is not None else None
+        rows.append(row)
+        if row["rel_type"] in outgoing:
+            per_doc.setdefault(row["src_id"], {}).setdefault(outgoing[row["rel_type"]], []).append(row["dst_id"])
+            per_doc.setdefault(row["dst_id"], {}).setdefault(incoming[row["rel_type"]], []).append(row["src_id"])
+    return rows, per_doc
+
+
+def document_relations(snapshot: LoadedSnapshot, doc_id: str) -> dict | None:
+    """One document with every relation naming it (``GET /api/knowledge/documents/{doc_id}/relations``),
+    or None when the snapshot knows neither the document nor a relation of it.  The document is its
+    active version when it has one, else its latest version in the snapshot."""
+    versions: dict[str, dict] = {}
+    for doc in snapshot.documents:  # per doc_id: the active version, else the latest
+        held = versions.get(doc["doc_id"])
+        if held is None or (held["status"] != "active" and (doc["status"] == "active" or doc["version"] > held["version"])):
+            versions[doc["doc_id"]] = doc
+    rows = [row for row in snapshot.relations if doc_id in (row["src_id"], row["dst_id"])]
+    doc = versions.get(doc_id)
+    if doc is None and not rows:
+        return None
+
+    def brief(other_id: str) -> dict | None:
+        other = versions.get(other_id)
+        if other is None:
+            return None
+        return {"doc_id": other_id, "title": other["title"], "path": other["relative_path"], "status": other["status"],
+                "rev_label": other.get("rev_label")}
+
+    relations = [{**row, "direction": "outgoing" if row["src_id"] == doc_id else "incoming",
+                  "other": brief(row["dst_id"] if row["src_id"] == doc_id else row["src_id"])} for row in rows]
+    doc = doc or {}
+    return {
+        "doc_id": doc_id, "title": doc.get("title", ""), "path": doc.get("relative_path", ""),
+        "status": doc.get("status", "gone"), "rev_label": doc.get("rev_label"), "valid_from": doc.get("valid_from"),
+        "valid_to": doc.get("valid_to"), "superseded_by": doc.get("superseded_by"), "relations": relations,
+        "snapshot_version": snapshot.info.snapshot_version,
+    }
+
+
 def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSnapshot:
     """Read a published snapshot into memory (vectors, postings, row metadata)."""
     import time
@@ -340,8 +427,8 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
     table = conn.execute("SELECT embedding FROM chunks ORDER BY rowid").arrow()
     records = conn.execute(
         "SELECT chunk_id, doc_id, version, title, section, section_path, page_start, page_end, url, source_path, "
-        f"source_id, text, doc_type, metadata::VARCHAR AS metadata, last_updated, status, content_hash, {_ocr_columns(conn)} "
-        "FROM chunks ORDER BY rowid"
+        f"source_id, text, doc_type, metadata::VARCHAR AS metadata, last_updated, status, content_hash, {_ocr_columns(conn)}, "
+        f"{_revision_columns(conn)} FROM chunks ORDER BY rowid"
     ).arrow()
     chunk_ids = records.column("chunk_id").to_pylist()
     doc_ids = np.array(records.column("doc_id").to_pylist(), dtype=object)
@@ -356,22 +443,26 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
 
     # documents (active and superseded versions present in the snapshot) with their source names
     doc_rows = conn.execute(
-        """
+        f"""
         SELECT DISTINCT c.doc_id, c.version, c.source_id, coalesce(s.name, c.source_id) AS source_name,
-               c.source_path, c.title, c.metadata, c.status
+               c.source_path, c.title, c.metadata, c.status, {_revision_columns(conn, "c.")}
         FROM chunks c LEFT JOIN sources s USING (source_id)
         """
     ).fetchall()
     documents: list[dict] = []
     key_index: dict[tuple[str, int], int] = {}
     relative = dict(conn.execute("SELECT path, relative_path FROM documents").fetchall())
-    for doc_id, version, source_id, source_name, path, title, metadata, status in doc_rows:
+    for doc_id, version, source_id, source_name, path, title, metadata, status, *revision in doc_rows:
         key_index[(doc_id, version)] = len(documents)
+        rev_label, valid_from, valid_to, superseded_by = revision
         documents.append({
             "doc_id": doc_id, "version": version, "source_id": source_id, "source_name": source_name,
             "path": path, "relative_path": relative.get(path, Path(path).name), "title": title or "",
             "metadata": json.loads(metadata) if isinstance(metadata, str) and metadata else (metadata or {}),
-            "status": status,
+            "status": status, "rev_label": rev_label,
+            "valid_from": valid_from.isoformat() + "Z" if valid_from is not None else None,
+            "valid_to": valid_to.isoformat() + "Z" if valid_to is not None else None,
+            "superseded_by": superseded_by,
         })
     doc_index = np.array([key_index[(d, int(v))] for d, v in zip(doc_ids, versions)], dtype=np.int32)
 
@@ -408,7 +499,9 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
         term_ptr[1:] = np.cumsum(counts)
     group = section_groups(doc_index, records.column("section_path").to_pylist())
     sections = build_section_index(group, doc_len, term_ptr, post_rows, post_tf)
+    relations, doc_relations = load_relations(conn)
     return LoadedSnapshot(
+        relations=relations, doc_relations=doc_relations,
         info=info, path=info.path(index_dir), conn=conn, chunk_ids=chunk_ids, row_of=row_of, doc_ids=doc_ids,
         doc_index=doc_index, active=active, embeddings=embeddings, records=records,
         doc_len=doc_len, avgdl=float(avgdl or 1.0), num_docs=int(num_docs or 0), term_ptr=term_ptr,

@@ -48,6 +48,15 @@ class SearchHit:
     content_hash: str = ""
     ocr: bool = False
     ocr_confidence: float | None = None
+    # seed 003's document model (knowledge_store/revisions.py, ingest/relations.py): the document's revision label,
+    # when its version became valid / stopped being valid (ISO-8601 UTC; valid_to None while active), the newer
+    # revision (another file) that superseded it, and the documents its relations name
+    rev_label: str | None = None
+    valid_from: str | None = None
+    valid_to: str | None = None
+    superseded_by: str | None = None
+    supersedes: list[str] = field(default_factory=list)
+    see_also: list[str] = field(default_factory=list)
     row: int = -1  # position in the snapshot's arrays (internal)
 
     @property

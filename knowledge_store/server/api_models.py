@@ -99,6 +99,9 @@ class AskSource(Open):
     chunk_id: str = Field(..., description="What feedback on this passage refers to.")
     snippet: str
     relevance: float
+    rev_label: str | None = Field(None, description="The document's revision label (seed 003), e.g. Rev C or v2.1.")
+    valid_from: str | None = Field(None, description="ISO-8601 UTC: since when this version is the valid one.")
+    valid_to: str | None = Field(None, description="ISO-8601 UTC: until when it was valid; null while it is.")
 
 
 class AskResponse(Open):
@@ -180,8 +183,53 @@ class FailureList(BaseModel):
 class DocumentList(Open):
     source: Literal["store", "snapshot"] = Field(..., description="Where the list came from: the store, or the "
                                                  "published snapshot while a sync holds the store.")
-    documents: list[dict[str, Any]]
+    documents: list[dict[str, Any]] = Field(..., description="One row per document version: doc_id, version, status "
+                                            "(active, superseded, pending, deleted, failed), title, relative_path, "
+                                            "rev_label, valid_from, valid_to, superseded_by (the newer revision - another "
+                                            "file - that replaced it), chunks, ...")
     index_snapshot: dict[str, Any]
+
+
+class RelatedDocument(Open):
+    """The other end of a relation, as the published snapshot knows it."""
+
+    doc_id: str
+    title: str
+    path: str = Field(..., description="Path relative to its source (the page URL for web sources).")
+    status: str = Field(..., description="active or superseded.")
+    rev_label: str | None
+
+
+class Relation(Open):
+    """One row of seed 003's ``relations`` table, seen from the document asked about."""
+
+    relation_id: str = Field(..., description="Hash of (src_type, src_id, rel_type, dst_type, dst_id): stable across syncs.")
+    src_type: str = Field(..., description="document")
+    src_id: str
+    rel_type: str = Field(..., description="supersedes (src is the newer revision of dst, another file) or seeAlso "
+                                           "(src links to dst).")
+    dst_type: str = Field(..., description="document")
+    dst_id: str
+    confidence: float = Field(..., description="0-1: 1.0 for a link or an asset id from metadata, 0.9 an id in the "
+                                               "title or file name, 0.8 a title; times 0.8 when ordered by file date.")
+    evidence: dict[str, Any] | None = Field(..., description="Why: seeAlso {phrase, page, span, href}; supersedes "
+                                            "{reason, key, phrase, ordered_by, new, old}.")
+    created_at: str | None
+    direction: Literal["outgoing", "incoming"] = Field(..., description="outgoing: the document is src; incoming: dst.")
+    other: RelatedDocument | None = Field(..., description="The document at the other end (null when it left the index).")
+
+
+class DocumentRelations(Open):
+    doc_id: str
+    title: str
+    path: str
+    status: str = Field(..., description="active, or superseded (by a newer version or revision).")
+    rev_label: str | None
+    valid_from: str | None = Field(..., description="ISO-8601 UTC: when the served version became valid.")
+    valid_to: str | None = Field(..., description="ISO-8601 UTC: when it stopped being valid; null while active.")
+    superseded_by: str | None = Field(..., description="doc_id of the newer revision (another file) that replaced it.")
+    relations: list[Relation]
+    snapshot_version: int
 
 
 class ArticleMetadata(Open):

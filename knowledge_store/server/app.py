@@ -740,6 +740,20 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
             return {"source": "snapshot", "note": str(error), "documents": docs,
                     "index_snapshot": {"snapshot_version": snapshot.info.snapshot_version}}
 
+    @app.get("/api/knowledge/documents/{doc_id}/relations", tags=["documents"], response_model=out.DocumentRelations,
+             responses=error_responses(404))
+    def document_relations(doc_id: str) -> dict[str, Any]:
+        """Seed 003's relations of one document, from the published snapshot: the revisions (other files with
+        the same asset id or title) it supersedes or that supersede it, and the documents it links to or is
+        linked from (seeAlso), each with confidence and evidence; plus its rev_label and validity."""
+        from knowledge_store.retrieval.snapshot_reader import document_relations as relations_of
+
+        found = relations_of(engine.snapshots.current(), doc_id)
+        if found is None:
+            raise HTTPException(status_code=404, detail=f"unknown doc_id '{doc_id}' (not in index snapshot "
+                                                        f"{engine.snapshots.current().info.snapshot_version})")
+        return found
+
     @app.get("/api/knowledge/sources/{doc_id}/file", tags=["documents"], response_class=FileResponse,
              responses={"200": {"description": "The original file, inline, with its own media type.",
                                 "content": {media: {"schema": {"type": "string", "format": "binary"}}

@@ -129,6 +129,7 @@ def ask(engine, base: str, question: str, *, top_k: int = 10, max_sources: int =
             "section": citation.section, "url": _source_url(base, citation), "pages": citation.pages,
             "n": n, "title": citation.title, "doc_id": citation.doc_id, "chunk_id": citation.chunk_id,
             "snippet": citation.snippet, "relevance": citation.relevance,
+            "rev_label": citation.rev_label, "valid_from": citation.valid_from, "valid_to": citation.valid_to,
         })
     return {
         "answer": reply.text, "sources": sources, "answer_method": reply.method,

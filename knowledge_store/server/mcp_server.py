@@ -107,6 +107,13 @@ class SearchResultItem(BaseModel):
     bm25_score: float | None = None
     vector_score: float | None = None
     relevance: float = Field(description="Absolute 0-1 relevance of the passage to the query.")
+    status: str = Field("active", description="active, or superseded (include_superseded): by a newer version of the "
+                        "file or a newer revision in another file.")
+    rev_label: str | None = Field(None, description="The document's revision label (Rev C, v2.1), if it has one.")
+    valid_from: str | None = Field(None, description="ISO-8601 UTC: since when this version is the valid one.")
+    valid_to: str | None = Field(None, description="ISO-8601 UTC: when it stopped being valid; null while it is.")
+    superseded_by: str | None = Field(None, description="doc_id of the newer revision (another file) that replaced it.")
+    see_also: list[str] = Field(default_factory=list, description="doc_ids of documents this document links to.")
     ocr: bool = Field(False, description="The passage was read by OCR from a scanned page.")
     ocr_confidence: float | None = Field(
         None, description="Mean OCR word confidence (0-1) of the passage's least sure page; set only when ocr is true and known."
@@ -139,6 +146,12 @@ class DocumentOutput(BaseModel):
     pages: list[int]
     url: str
     status: str = Field(description="active, or superseded by a newer version of the document.")
+    rev_label: str | None = Field(None, description="The document's revision label (Rev C, v2.1), if it has one.")
+    valid_from: str | None = Field(None, description="ISO-8601 UTC: since when this version is the valid one.")
+    valid_to: str | None = Field(None, description="ISO-8601 UTC: when it stopped being valid; null while it is.")
+    superseded_by: str | None = Field(None, description="doc_id of the newer revision (another file) that replaced it.")
+    supersedes: list[str] = Field(default_factory=list, description="doc_ids of older revisions it supersedes.")
+    see_also: list[str] = Field(default_factory=list, description="doc_ids of documents it links to.")
     text: str = Field(description="Full text of the asked-for chunk.")
     chunks: list[DocumentChunk] = Field(description="The chunk and its neighbours, in document order.")
 
@@ -212,6 +225,8 @@ def format_results(results: list[Citation], answer: str | None = None, coverage:
         lines.append(c.snippet)
         if c.ocr:
             lines.append("(OCR'd text" + (f", word confidence {c.ocr_confidence:.2f})" if c.ocr_confidence is not None else ")"))
+        if c.rev_label or c.valid_to:
+            lines.append(validity_line(c.rev_label, c.valid_from, c.valid_to).lstrip("; "))
         if c.url:
             lines.append(c.url)
         lines.append(f"chunk_id: {c.chunk_id}")
@@ -222,6 +237,17 @@ def format_results(results: list[Citation], answer: str | None = None, coverage:
     if coverage:
         text += f"\nCoverage: {coverage}"
     return text
+
+
+def validity_line(rev_label: str | None, valid_from: str | None, valid_to: str | None) -> str:
+    """"; Rev C, valid since 2025-03-01" / "; valid 2024-01-02 to 2025-03-01 (superseded)": what an agent must
+    know before quoting a passage; empty when there is nothing to say."""
+    parts = [rev_label] if rev_label else []
+    if valid_to:
+        parts.append(f"valid {(valid_from or '?')[:10]} to {valid_to[:10]} (no longer current)")
+    elif valid_from:
+        parts.append(f"valid since {valid_from[:10]}")
+    return "; " + ", ".join(parts) if parts else ""
 
 
 def _pages(start: int | None, end: int | None) -> list[int]:
@@ -347,6 +373,8 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
                 n=c.n, chunk_id=c.chunk_id, doc_id=c.doc_id, version=c.version, title=c.title, section=c.section,
                 pages=c.pages, url=c.url, snippet=c.snippet, score=c.score, bm25_score=c.bm25_score,
                 vector_score=c.vector_score, relevance=c.relevance, ocr=c.ocr, ocr_confidence=c.ocr_confidence,
+                status=c.status, rev_label=c.rev_label, valid_from=c.valid_from, valid_to=c.valid_to,
+                superseded_by=c.superseded_by, see_also=c.see_also,
             )
             for c in response.results
         ]
@@ -390,9 +418,12 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
         output = DocumentOutput(
             chunk_id=hit.chunk_id, doc_id=hit.doc_id, version=hit.version, title=hit.title, section=hit.section,
             pages=hit.pages, url=citation_url(hit), status=hit.status, text=hit.text, chunks=chunks,
+            rev_label=hit.rev_label, valid_from=hit.valid_from, valid_to=hit.valid_to, superseded_by=hit.superseded_by,
+            supersedes=hit.supersedes, see_also=hit.see_also,
         )
         lines = [f"# {_heading(hit.title, hit.section, hit.pages)}", output.url,
-                 f"doc_id: {hit.doc_id} (version {hit.version}, {hit.status})", ""]
+                 f"doc_id: {hit.doc_id} (version {hit.version}, {hit.status})" + validity_line(hit.rev_label, hit.valid_from,
+                                                                                              hit.valid_to), ""]
         for chunk in chunks:
             marker = ">>> cited chunk" if chunk.is_cited else "chunk"
             where = (_short_section(hit.title, chunk.section) + _pages_label(chunk.pages)).strip()

@@ -103,6 +103,16 @@
     return "pp. " + (contiguous ? sorted[0] + "\u2013" + sorted[sorted.length - 1] : sorted.join(", "));
   }
 
+  // seed 003: "valid since 2025-03-01", or "valid 2024-01-02 to 2025-03-01 (superseded)" for an old revision
+  function formatValidity(item) {
+    var day = function (iso) { return String(iso || "").slice(0, 10); };
+    if (item.valid_to) {
+      return "valid " + (item.valid_from ? day(item.valid_from) : "?") + " to " + day(item.valid_to) +
+        (item.status === "superseded" ? " (superseded)" : "");
+    }
+    return item.valid_from ? "valid since " + day(item.valid_from) : "";
+  }
+
   function safeHref(url) {
     if (!url) return null;
     try {
@@ -303,6 +313,9 @@
     var pages = formatPages(item.pages);
     if (pages) where.push(pages);
     if (item.version) where.push("version " + item.version);
+    if (item.rev_label) where.push(item.rev_label);
+    var validity = formatValidity(item);
+    if (validity) where.push(validity);
     if (item.ocr) {
       where.push(typeof item.ocr_confidence === "number"
         ? "OCR text, " + Math.round(item.ocr_confidence * 100) + "% word confidence"

@@ -1,0 +1,539 @@
+"""Seed 003's document model: revision labels, supersedence across renamed files, relations, validity in citations.
+
+Field names are the seed's: ``documents.rev_label``, ``status 'active'|'superseded'``, ``valid_from``/``valid_to``,
+``relations(src_type, src_id, rel_type, dst_type, dst_id, confidence, evidence)`` with evidence
+``{"phrase", "page", "span"}``, and the citation ``{doc_id, title, rev_label, section, pages[], chunk_id, source_path}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+
+import docx
+import duckdb
+import pymupdf
+import pytest
+from fastapi.testclient import TestClient
+
+from knowledge_store.errors import ConfigError
+from knowledge_store.ingest.relations import link_targets, relation_id
+from knowledge_store.ingest.run import run_sync
+from knowledge_store.parsers import parse_file
+from knowledge_store.parsers.html import parse_html
+from knowledge_store.parsers.markdown import parse_markdown
+from knowledge_store.retrieval.engine import RetrievalEngine
+from knowledge_store.revisions import (
+    DEFAULT_FAMILY_ID_PATTERN,
+    compile_family_pattern,
+    family_key,
+    normalise_label,
+    revision_label,
+    revision_order,
+)
+from knowledge_store.settings import Settings
+from knowledge_store.store import MIGRATIONS, migrate, store_connection
+
+SEED_RELATION_COLUMNS = ("src_type", "src_id", "rel_type", "dst_type", "dst_id", "confidence", "evidence")
+SEED_CITATION_FIELDS = ("doc_id", "title", "rev_label", "section", "pages", "chunk_id", "source_path")
+
+
+# ------------------------------------------------------------------ revision labels (no model)
+
+@pytest.mark.parametrize("front_matter, label, source", [
+    ({"rev_label": "Rev C", "revision": "B", "version": "3.4"}, "Rev C", "metadata:rev_label"),
+    ({"revision": "B", "version": "3.4"}, "Rev B", "metadata:revision"),
+    ({"rev": 3}, "Rev 3", "metadata:rev"),
+    ({"version": "2.1"}, "v2.1", "metadata:version"),
+    ({"version": 3}, "v3", "metadata:version"),
+    ({"Revision": "rev. c"}, "Rev C", "metadata:revision"),
+    ({"rev": True, "version": ["1", "2"]}, None, None),  # not scalars: no label from metadata
+])
+def test_rev_label_comes_from_front_matter_keys_in_order(front_matter, label, source) -> None:
+    found = revision_label("Compressor startup", front_matter, "compressor.md")
+    assert (found.label, found.source) == (label, source) if label else found is None
+
+
+def test_rev_label_from_markdown_front_matter_is_stored_by_the_parser_metadata(tmp_path: Path) -> None:
+    path = tmp_path / "startup.md"
+    path.write_text("---\ntitle: Compressor startup\nrevision: D\n---\n# Startup\n\nOpen the valve.\n")
+    parsed = parse_file(path)
+    assert revision_label(parsed.title, parsed.metadata, "startup.md").label == "Rev D"
+
+
+def _docx(path: Path, title: str, version: str | None = None, revision: int | None = None,
+          link: tuple[str, str] | None = None) -> None:
+    document = docx.Document()
+    document.add_heading(title, level=1)
+    paragraph = document.add_paragraph("Open the suction valve slowly before starting the compressor. ")
+    if link is not None:  # an external hyperlink run, as Word writes it
+        target, text = link
+        rel = document.part.relate_to(target, docx.opc.constants.RELATIONSHIP_TYPE.HYPERLINK, is_external=True)
+        hyperlink = docx.oxml.OxmlElement("w:hyperlink")
+        hyperlink.set(docx.oxml.ns.qn("r:id"), rel)
+        run = docx.oxml.OxmlElement("w:r")
+        text_element = docx.oxml.OxmlElement("w:t")
+        text_element.text = text
+        run.append(text_element)
+        hyperlink.append(run)
+        paragraph._p.append(hyperlink)
+    document.core_properties.title = title
+    if version is not None:
+        document.core_properties.version = version
+    if revision is not None:
+        document.core_properties.revision = revision
+    document.save(path)
+
+
+def test_rev_label_from_docx_version_property_and_never_the_save_counter(tmp_path: Path) -> None:
+    labelled, counted = tmp_path / "startup.docx", tmp_path / "shutdown.docx"
+    _docx(labelled, "Compressor startup", version="Rev C", revision=37)
+    _docx(counted, "Compressor shutdown", revision=37)
+    parsed = parse_file(labelled)
+    assert revision_label(parsed.title, parsed.metadata, "startup.docx") == \
+        revision_label("x", {"version": "Rev C"}, "x.docx")
+    assert revision_label(parsed.title, parsed.metadata, "startup.docx").source == "metadata:version"
+    # Word's revision counts saves: 37 saves is not "Rev 37"
+    parsed = parse_file(counted)
+    assert "revision" not in parsed.metadata and revision_label(parsed.title, parsed.metadata, "shutdown.docx") is None
+
+
+def test_rev_label_from_pdf_info_dictionary(tmp_path: Path) -> None:
+    path = tmp_path / "startup.pdf"
+    doc = pymupdf.open()
+    doc.new_page().insert_text((72, 72), "Open the suction valve slowly before starting the compressor.")
+    doc.set_metadata({"title": "Compressor startup"})
+    info = int(doc.xref_get_key(-1, "Info")[1].split()[0])
+    doc.xref_set_key(info, "Revision", pymupdf.get_pdf_str("C"))
+    doc.save(path)
+    doc.close()
+    parsed = parse_file(path)
+    assert parsed.metadata["revision"] == "C"
+    found = revision_label(parsed.title, parsed.metadata, "startup.pdf")
+    assert (found.label, found.source) == ("Rev C", "metadata:revision")
+
+
+@pytest.mark.parametrize("name, label", [
+    ("SOP-42-RevC.pdf", "Rev C"),
+    ("Compressor_startup_RevB.docx", "Rev B"),
+    ("manual-v2.1.pdf", "v2.1"),
+    ("rev3.md", "Rev 3"),
+    ("SOP-42 Rev B.pdf", "Rev B"),
+    ("sop-42-rev-c.pdf", "Rev C"),
+    ("guide-version-3.md", "v3"),
+    ("https://docs.example.org/guide/install-v2.html", "v2"),
+    # none: a version inside the name is the product's; "Revisions"/"review" are words, not labels
+    ("aurora-v2-notes.md", None),
+    ("Revisions.md", None),
+    ("review.md", None),
+    ("sop-42-revc.pdf", None),  # lower-case letters straight after "rev" are too ambiguous ("revs", "revise")
+    ("install.md", None),
+])
+def test_rev_label_from_file_name_patterns(name: str, label: str | None) -> None:
+    found = revision_label(None, {}, name)
+    assert (found.label if found else None) == label
+    if found:
+        assert found.source == "file_name"
+
+
+def test_rev_label_from_title_when_metadata_and_file_name_have_none() -> None:
+    assert revision_label("SOP-42 Rev C", {}, "startup.md").label == "Rev C"
+    assert revision_label("Compressor startup (Rev. B)", {}, "x.md").source == "title"
+    assert revision_label("Revision history", {}, "x.md") is None
+
+
+def test_revision_labels_order_letters_numbers_and_versions() -> None:
+    assert sorted(["Rev C", "Rev A", "Rev AA", "Rev B", "Rev Z"], key=lambda l: revision_order(l)[1]) == \
+        ["Rev A", "Rev B", "Rev C", "Rev Z", "Rev AA"]
+    assert sorted(["v10", "v2.1", "v2.0", "v2.10"], key=lambda l: revision_order(l)[1]) == ["v2.0", "v2.1", "v2.10", "v10"]
+    assert revision_order("v2") == revision_order("v2.0")
+    assert revision_order("draft 7") is None
+    assert revision_order("Rev 3")[0] != revision_order("Rev C")[0]  # different schemes do not compare
+    assert normalise_label("c", "revision") == "Rev C" and normalise_label("2.1", "revision") == "v2.1"
+
+
+def test_family_key_prefers_asset_id_then_id_in_title_or_name_then_labelled_title() -> None:
+    pattern = compile_family_pattern(DEFAULT_FAMILY_ID_PATTERN)
+    assert family_key("Startup", {"asset_id": "asset-104"}, "x_RevB.md", "Rev B", pattern).value == "ASSET-104"
+    key = family_key("SOP-42 Rev C", {}, "startup.md", "Rev C", pattern)
+    assert (key.kind, key.value, key.found_in) == ("asset_id", "SOP-42", "title")
+    assert family_key("Startup", {}, "sop-42-rev-b.pdf", "Rev B", pattern).found_in == "file_name"
+    titled = family_key("Compressor startup, Rev B", {}, "a.docx", "Rev B", pattern)
+    assert (titled.kind, titled.value) == ("title", "compressor startup")
+    # a title alone, without any revision label, is not evidence: "Installation" exists in many folders
+    assert family_key("Installation", {}, "a/install.md", None, pattern) is None
+
+
+def test_bad_family_id_pattern_is_a_config_error_naming_it() -> None:
+    with pytest.raises(ConfigError) as error:
+        Settings(family_id_pattern="(SOP-\\d+")
+    assert error.value.setting == "family_id_pattern" and error.value.value == "(SOP-\\d+"
+    with pytest.raises(ConfigError, match="empty string"):
+        Settings(family_id_pattern="(SOP)?")
+
+
+# ------------------------------------------------------------------ links (no model)
+
+def test_markdown_links_keep_text_page_and_span_outside_code() -> None:
+    parsed = parse_markdown("# Start\n\nRead the [wiring guide](sub/wiring.md#terminals) first.\n\n"
+                            "```\n[not a link](nowhere.md)\n```\n\nSee [the FAQ][faq].\n\n[faq]: faq.md\n")
+    page = parsed.pages[0].text
+    assert [(link.href, link.text) for link in parsed.links] == [("sub/wiring.md#terminals", "wiring guide"),
+                                                                 ("faq.md", "the FAQ")]
+    for link in parsed.links:
+        assert page[link.char_start:link.char_end] == link.text and link.page_number == 1
+
+
+def test_html_links_are_located_in_the_page_text() -> None:
+    parsed = parse_html("<html><body><nav><a href='/home'>Home</a></nav><main><h1>Reset</h1>"
+                        "<p>Before resetting, read <a href='safety.html'>the safety notes</a>.</p>"
+                        "<p><a href='#top'>Back to top</a> <a href='mailto:x@y.z'>Mail</a></p></main></body></html>")
+    assert [(link.href, link.text) for link in parsed.links] == [("safety.html", "the safety notes")]
+    link = parsed.links[0]
+    assert parsed.pages[0].text[link.char_start:link.char_end] == "the safety notes"
+
+
+def test_docx_hyperlinks_are_kept(tmp_path: Path) -> None:
+    path = tmp_path / "linked.docx"
+    _docx(path, "Compressor startup", link=("https://docs.example.org/guide/lockout", "lockout procedure"))
+    parsed = parse_file(path)
+    assert [(link.href, link.text) for link in parsed.links] == [("https://docs.example.org/guide/lockout",
+                                                                  "lockout procedure")]
+    link = parsed.links[0]
+    assert parsed.pages[0].text[link.char_start:link.char_end] == "lockout procedure"
+
+
+@pytest.mark.parametrize("href, relative_path, url, expected", [
+    ("wiring.md", "guide/start.md", "file:///s/guide/start.md", ("guide/wiring.md", None)),
+    ("../faq.md#q1", "guide/start.md", "file:///s/guide/start.md", ("faq.md", None)),
+    ("/manuals/Install%20Guide.pdf", "guide/start.md", "file:///s/guide/start.md", ("manuals/Install Guide.pdf", None)),
+    ("../../outside.md", "guide/start.md", "file:///s/guide/start.md", (None, None)),
+    ("HTTPS://Docs.Example.org/guide/?b=2&a=1#x", "start.md", "file:///s/start.md",
+     (None, "https://docs.example.org/guide/?a=1&b=2")),
+    ("install.html#req", "https://docs.example.org/guide/", "https://docs.example.org/guide/",
+     (None, "https://docs.example.org/guide/install.html")),
+    ("ftp://files.example.org/x.pdf", "start.md", "file:///s/start.md", (None, None)),
+])
+def test_link_targets_resolve_within_the_source_or_to_web_pages(href, relative_path, url, expected) -> None:
+    assert link_targets(href, relative_path, url) == expected
+
+
+# ------------------------------------------------------------------ migrations (no model)
+
+def test_migration_6_lands_before_or_after_migration_5_in_either_order(tmp_path: Path) -> None:
+    """Migrations are applied by number, not by position: a store that got 6 before 5 existed still gets 5."""
+    numbers = [number for number, _, _ in MIGRATIONS]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers) and 6 in numbers
+    conn = duckdb.connect(str(tmp_path / "store.duckdb"))
+    try:
+        without_5 = [m for m in MIGRATIONS if m[0] != 5]
+        assert migrate(conn, without_5) == 6
+        migrate(conn)  # 5 lands later
+        applied = [row[0] for row in conn.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()]
+        assert applied == numbers
+        columns = {row[0] for row in conn.execute("DESCRIBE documents").fetchall()}
+        assert {"rev_label", "rev_label_source", "superseded_by"} <= columns
+        relation_columns = [row[0] for row in conn.execute("DESCRIBE relations").fetchall()]
+        assert set(SEED_RELATION_COLUMNS) <= set(relation_columns)
+    finally:
+        conn.close()
+
+
+# ------------------------------------------------------------------ whole pipeline (embedding model)
+
+def _settings(root: Path, **overrides) -> Settings:
+    return Settings(data_dir=root / "data", sources=[root / "docs"], **overrides)
+
+
+def _rows(settings: Settings, sql: str, params=None) -> list[dict]:
+    with store_connection(settings.store_path, read_only=True) as conn:
+        cursor = conn.execute(sql, params or [])
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def _documents(settings: Settings) -> dict[str, dict]:
+    """Latest version per relative path."""
+    rows = _rows(settings, "SELECT * FROM documents ORDER BY relative_path, version")
+    return {row["relative_path"]: row for row in rows}
+
+
+def _relations(settings: Settings, rel_type: str) -> list[dict]:
+    return _rows(settings, "SELECT relation_id, " + ", ".join(SEED_RELATION_COLUMNS) + ", created_at FROM relations "
+                 "WHERE rel_type = ? ORDER BY src_id, dst_id", [rel_type])
+
+
+def _write(path: Path, text: str, mtime: float | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+
+
+STARTUP_B = "# SOP-42 Compressor startup\n\nOpen the suction valve slowly. Check the crankcase heater has run for twelve hours.\n"
+STARTUP_C = "# SOP-42 Compressor startup\n\nOpen the suction valve slowly and confirm the oil pressure gauge reads normal.\n"
+
+
+@pytest.mark.slow
+def test_renamed_revision_supersedes_the_older_file_and_resync_adds_nothing(tmp_path: Path, embedder) -> None:
+    docs = tmp_path / "docs"
+    now = time.time()
+    # the newer revision has the OLDER file date: the labels decide, not the dates
+    _write(docs / "SOP-42-RevB.md", STARTUP_B, now - 3600)
+    _write(docs / "SOP-42-RevC.md", STARTUP_C, now - 7200)
+    _write(docs / "other.md", "# Boiler\n\nBleed the radiators once a year before the heating season starts.\n")
+    settings = _settings(tmp_path)
+    report = run_sync(settings, embedder)
+
+    documents = _documents(settings)
+    old, new = documents["SOP-42-RevB.md"], documents["SOP-42-RevC.md"]
+    assert (old["status"], new["status"], documents["other.md"]["status"]) == ("superseded", "active", "active")
+    assert (old["rev_label"], new["rev_label"]) == ("Rev B", "Rev C")
+    assert old["valid_to"] is not None and new["valid_to"] is None and new["valid_from"] is not None
+    assert old["superseded_by"] == new["doc_id"]
+    assert report.publish.revisions["superseded"] == 1 and "1 superseded by a newer revision" in report.summary
+
+    relations = _relations(settings, "supersedes")
+    assert len(relations) == 1
+    relation = relations[0]
+    assert (relation["src_type"], relation["src_id"], relation["dst_type"], relation["dst_id"]) == \
+        ("document", new["doc_id"], "document", old["doc_id"])
+    assert relation["relation_id"] == relation_id("document", new["doc_id"], "supersedes", "document", old["doc_id"])
+    evidence = json.loads(relation["evidence"])
+    assert (evidence["reason"], evidence["key"], evidence["ordered_by"]) == ("same asset id", "SOP-42", "rev_label")
+    assert (evidence["new"]["rev_label"], evidence["old"]["rev_label"]) == ("Rev C", "Rev B")
+    assert relation["confidence"] == pytest.approx(0.9)
+
+    # the snapshot's active mask leaves the old revision out; include_superseded brings it back, marked
+    engine = RetrievalEngine(settings, embedder=embedder)
+    hits = engine.search("crankcase heater twelve hours", k=5).results
+    assert all(hit.doc_id != old["doc_id"] for hit in hits)
+    assert any(hit.doc_id == new["doc_id"] and hit.supersedes == [old["doc_id"]] for hit in
+               engine.search("suction valve oil pressure", k=5).results)
+    history = engine.search("crankcase heater twelve hours", k=5, filters={"include_superseded": True}).results
+    superseded = next(hit for hit in history if hit.doc_id == old["doc_id"])
+    assert (superseded.status, superseded.rev_label, superseded.superseded_by) == ("superseded", "Rev B", new["doc_id"])
+    assert superseded.valid_to is not None and superseded.valid_to.endswith("Z")
+
+    # a re-sync changes nothing: no new relation rows, no new snapshot, same ids and creation times
+    again = run_sync(settings, embedder)
+    assert again.publish.snapshot_built is False
+    assert again.publish.revisions["relations_added"] == 0 and again.publish.revisions["superseded"] == 0
+    assert _relations(settings, "supersedes") == relations
+    assert _rows(settings, "SELECT count(*) AS n FROM relations")[0]["n"] == 1
+
+
+@pytest.mark.slow
+def test_deleting_the_newest_revision_makes_the_older_one_active_again(tmp_path: Path, embedder) -> None:
+    docs = tmp_path / "docs"
+    _write(docs / "SOP-42-RevB.md", STARTUP_B)
+    _write(docs / "SOP-42-RevC.md", STARTUP_C)
+    settings = _settings(tmp_path)
+    run_sync(settings, embedder)
+    (docs / "SOP-42-RevC.md").unlink()
+    report = run_sync(settings, embedder)
+
+    documents = _documents(settings)
+    assert documents["SOP-42-RevC.md"]["status"] == "deleted"
+    older = documents["SOP-42-RevB.md"]
+    assert (older["status"], older["valid_to"], older["superseded_by"]) == ("active", None, None)
+    assert report.publish.revisions["reactivated"] == 1 and "1 active again" in report.summary
+    assert _relations(settings, "supersedes") == []
+    engine = RetrievalEngine(settings, embedder=embedder)
+    assert any(hit.doc_id == older["doc_id"] for hit in engine.search("crankcase heater twelve hours", k=3).results)
+
+    # the old revision's own file going too deletes it like any other
+    (docs / "SOP-42-RevB.md").unlink()
+    run_sync(settings, embedder)
+    assert _documents(settings)["SOP-42-RevB.md"]["status"] == "deleted"
+
+
+@pytest.mark.slow
+def test_superseded_revision_file_changing_or_vanishing_is_tracked(tmp_path: Path, embedder) -> None:
+    docs = tmp_path / "docs"
+    _write(docs / "SOP-42-RevB.md", STARTUP_B)
+    _write(docs / "SOP-42-RevC.md", STARTUP_C)
+    settings = _settings(tmp_path)
+    run_sync(settings, embedder)
+    # an edit of the superseded file is a new version of it, still superseded by Rev C
+    _write(docs / "SOP-42-RevB.md", STARTUP_B + "\nAdded a note about the discharge valve.\n")
+    report = run_sync(settings, embedder)
+    assert report.raw.updated == 1
+    rows = _rows(settings, "SELECT version, status, superseded_by FROM documents WHERE relative_path = 'SOP-42-RevB.md' "
+                           "ORDER BY version")
+    assert [(r["version"], r["status"]) for r in rows] == [(1, "superseded"), (2, "superseded")]
+    assert len(_relations(settings, "supersedes")) == 1
+    # and its file going away deletes it (it was out of the index already: nothing counted as removed)
+    (docs / "SOP-42-RevB.md").unlink()
+    report = run_sync(settings, embedder)
+    assert _documents(settings)["SOP-42-RevB.md"]["status"] == "deleted" and report.raw.removed == 0
+    assert _relations(settings, "supersedes") == []
+
+
+@pytest.mark.slow
+def test_same_title_families_need_labels_and_fall_back_to_file_dates(tmp_path: Path, embedder) -> None:
+    docs = tmp_path / "docs"
+    now = time.time()
+    # same title in front matter, revision labels 2 and 3: Rev 3 wins
+    _write(docs / "boiler/service.md", "---\ntitle: Boiler service\nrevision: 3\n---\n# Service\n\nDescale the heat "
+                                        "exchanger every spring.\n", now - 7200)
+    _write(docs / "archive/boiler-service-old.md", "---\ntitle: Boiler service\nrevision: 2\n---\n# Service\n\n"
+                                                   "Descale the heat exchanger every autumn.\n", now - 60)
+    # labels of different schemes cannot be compared: the newer file date decides
+    _write(docs / "pump-Rev B.md", "---\ntitle: Pump manual\n---\n# Pump\n\nPrime the pump before the first start.\n",
+           now - 7200)
+    _write(docs / "pump-v2.md", "---\ntitle: Pump manual\n---\n# Pump\n\nPrime the pump and vent the casing.\n", now - 60)
+    # same title, no labels at all: two different documents
+    _write(docs / "a/installation.md", "# Installation\n\nMount the hub on a wall near a socket.\n")
+    _write(docs / "b/installation.md", "# Installation\n\nMount the thermostat 1.5 m above the floor.\n")
+    settings = _settings(tmp_path)
+    run_sync(settings, embedder)
+
+    documents = _documents(settings)
+    assert documents["boiler/service.md"]["status"] == "active"
+    assert documents["archive/boiler-service-old.md"]["status"] == "superseded"
+    assert documents["pump-v2.md"]["status"] == "active" and documents["pump-Rev B.md"]["status"] == "superseded"
+    assert documents["a/installation.md"]["status"] == documents["b/installation.md"]["status"] == "active"
+    by_old = {row["dst_id"]: json.loads(row["evidence"]) for row in _relations(settings, "supersedes")}
+    title_evidence = by_old[documents["archive/boiler-service-old.md"]["doc_id"]]
+    assert (title_evidence["reason"], title_evidence["key"], title_evidence["ordered_by"]) == \
+        ("same title", "boiler service", "rev_label")
+    assert by_old[documents["pump-Rev B.md"]["doc_id"]]["ordered_by"] == "modified_at"
+
+    # switched off: every file is its own document again
+    run_sync(_settings(tmp_path, revision_families=False), embedder)
+    assert {row["status"] for row in _documents(settings).values()} == {"active"}
+    assert _relations(settings, "supersedes") == []
+
+
+@pytest.mark.slow
+def test_links_to_other_documents_become_see_also_relations_with_evidence(tmp_path: Path, embedder) -> None:
+    docs = tmp_path / "docs"
+    _write(docs / "start.md", "# Start here\n\nBefore wiring, read the [wiring guide](guide/wiring.md#terminals) and "
+                              "the [missing page](guide/later.md). Mail [us](mailto:help@example.org).\n")
+    _write(docs / "guide/wiring.md", "# Wiring\n\nConnect the R and C terminals first. Back to [the start](../start.md).\n")
+    _write(docs / "guide/reset.html", "<html><head><title>Reset</title></head><body><main><h1>Reset</h1><p>Hold the "
+                                      "button for ten seconds. Wiring questions: see <a href='wiring.md'>the wiring "
+                                      "page</a>.</p></main></body></html>")
+    settings = _settings(tmp_path)
+    run_sync(settings, embedder)
+    documents = _documents(settings)
+    ids = {path: row["doc_id"] for path, row in documents.items()}
+
+    rows = {(row["src_id"], row["dst_id"]): row for row in _relations(settings, "seeAlso")}
+    assert set(rows) == {(ids["start.md"], ids["guide/wiring.md"]), (ids["guide/wiring.md"], ids["start.md"]),
+                         (ids["guide/reset.html"], ids["guide/wiring.md"])}
+    for (src, _dst), row in rows.items():
+        evidence = json.loads(row["evidence"])
+        assert set(evidence) >= {"phrase", "page", "span"} and row["confidence"] == 1.0
+        page_text = _rows(settings, "SELECT p.text FROM pages p JOIN documents d USING (doc_id, version) "
+                                    "WHERE p.doc_id = ? AND d.status = 'active' AND p.page_number = ?",
+                          [src, evidence["page"]])[0]["text"]
+        start, end = evidence["span"]
+        assert page_text[start:end] == evidence["phrase"]
+    assert json.loads(rows[(ids["guide/reset.html"], ids["guide/wiring.md"])]["evidence"])["phrase"] == "the wiring page"
+    assert json.loads(rows[(ids["start.md"], ids["guide/wiring.md"])]["evidence"])["phrase"] == "wiring guide"
+
+    # the link to a page that does not exist yet resolves once it does (links are resolved at publish)
+    _write(docs / "guide/later.md", "# Later\n\nThe page the start page promised.\n")
+    report = run_sync(settings, embedder)
+    assert report.publish.revisions["relations_added"] == 1
+    assert (ids["start.md"], _documents(settings)["guide/later.md"]["doc_id"]) in \
+        {(row["src_id"], row["dst_id"]) for row in _relations(settings, "seeAlso")}
+    # and a removed link takes its relation with it
+    _write(docs / "guide/wiring.md", "# Wiring\n\nConnect the R and C terminals first.\n")
+    report = run_sync(settings, embedder)
+    assert report.publish.revisions["relations_removed"] == 1
+    assert (ids["guide/wiring.md"], ids["start.md"]) not in \
+        {(row["src_id"], row["dst_id"]) for row in _relations(settings, "seeAlso")}
+
+
+@pytest.mark.slow
+def test_api_and_mcp_citations_carry_rev_label_validity_and_relations(tmp_path: Path, embedder) -> None:
+    from knowledge_store.server.app import create_app
+    from knowledge_store.server.mcp_server import build_mcp_server
+
+    docs = tmp_path / "docs"
+    _write(docs / "SOP-42-RevB.md", STARTUP_B)
+    _write(docs / "SOP-42-RevC.md", STARTUP_C + "\nBefore maintenance follow the [lockout procedure](lockout.md).\n")
+    _write(docs / "lockout.md", "# Lockout\n\nIsolate the compressor and attach a personal padlock to the breaker.\n")
+    settings = _settings(tmp_path)
+    run_sync(settings, embedder)
+    documents = _documents(settings)
+    new, old = documents["SOP-42-RevC.md"], documents["SOP-42-RevB.md"]
+
+    engine = RetrievalEngine(settings, embedder=embedder)
+    app = create_app(settings, engine, mount_mcp=False)
+    with TestClient(app, base_url="http://127.0.0.1:8080") as client:
+        response = client.post("/api/knowledge/query", json={"query": "suction valve oil pressure gauge", "k": 3})
+        assert response.status_code == 200, response.text
+        top = response.json()["results"][0]
+        assert top["doc_id"] == new["doc_id"]
+        assert set(SEED_CITATION_FIELDS) <= set(top)
+        assert (top["rev_label"], top["valid_to"], top["status"]) == ("Rev C", None, "active")
+        assert top["valid_from"].endswith("Z") and top["source_path"].startswith("file://")
+        assert top["supersedes"] == [old["doc_id"]] and top["see_also"] == [documents["lockout.md"]["doc_id"]]
+
+        response = client.post("/api/knowledge/query", json={"query": "crankcase heater twelve hours", "k": 3,
+                                                               "filters": {"include_superseded": True}})
+        superseded = next(r for r in response.json()["results"] if r["doc_id"] == old["doc_id"])
+        assert (superseded["status"], superseded["rev_label"], superseded["superseded_by"]) == \
+            ("superseded", "Rev B", new["doc_id"])
+        assert superseded["valid_to"] is not None
+
+        response = client.post("/api/ask", json={"query": "suction valve oil pressure gauge"})
+        assert response.status_code == 200, response.text
+        assert response.json()["sources"][0]["rev_label"] == "Rev C"
+
+        response = client.get(f"/api/knowledge/documents/{new['doc_id']}/relations")
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert (body["rev_label"], body["status"], body["valid_to"]) == ("Rev C", "active", None)
+        kinds = {(r["rel_type"], r["direction"], r["other"]["doc_id"]) for r in body["relations"]}
+        assert kinds == {("supersedes", "outgoing", old["doc_id"]), ("seeAlso", "outgoing", documents["lockout.md"]["doc_id"])}
+        assert all(set(SEED_RELATION_COLUMNS) <= set(r) for r in body["relations"])
+        old_view = client.get(f"/api/knowledge/documents/{old['doc_id']}/relations").json()
+        assert (old_view["status"], old_view["superseded_by"]) == ("superseded", new["doc_id"])
+        assert old_view["relations"][0]["direction"] == "incoming"
+        missing = client.get("/api/knowledge/documents/no-such-doc/relations")
+        assert missing.status_code == 404 and "no-such-doc" in missing.json()["message"]
+
+        listed = client.get("/api/knowledge/documents").json()["documents"]
+        row = next(d for d in listed if d["doc_id"] == old["doc_id"])
+        assert (row["rev_label"], row["superseded_by"]) == ("Rev B", new["doc_id"])
+
+    server = build_mcp_server(engine)
+    result = asyncio.run(server.call_tool("search", {"query": "suction valve oil pressure gauge", "k": 2}))
+    structured = result.structured_content if hasattr(result, "structured_content") else result[1]
+    first = structured["results"][0]
+    assert (first["rev_label"], first["valid_to"], first["status"]) == ("Rev C", None, "active")
+    assert first["valid_from"].endswith("Z")
+
+
+@pytest.mark.slow
+def test_web_page_links_and_links_to_web_pages_become_see_also(tmp_path: Path, embedder) -> None:
+    from doc_site import DocSite
+
+    from knowledge_store.sources import add_source
+
+    site = DocSite()
+    site.page("/docs/", "Pump docs", [("intro", "Intro", "Welcome to the pump documentation.")],
+              [("install", "the install guide")])
+    site.page("/docs/install", "Install", [("steps", "Steps", "Mount the pump on the base plate with four bolts.")],
+              [("/docs/", "the docs home")])
+    _write(tmp_path / "docs" / "notes.md", f"# Notes\n\nOur pump follows [the vendor's install page]"
+                                           f"({site.url('/docs/install')}).\n")
+    settings = _settings(tmp_path, web_backoff_base_s=0.05)
+    with store_connection(settings.store_path) as conn:
+        add_source(conn, "pumps", "web", site.url("/docs/"), {"depth": 1, "requests_per_second": 500.0})
+    with site:
+        run_sync(settings, embedder)
+    ids = {row["url"]: row["doc_id"] for row in _rows(settings, "SELECT url, doc_id FROM documents WHERE status = 'active'")}
+    home, install = ids[site.url("/docs/")], ids[site.url("/docs/install")]
+    notes = next(doc_id for url, doc_id in ids.items() if url.endswith("/notes.md"))
+    found = {(row["src_id"], row["dst_id"]): json.loads(row["evidence"])["phrase"] for row in _relations(settings, "seeAlso")}
+    assert found == {(home, install): "the install guide", (install, home): "the docs home",
+                     (notes, install): "the vendor's install page"}
