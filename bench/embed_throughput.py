@@ -12,7 +12,8 @@ Configurations (every one embeds the same texts):
 (a)  plain ``SentenceTransformer(model_path).encode(texts, batch_size=32)``;
 (b0) the ingest embedder before issue 12: torch ``Embedder`` (batch 32, torch_threads);
 (b*) ``OnnxEmbedder`` as ingestion builds it (``document_embedder``) and variants of one
-     lever each: batch size, one session on two threads, int8.
+     lever each: batch size, one session on two threads, int8 (shipped recipe and the first
+     one tried).
 
 The texts are cut into blocks of ``--block`` (512 = ``write_batch_chunks``, what the embed
 stage hands the model per call, in content-hash order); every configuration embeds each
@@ -20,15 +21,17 @@ block in turn, the order rotating per block, so load from other processes on thi
 machine falls on all of them alike.  Reported: chunks/s, ratio to (a), max |1 - cosine|
 to (a)'s vectors, machine, date and load average before/after.
 
-``--quality``: SciFact test-split nDCG@10 with each document encoder, identical everything
-else: copies of the evaluation store whose vectors are (re)computed by the real embed
-stage (``embed_missing``) with that encoder, published (``publish_index``) and queried by
-the same engine, the same fp32 query vectors, vector-only and the default hybrid ranking.
+``--quality``: nDCG@10 with each document encoder on SciFact test and the Debian docs set
+(the evaluation stores built here), identical everything else: copies of the evaluation
+store whose vectors are (re)computed by the real embed stage (``embed_missing``) with that
+encoder, published (``publish_index``) and queried by the same engine with the same fp32
+query vectors; vector-only and the default hybrid ranking.
 
     flock /tmp/groundwork-bench.lock .venv/bin/python bench/embed_throughput.py [--texts 2048] [--quality] [--write]
 
 ``--write`` replaces this benchmark's own sections in docs/BENCHMARKS.md and
-docs/EVALUATION.md and writes docs/benchmarks/embed_throughput.json.
+docs/EVALUATION.md and keeps the numbers in docs/benchmarks/embed_throughput.json (a part
+not re-run, e.g. ``--no-throughput``, is taken from there).
 """
 
 from __future__ import annotations
@@ -119,6 +122,32 @@ def chunked_corpus_texts(documents: int) -> list[tuple[str, str]]:
     return rows
 
 
+# --------------------------------------------------------------------------- encoders
+
+
+def int8_all_matmul(model_path: Path, cache_dir: Path, threads: int):
+    """The first int8 recipe tried (every weight MatMul int8, recipe "pc1"): measured here, not shipped."""
+    from knowledge_store.embeddings import OnnxEmbedder
+
+    class AllMatMulInt8(OnnxEmbedder):
+        def __init__(self) -> None:
+            super().__init__(model_path, cache_dir, threads=1, batch_size=1, parallel=threads, quantization="int8")
+            self.model_id = f"{self.base_model_id}+onnx-int8-dyn-pc1"
+
+        @property
+        def onnx_path(self) -> Path:
+            return self.fp32_path.with_name(f"{self.fp32_path.stem}.onnx-int8-dyn-pc1.onnx")
+
+        def _quantize(self) -> None:
+            import onnx
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            quantize_dynamic(str(self.fp32_path), str(self.onnx_path), weight_type=QuantType.QInt8, per_channel=True,
+                             op_types_to_quantize=["MatMul"], extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+
+    return AllMatMulInt8()
+
+
 # --------------------------------------------------------------------------- throughput
 
 
@@ -146,15 +175,17 @@ def configurations(model_path: Path, cache_dir: Path, threads: int) -> list[tupl
         ("a", "plain `SentenceTransformer.encode(texts, batch_size=32)`, torch fp32", Plain()),
         ("b0", f"ingest before issue 12: torch `Embedder`, batch 32, {threads} torch threads", Embedder(model_path, 32, threads)),
         ("b1", f"**ingest now (default)**: ONNX Runtime fp32, length-sorted, batch {getattr(default, 'batch_size', '?')}, "
-               f"{getattr(default, 'parallel', '?')} batches at once x {getattr(default, 'threads', '?')} thread", default),
+               f"{getattr(default, 'parallel', '?')} batches at once × {getattr(default, 'threads', '?')} thread", default),
         ("b2", f"ONNX fp32, batch 1, one batch at a time on {threads} intra-op threads",
          OnnxEmbedder(threads=threads, batch_size=1, parallel=1, **fp32)),
-        ("b3", f"ONNX fp32, length-sorted batch 8, {threads} at once x 1 thread",
-         OnnxEmbedder(threads=1, batch_size=8, parallel=threads, **fp32)),
-        ("b4", f"ONNX fp32, length-sorted batch 32, {threads} at once x 1 thread",
+        ("b3", f"ONNX fp32, batch 1 (the default before), {threads} at once × 1 thread",
+         OnnxEmbedder(threads=1, batch_size=1, parallel=threads, **fp32)),
+        ("b4", f"ONNX fp32, length-sorted batch 32, {threads} at once × 1 thread",
          OnnxEmbedder(threads=1, batch_size=32, parallel=threads, **fp32)),
-        ("b5", f"ONNX **int8** (`document_quantization=int8`), batch 1, {threads} at once x 1 thread",
+        ("b5", f"ONNX **int8** (`document_quantization=int8`: FFN output projections kept fp32), batch 1, {threads} at once × 1 thread",
          OnnxEmbedder(threads=1, batch_size=1, parallel=threads, quantization="int8", **fp32)),
+        ("b6", f"ONNX int8, every weight MatMul (first recipe, not shipped), batch 1, {threads} at once × 1 thread",
+         int8_all_matmul(model_path, cache_dir, threads)),
     ]
 
 
@@ -167,8 +198,8 @@ def measure(texts: list[str], configs, block: int) -> dict[str, dict]:
     vectors = {key: [] for key, _, _ in configs}
     blocks = [texts[i:i + block] for i in range(0, len(texts), block)]
     for number, part in enumerate(blocks):
-        rotated = configs[number % len(configs):] + configs[:number % len(configs)]
-        for key, _, embedder in rotated:
+        shift = (number * 3) % len(configs)  # rotate the order per block
+        for key, _, embedder in configs[shift:] + configs[:shift]:
             started = time.perf_counter()
             out = embedder.embed(part)
             seconds[key] += time.perf_counter() - started
@@ -194,8 +225,21 @@ def measure(texts: list[str], configs, block: int) -> dict[str, dict]:
 # --------------------------------------------------------------------------- quality
 
 
-def quality(store: Path, cache_dir: Path, threads: int) -> dict:
-    """nDCG@10 on SciFact test with the store's torch vectors vs the ONNX fp32 and int8 ones."""
+def quality_cases() -> list[tuple[str, Path, str, Path]]:
+    """(label, BEIR folder, split, evaluation store root) of every dataset whose store is built here."""
+    cases = []
+    scifact = scifact_store()
+    if scifact is not None and SCIFACT.is_dir():
+        cases.append(("SciFact test", SCIFACT, "test", scifact))
+    debian = sorted((ROOT / "data" / "eval").glob("debian-docs-*/store/store.duckdb"))
+    folder = ROOT / "data" / "datasets" / "debian-docs"
+    if debian and folder.is_dir():
+        cases.append(("Debian docs (all)", folder, "all", debian[0].parent.parent))
+    return cases
+
+
+def quality(cache_dir: Path, threads: int) -> dict:
+    """nDCG@10 per document encoder on each dataset: copies of its store re-embedded by the real embed stage."""
     from evals.beir import beir_settings, load_beir
     from evals.retrieval_eval import EvalConfig, evaluate, open_engine
     from knowledge_store.embeddings import Embedder, OnnxEmbedder
@@ -205,46 +249,54 @@ def quality(store: Path, cache_dir: Path, threads: int) -> dict:
     from knowledge_store.settings import Settings
     from knowledge_store.store import store_connection
 
-    dataset = load_beir(SCIFACT, split="test")
     model_path = Settings().model_path
-    encoders = [
-        ("torch fp32 (today's vectors)", Embedder(model_path, 32, threads), False),
-        ("ONNX fp32 (re-embedded)", OnnxEmbedder(model_path, cache_dir, threads=1, batch_size=1, parallel=threads), True),
-        ("ONNX int8 (re-embedded)", OnnxEmbedder(model_path, cache_dir, threads=1, batch_size=1, parallel=threads,
-                                                 quantization="int8"), False),
+    encoders = [  # label, embedder, drop the store's vectors first (same model id as the torch ones)
+        ("torch fp32 (today's vectors)", lambda: Embedder(model_path, 32, threads), False),
+        ("ONNX fp32 (re-embedded; default)", lambda: OnnxEmbedder(model_path, cache_dir, threads=1, batch_size=1,
+                                                                  parallel=threads), True),
+        ("ONNX int8 (re-embedded; `document_quantization=int8`)",
+         lambda: OnnxEmbedder(model_path, cache_dir, threads=1, batch_size=1, parallel=threads, quantization="int8"), False),
+        ("ONNX int8, every MatMul (first recipe, not shipped)", lambda: int8_all_matmul(model_path, cache_dir, threads), False),
     ]
-    defaults = Settings()
-    evals = [EvalConfig(1.0), EvalConfig(defaults.default_alpha)]
-    out = {"dataset": "scifact test", "queries": len(dataset.queries), "rows": []}
-    work = Path(tempfile.mkdtemp(prefix="gw-embed-quality-"))
-    try:
-        for number, (label, embedder, wipe) in enumerate(encoders):
-            data_root = work / f"v{number}"
-            root = data_root / store.name
-            (root / "store").mkdir(parents=True)
-            shutil.copy2(store / "store" / "store.duckdb", root / "store" / "store.duckdb")
-            shutil.copy2(store / "dataset.json", root / "dataset.json")
-            (root / "corpus").symlink_to(store / "corpus")
-            settings = beir_settings(dataset, data_root)
-            with store_connection(settings.store_path) as conn:
-                if wipe:  # same model id as the torch vectors: drop them so every vector is this encoder's
-                    conn.execute("DELETE FROM embeddings")
-                run_id = start_sync_run(conn, None, "bench")
-            embed = embed_missing(settings, embedder, run_id)
-            publish_index(settings, embedder.model_id, run_id)
-            engine, doc_map = open_engine(SCIFACT, ingest=False, data_root=data_root)
-            row = {"encoder": label, "model_id": embedder.model_id, "embedded": embed.computed,
-                   "embed_stage_chunks_per_s": round(embed.chunks_per_second, 1) if embed.computed else None}
-            for config in evals:
-                result = evaluate(engine, dataset, config, doc_map)
-                row[config.label] = {"ndcg@10": round(result.metrics["ndcg@10"], 4),
-                                     "recall@5": round(result.metrics["recall@5"], 4)}
-            out["rows"].append(row)
-            print(json.dumps(row), flush=True)
-            del engine
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    out["configs"] = [c.label for c in evals]
+    evals = [EvalConfig(1.0), EvalConfig(Settings().default_alpha)]
+    out = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "load_before": load(),
+           "configs": [c.label for c in evals], "datasets": []}
+    for label, folder, split, store in quality_cases():
+        dataset = load_beir(folder, split=split)
+        entry = {"name": label, "queries": len(dataset.queries), "store": str(store.relative_to(ROOT)), "rows": []}
+        work = Path(tempfile.mkdtemp(prefix="gw-embed-quality-"))
+        try:
+            for number, (name, make, wipe) in enumerate(encoders):
+                embedder = make()
+                data_root = work / f"v{number}"
+                root = data_root / store.name
+                (root / "store").mkdir(parents=True)
+                shutil.copy2(store / "store" / "store.duckdb", root / "store" / "store.duckdb")
+                shutil.copy2(store / "dataset.json", root / "dataset.json")
+                (root / "corpus").symlink_to(store / "corpus")
+                settings = beir_settings(dataset, data_root)
+                with store_connection(settings.store_path) as conn:
+                    if wipe:
+                        conn.execute("DELETE FROM embeddings")
+                    run_id = start_sync_run(conn, None, "bench")
+                embed = embed_missing(settings, embedder, run_id)
+                publish_index(settings, embedder.model_id, run_id)
+                engine, doc_map = open_engine(folder, ingest=False, data_root=data_root)
+                row = {"encoder": name, "model_id": embedder.model_id, "embedded": embed.computed,
+                       "embed_stage_s": round(embed.seconds, 1), "model_s": round(embed.model_seconds, 1),
+                       "embed_stage_chunks_per_s": round(embed.chunks_per_second, 1) if embed.computed else None}
+                for config in evals:
+                    result = evaluate(engine, dataset, config, doc_map)
+                    row[config.label] = {"ndcg@10": round(result.metrics["ndcg@10"], 4),
+                                         "recall@5": round(result.metrics["recall@5"], 4)}
+                entry["rows"].append(row)
+                print(label, json.dumps(row), flush=True)
+                del engine, embedder
+                shutil.rmtree(data_root, ignore_errors=True)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        out["datasets"].append(entry)
+    out["load_after"] = load()
     return out
 
 
@@ -262,68 +314,89 @@ def replace_section(path: Path, heading: str, text: str) -> None:
     path.write_text(content)
 
 
+def quality_table(q: dict, with_recall: bool) -> str:
+    cfgs = q["configs"]
+    lines = []
+    for entry in q["datasets"]:
+        base = entry["rows"][0]
+        for row in entry["rows"]:
+            cells = " | ".join(
+                (f"{row[c]['ndcg@10']:.4f} / {row[c]['recall@5']:.4f}" if with_recall else f"{row[c]['ndcg@10']:.4f}")
+                + ("" if row is base else f" ({row[c]['ndcg@10'] - base[c]['ndcg@10']:+.4f})") for c in cfgs)
+            lines.append(f"| {entry['name']} ({entry['queries']} q.) | {row['encoder']} | `{row['model_id']}` | {cells} |")
+    return (f"| dataset | document vectors | model id | {' | '.join(cfgs)} |\n|---|---|---|{'---|' * len(cfgs)}\n"
+            + "\n".join(lines))
+
+
 def benchmarks_section(r: dict) -> str:
+    t = r["throughput"]
     rows = "\n".join(
         f"| ({key}) | {v['description']} | {v['chunks_per_s']} | **{v['ratio_to_a']}×** | {v['max_abs_1_minus_cos']:.1e} |"
-        for key, v in r["throughput"].items()
-    )
+        for key, v in t["results"].items())
     q = r.get("quality")
     quality_lines = ""
     if q:
-        cfgs = q["configs"]
-        quality_lines = "\nSciFact test nDCG@10 (300 queries, same store, same query vectors; docs/EVALUATION.md):\n\n" + \
-            f"| document vectors | model id | {' | '.join(cfgs)} |\n|---|---|{'---|' * len(cfgs)}\n" + "\n".join(
-                f"| {row['encoder']} | `{row['model_id']}` | " + " | ".join(f"{row[c]['ndcg@10']:.4f}" for c in cfgs) + " |"
-                for row in q["rows"]) + "\n"
+        quality_lines = (f"\nRetrieval quality of the same encoders ({q['date']}; nDCG@10, change against torch in "
+                         "brackets; method in docs/EVALUATION.md):\n\n" + quality_table(q, with_recall=False) + "\n")
+        stage = next((row for row in q["datasets"][0]["rows"] if row["embedded"]), None)
+        if stage:
+            quality_lines += (f"\nThe real embed stage (`embed_missing`, {stage['embedded']:,} {q['datasets'][0]['name'].split()[0]} "
+                              f"chunks, ONNX fp32): {stage['embed_stage_s']} s, of which model {stage['model_s']} s "
+                              f"({stage['embed_stage_chunks_per_s']} chunks/s).\n")
     return f"""{SECTION}
 
-`bench/embed_throughput.py`, {r['date']}. Machine: {r['machine']}; load average {r['load_before']} before,
-{r['load_after']} after (shared machine; run under `flock /tmp/groundwork-bench.lock`). onnxruntime
-{r['versions']['onnxruntime']}, torch {r['versions']['torch']}. Texts: {r['texts']} chunk texts (header + chunk, as
-embedded) sampled from {r['source']}; median {r['median_tokens']} word-pieces. Each configuration embeds the same
-blocks of {r['block']} texts (what the embed stage hands the model per call), in rotating order.
+`bench/embed_throughput.py`, {t['date']}. Machine: {t['machine']}; load average {t['load_before']} before,
+{t['load_after']} after (shared machine; run under `flock /tmp/groundwork-bench.lock`). onnxruntime
+{t['versions']['onnxruntime']}, torch {t['versions']['torch']}. Texts: {t['texts']} chunk texts (header + chunk, as
+embedded) sampled from {t['source']}; median {t['median_tokens']} word-pieces. Every configuration embeds the same
+blocks of {t['block']} texts (what the embed stage hands the model per call), in an order rotating per block, so
+load from other processes falls on all of them alike.
 
 | | configuration | chunks/s | vs (a) | max \\|1 − cos\\| to (a) |
 |---|---|---|---|---|
 {rows}
 {quality_lines}
-Why the ingest stage ran at 11–19 chunks/s: it was the plain torch model — (b0) runs at
-(a)'s speed; no extra loss in the stage (one model call per 512-text write batch, the
-store write outside the model time is <1% of it). The gains come from the runtime:
-ONNX Runtime's kernels, length-sorted batch-1 calls (no padding, activations stay in the
-2 MiB L2), and one single-threaded batch per core instead of one batch on two threads
-(no per-operator barrier, which stalls whenever another process holds a core). fp32 ONNX
-vectors equal torch's (|1 − cos| ≈ 1e-7), so they keep torch's model id and existing
-caches stay valid; int8 vectors differ (cos ≈ 0.995) and are stored under their own id.
-Reproduce: `flock /tmp/groundwork-bench.lock .venv/bin/python bench/embed_throughput.py --quality --write`.
+Why the ingest stage ran at 11–19 chunks/s: it *was* a plain torch encode — (b0) runs at
+(a)'s speed, one model call per 512-text write batch, and the store writes around it are
+a small share of the stage. The gains come from how the model is run: ONNX Runtime's
+kernels with an eager-attention export, texts tokenised once and length-sorted into
+small batches (8 texts of nearly equal length: almost no padding, and the activations
+still fit the core's 2 MiB L2; batch 32 spills it — (b4)), and one single-threaded call
+per core instead of one call on two threads (no per-operator barrier, which stalls
+whenever another process holds a core — (b2)). fp32 ONNX vectors equal torch's
+(|1 − cos| ~1e-7, far below ranking effects), so they keep torch's model id and existing
+caches stay valid. Ratios move with the load on this shared machine (the configurations
+share it alike, block by block); batch 8 was ahead of batch 1 in both recorded runs
+(2.11× vs 1.99×, then 2.41× vs 1.93×). int8 (opt-in) is faster still; its vectors differ
+(mean cos {t['results']['b5']['mean_cos']:.4f} to (a)) and are
+stored under their own model id. Reproduce: `flock /tmp/groundwork-bench.lock .venv/bin/python
+bench/embed_throughput.py --quality --write`.
 """
 
 
 def evaluation_section(r: dict) -> str:
     q = r["quality"]
-    cfgs = q["configs"]
-    base = q["rows"][0]
-    lines = []
-    for row in q["rows"]:
-        deltas = ", ".join(f"{c}: {row[c]['ndcg@10'] - base[c]['ndcg@10']:+.4f}" for c in cfgs)
-        lines.append(f"| {row['encoder']} | `{row['model_id']}` | " + " | ".join(
-            f"{row[c]['ndcg@10']:.4f} / {row[c]['recall@5']:.4f}" for c in cfgs) + f" | {deltas} |")
-    throughput = r["throughput"]
+    t = r.get("throughput", {}).get("results", {})
+    speed = ""
+    if t:
+        speed = (f" Speed on the same machine (docs/BENCHMARKS.md): ONNX fp32 {t['b1']['ratio_to_a']}×, int8 "
+                 f"{t['b5']['ratio_to_a']}× (first recipe {t['b6']['ratio_to_a']}×) a plain `SentenceTransformer.encode`.")
     return f"""{EVAL_SECTION}
 
-{r['date']}. SciFact test split ({q['queries']} queries), the evaluation store's chunks embedded
-three ways, everything else identical: each variant is a copy of the store whose vectors are
-computed by the real embed stage (`embed_missing`) with that encoder, published with
-`publish_index`, and queried by the same engine with the same fp32 ONNX query vectors
-(`bench/embed_throughput.py --quality`). Cells: nDCG@10 / Recall@5.
+{q['date']} (load average {q['load_before']} before, {q['load_after']} after). Each dataset's
+evaluation store embedded four ways, everything else identical: every variant is a copy of the
+store whose vectors are computed by the real embed stage (`embed_missing`) with that encoder,
+published with `publish_index` and queried by the same engine with the same fp32 ONNX query
+vectors (`bench/embed_throughput.py --quality`); vector-only and the default hybrid ranking.
+Cells: nDCG@10 / Recall@5, nDCG@10 change against today's torch vectors in brackets.
 
-| document vectors | model id | {' | '.join(cfgs)} | nDCG@10 vs torch |
-|---|---|{'---|' * len(cfgs)}---|
-{chr(10).join(lines)}
+{quality_table(q, with_recall=True)}
 
-Bar (issue 12): within 0.005 nDCG@10 of today's fp32 torch vectors. Speed of the same
-encoders on {r['texts']} of these texts: ONNX fp32 {throughput['b1']['ratio_to_a']}× and int8
-{throughput['b5']['ratio_to_a']}× a plain `SentenceTransformer.encode` (docs/BENCHMARKS.md).
+Bar (issue 12): within 0.005 nDCG@10 of today's fp32 torch vectors. ONNX fp32 — the default
+document encoder — gives the torch vectors (same model id) and the same rankings. int8 stays
+behind `GROUNDWORK_DOCUMENT_QUANTIZATION=int8` with its own model id; the shipped recipe keeps
+each layer's feed-forward output projection in fp32, the first recipe (every MatMul int8)
+is shown for comparison.{speed}
 """
 
 
@@ -332,7 +405,8 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=2048, help="chunk texts to embed (a seeded sample)")
     parser.add_argument("--block", type=int, default=512, help="texts per embed call (the embed stage's write batch)")
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
-    parser.add_argument("--quality", action="store_true", help="also SciFact nDCG@10 per document encoder (re-embeds the store twice)")
+    parser.add_argument("--quality", action="store_true", help="also nDCG@10 per document encoder (re-embeds the eval stores)")
+    parser.add_argument("--no-throughput", action="store_true", help="skip the throughput part (--write keeps the stored one)")
     parser.add_argument("--write", action="store_true", help="write the sections into docs/BENCHMARKS.md and docs/EVALUATION.md")
     args = parser.parse_args()
 
@@ -342,41 +416,44 @@ def main() -> None:
     from knowledge_store.embeddings import token_counter
     from knowledge_store.settings import Settings
 
-    load_before = load()
     settings = Settings()
     cache_dir = settings.models_cache_dir
-    store = scifact_store()
-    if store is not None:
-        rows, source = store_texts(store), f"the SciFact evaluation store (`{store.relative_to(ROOT)}`)"
-    else:
-        rows, source = chunked_corpus_texts(2000), "the first 2,000 SciFact documents, chunked by the ingestion stages"
-    sample = sorted(random.Random(12).sample(rows, min(args.texts, len(rows))))  # content-hash order, as ingestion
-    texts = [text for _, text in sample]
-    tokens = sorted(token_counter(str(settings.model_path)).count_many(texts))
-    configs = configurations(settings.model_path, cache_dir, args.threads)
-    throughput = measure(texts, configs, args.block)
-    for key, value in throughput.items():
-        print(f"({key}) {value['chunks_per_s']:6.1f} chunks/s  {value['ratio_to_a']:.2f}x  "
-              f"max|1-cos| {value['max_abs_1_minus_cos']:.1e}  {value['description']}", flush=True)
-    del configs
-    result = {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "versions": {"onnxruntime": onnxruntime.__version__, "torch": torch.__version__},
-        "threads": args.threads, "texts": len(texts), "block": args.block, "source": source,
-        "median_tokens": tokens[len(tokens) // 2], "throughput": throughput, "load_before": load_before,
-    }
+    out = ROOT / "docs" / "benchmarks" / "embed_throughput.json"
+    result = json.loads(out.read_text()) if out.is_file() else {}
+    if not args.no_throughput:
+        load_before = load()
+        store = scifact_store()
+        if store is not None:
+            rows, source = store_texts(store), f"the SciFact evaluation store (`{store.relative_to(ROOT)}`)"
+        else:
+            rows, source = chunked_corpus_texts(2000), "the first 2,000 SciFact documents, chunked by the ingestion stages"
+        sample = sorted(random.Random(12).sample(rows, min(args.texts, len(rows))))  # content-hash order, as ingestion
+        texts = [text for _, text in sample]
+        tokens = sorted(token_counter(str(settings.model_path)).count_many(texts))
+        configs = configurations(settings.model_path, cache_dir, args.threads)
+        results = measure(texts, configs, args.block)
+        for key, value in results.items():
+            print(f"({key}) {value['chunks_per_s']:6.1f} chunks/s  {value['ratio_to_a']:.2f}x  "
+                  f"max|1-cos| {value['max_abs_1_minus_cos']:.1e}  {value['description']}", flush=True)
+        del configs
+        result["throughput"] = {
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+            "versions": {"onnxruntime": onnxruntime.__version__, "torch": torch.__version__},
+            "threads": args.threads, "texts": len(texts), "block": args.block, "source": source,
+            "median_tokens": tokens[len(tokens) // 2], "results": results, "load_before": load_before,
+            "load_after": load(),
+        }
     if args.quality:
-        if store is None:
-            raise SystemExit("--quality needs the SciFact evaluation store (evals/build_scifact_store.py)")
-        result["quality"] = quality(store, cache_dir, args.threads)
-    result["load_after"] = load()
+        if not quality_cases():
+            raise SystemExit("--quality needs an evaluation store (evals/build_scifact_store.py)")
+        result["quality"] = quality(cache_dir, args.threads)
     print(json.dumps(result, indent=2))
     if args.write:
-        out = ROOT / "docs" / "benchmarks" / "embed_throughput.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2) + "\n")
-        replace_section(ROOT / "docs" / "BENCHMARKS.md", SECTION, benchmarks_section(result))
+        if "throughput" in result:
+            replace_section(ROOT / "docs" / "BENCHMARKS.md", SECTION, benchmarks_section(result))
         if "quality" in result:
             replace_section(ROOT / "docs" / "EVALUATION.md", EVAL_SECTION, evaluation_section(result))
 

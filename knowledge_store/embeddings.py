@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -271,9 +272,12 @@ class BatchingEmbedder:
 ONNX_EXPORT_REVISION = "eager1"
 
 # Document quantisations (issue 12) and the recipe tag each adds to the model id: int8 vectors are
-# not the fp32 ones (cosine ~0.995), so they are cached under their own id and never mixed.
-# Changing a recipe must change its tag.
-QUANTIZATION_RECIPES = {"none": "", "int8": "onnx-int8-dyn-pc1"}
+# not the fp32 ones (cosine ~0.998), so they are cached under their own id and never mixed.
+# Changing a recipe must change its tag.  "onnx-int8-dyn-pc2": dynamic int8 (per-channel weights,
+# activations quantised per call) for every weight MatMul except each layer's feed-forward output
+# projection, whose post-GELU inputs have the outliers int8 handles worst (kept fp32).
+QUANTIZATION_RECIPES = {"none": "", "int8": "onnx-int8-dyn-pc2"}
+_FP32_IN_INT8 = re.compile(r"/layer\.\d+/output/dense/MatMul$")
 
 
 def document_model_id(model_path: Path, quantization: str = "none") -> str:
@@ -310,8 +314,9 @@ class OnnxEmbedder:
     - ``parallel`` batches run at once, each on one thread of a shared session
       (``threads`` intra-op threads each).  One thread per batch beats one
       batch on two threads, most of all when other processes take a core;
-    - ``quantization="int8"``: dynamic int8 weights (per channel, MatMul only),
-      made from the fp32 export with ONNX Runtime's quantiser; its own model id.
+    - ``quantization="int8"``: dynamic int8 (per-channel weights) for the weight
+      MatMuls but each layer's feed-forward output projection, made from the fp32
+      export with ONNX Runtime's quantiser; its own model id.
     """
 
     def __init__(self, model_path: Path, cache_dir: Path, threads: int = 1, dim: int = 384, max_length: int = 256,
@@ -349,7 +354,7 @@ class OnnxEmbedder:
     def onnx_path(self) -> Path:
         if self.quantization == "none":
             return self.fp32_path
-        return self.fp32_path.with_suffix(f".{QUANTIZATION_RECIPES[self.quantization]}.onnx")
+        return self.fp32_path.with_name(f"{self.fp32_path.stem}.{QUANTIZATION_RECIPES[self.quantization]}.onnx")
 
     @property
     def loaded(self) -> bool:
@@ -389,10 +394,14 @@ class OnnxEmbedder:
         import onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
+        keep_fp32 = [node.name for node in onnx.load(str(self.fp32_path)).graph.node
+                     if node.op_type == "MatMul" and _FP32_IN_INT8.search(node.name)]
+        if not keep_fp32:  # the recipe names nodes of this export; another export needs another recipe tag
+            raise RuntimeError(f"{self.fp32_path.name}: no feed-forward output MatMul found to keep in fp32")
         tmp = self.onnx_path.with_suffix(f".{os.getpid()}.tmp")
         quantize_dynamic(
             str(self.fp32_path), str(tmp), weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"],
-            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+            nodes_to_exclude=keep_fp32, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )
         os.replace(tmp, self.onnx_path)
 

@@ -32,7 +32,7 @@ class KnowledgeStoreResource(dg.ConfigurableResource):
 
 @lru_cache(maxsize=4)
 def _embedder(model_path: str, batch_size: int, torch_threads: int, dim: int, encoder: str = "torch",
-              quantization: str = "none", onnx_batch_size: int = 1, cache_dir: str = "") -> Embedder | OnnxEmbedder:
+              quantization: str = "none", onnx_batch_size: int = 8, cache_dir: str = "") -> Embedder | OnnxEmbedder:
     """The document embedder for these settings (``document_encoder``, ``document_quantization``, ...)."""
     settings = Settings().model_copy(update={
         "model_path": model_path, "embed_batch_size": batch_size, "torch_threads": torch_threads, "embedding_dim": dim,
@@ -56,12 +56,14 @@ class EmbeddingModelResource(dg.ConfigurableResource):
             base.embedding_dim,
         )
 
-    def embedder(self, workers: int = 1) -> Embedder | OnnxEmbedder:
-        """The document embedder, with the cores (torch_threads) shared among ``workers`` processes embedding at once."""
+    def embedder(self, workers: int = 1, quantization: str | None = None) -> Embedder | OnnxEmbedder:
+        """The document embedder, with the cores (torch_threads) shared among ``workers`` processes embedding at once.
+
+        ``quantization="none"`` for texts embedded like queries (tuning): queries are always fp32."""
         path, batch, threads, dim = self._resolved()
         base = Settings()
         return _embedder(path, batch, max(1, threads // max(1, workers)), dim, base.document_encoder,
-                         base.document_quantization, base.onnx_batch_size, str(base.models_cache_dir))
+                         quantization or base.document_quantization, base.onnx_batch_size, str(base.models_cache_dir))
 
     def token_counter(self) -> TokenCounter:
         return token_counter(self._resolved()[0])

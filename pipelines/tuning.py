@@ -102,7 +102,7 @@ def corpus_tuning(context: dg.AssetExecutionContext, config: TuningConfig, retri
                   model: EmbeddingModelResource) -> dg.MaterializeResult:
     settings = retrieval.settings()
     try:
-        tuned = tune_corpus(settings, embedder=model.embedder(), limit=config.limit, save=True)
+        tuned = tune_corpus(settings, embedder=model.embedder(quantization="none"), limit=config.limit, save=True)
     except (TuningError, IndexNotBuiltError) as error:
         # no made-up result: the run fails with the reason, tuned.json stays as it was
         raise dg.Failure(description=f"cannot tune the ranking of {settings.data_dir}: {error}", allow_retries=False) from error
