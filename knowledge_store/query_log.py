@@ -196,7 +196,7 @@ class QueryLogRecord:
     """One answered (or failed) query.  ``query`` is redacted when logged."""
 
     query: str
-    client: str = "python"  # cli | api | mcp | support_tool | eval | python
+    client: str = "python"  # cli | api | mcp | support_tool | eval | python | llamaindex
     retrieval_request_id: str = field(default_factory=_new_id)
     created_at: datetime = field(default_factory=utcnow)  # naive UTC
     params: dict[str, Any] = field(default_factory=dict)  # alpha, fusion, reranker, filters, k …
@@ -262,7 +262,7 @@ LOG_MIGRATIONS: list[tuple[int, str, str]] = [
             retrieval_request_id VARCHAR PRIMARY KEY,   -- uuid4 hex, returned to the caller
             created_at       TIMESTAMP NOT NULL,        -- UTC
             query            VARCHAR NOT NULL,          -- redacted
-            client           VARCHAR NOT NULL,          -- cli | api | mcp | support_tool | eval | python
+            client           VARCHAR NOT NULL,          -- cli | api | mcp | support_tool | eval | python | llamaindex
             params           JSON NOT NULL,             -- alpha, fusion, reranker, filters, k ...
             results_pre      JSON NOT NULL,             -- fused order before reranking
             results_post     JSON NOT NULL,             -- after reranking

@@ -312,6 +312,38 @@ def test_llamaindex_retriever_and_query_engine_carry_citations(engine):
     assert citations[0]["pages"] == [4] and len(citations[0]["snippet"]) <= 150
 
 
+def test_llamaindex_query_engine_is_logged_like_every_other_client(engine):
+    """as_query_engine() runs engine.search: one query-log record (client llamaindex) whose id the
+    response carries, so thumbs on a LlamaIndex answer land on the right request."""
+    response = engine.as_query_engine(k=3).query(RESET)
+    request_id = response.metadata["retrieval_request_id"]
+    assert request_id and all(n.node.metadata["retrieval_request_id"] == request_id for n in response.source_nodes)
+    engine.query_log.flush()
+    logged = [r for r in engine.query_log.list(client="llamaindex") if r.retrieval_request_id == request_id]
+    assert len(logged) == 1 and len(logged[0].results_post) == 3
+
+
+def test_llamaindex_query_engine_keeps_the_fused_order_when_its_reranker_fails(engine, monkeypatch):
+    """The same fallback as search(): a failing reranker costs the reranking, not the answer."""
+    class Broken(BaseNodePostprocessor):
+        def _postprocess_nodes(self, nodes, query_bundle=None):
+            raise RuntimeError("model file truncated")
+
+    fused = [n.node.node_id for n in engine.as_retriever(k=3).retrieve(RESET)]
+    monkeypatch.setattr(engine, "reranker", lambda name: Broken())
+    response = engine.as_query_engine(reranker="mmr", k=3).query(RESET)
+    assert [n.node.node_id for n in response.source_nodes] == fused
+    engine.query_log.flush()
+    record = next(r for r in engine.query_log.list(client="llamaindex")
+                  if r.retrieval_request_id == response.metadata["retrieval_request_id"])
+    assert record.reranker_status.startswith("fallback: ") and "RuntimeError: model file truncated" in record.reranker_status
+
+
+def test_llamaindex_retriever_refuses_unknown_parameters(engine):
+    with pytest.raises(QueryValidationError, match="topk"):
+        engine.as_retriever(topk=3)
+
+
 # ------------------------------------------------------------------ versions and hot swap
 
 def test_new_snapshot_is_picked_up_without_restart_and_superseded_is_opt_in(tmp_path, embedder):

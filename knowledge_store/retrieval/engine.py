@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import QueryBundle
 
 from knowledge_store.embeddings import BatchingEmbedder, Embedder, query_embedder
 from knowledge_store.query_log import redact
@@ -24,6 +24,7 @@ from knowledge_store.errors import GroundworkError, QueryValidationError
 from knowledge_store.retrieval.answer import Answer, LLMAnswerer, extractive_answer
 from knowledge_store.retrieval.citations import Citation, build_citations
 from knowledge_store.retrieval.filters import MaskCache, SearchFilters
+from knowledge_store.retrieval.llama import hit_to_node
 from knowledge_store.retrieval.ann import AnnConfig
 from knowledge_store.retrieval.query_cache import QueryEmbeddingCache
 from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, lexical_evidence, rank_rows, vector_evidence
@@ -112,25 +113,6 @@ def coverage_label(best_relevance: float, floor: float) -> str:
     if best_relevance >= 0.55:
         return "medium"
     return "low"
-
-
-def hit_to_node(hit: SearchHit, embedding: np.ndarray | None) -> NodeWithScore:
-    node = TextNode(
-        id_=hit.chunk_id,
-        text=hit.text,
-        embedding=embedding.tolist() if embedding is not None else None,
-        metadata={
-            "chunk_id": hit.chunk_id, "doc_id": hit.doc_id, "version": hit.version, "title": hit.title,
-            "section": hit.section, "pages": hit.pages, "url": hit.url, "content_hash": hit.content_hash,
-            "bm25_score": hit.bm25_score, "vector_score": hit.vector_score, "bm25_rank": hit.bm25_rank,
-            "vector_rank": hit.vector_rank, "fused_score": hit.score, "relevance": hit.relevance,
-        },
-        excluded_embed_metadata_keys=["chunk_id", "content_hash", "bm25_score", "vector_score", "bm25_rank",
-                                      "vector_rank", "fused_score", "relevance"],
-        excluded_llm_metadata_keys=["chunk_id", "content_hash", "bm25_score", "vector_score", "bm25_rank",
-                                    "vector_rank", "fused_score", "relevance", "url"],
-    )
-    return NodeWithScore(node=node, score=hit.score)
 
 
 def _logged_params(request: SearchRequest) -> dict[str, Any]:
@@ -443,22 +425,19 @@ class RetrievalEngine:
 
     # -------------------------------------------------------------- LlamaIndex
     def as_retriever(self, **params: Any):
+        """A LlamaIndex ``BaseRetriever`` over ``search``: same ranking, reranker fallback and query log."""
         from knowledge_store.retrieval.llama import HybridRetriever
 
         return HybridRetriever(self, **params)
 
     def as_query_engine(self, reranker: str | None = None, **params: Any):
-        """A LlamaIndex ``RetrieverQueryEngine``: hybrid retriever + reranker + extractive synthesizer."""
+        """A LlamaIndex ``RetrieverQueryEngine``: the hybrid retriever (which runs ``search``, so the
+        reranker, its timeout/fallback and the query log are the ones every other client gets) and the
+        extractive synthesizer.  The response's metadata has ``retrieval_request_id`` for feedback."""
         from llama_index.core.query_engine import RetrieverQueryEngine
 
         from knowledge_store.retrieval.llama import ExtractiveSynthesizer
 
-        name = reranker or self.settings.default_reranker
-        postprocessors = [p for p in [self.reranker(name)] if p is not None]
-        k = params.get("k") or self.settings.default_k
-        retriever = self.as_retriever(**{**params, "k": max(k * 4, 20) if postprocessors else k})
-        return RetrieverQueryEngine(
-            retriever=retriever,
-            response_synthesizer=ExtractiveSynthesizer(top_k=k),
-            node_postprocessors=postprocessors,
-        )
+        retriever = self.as_retriever(**params, reranker=reranker)
+        return RetrieverQueryEngine(retriever=retriever, response_synthesizer=ExtractiveSynthesizer(
+            top_k=params.get("k") or self.settings.default_k))

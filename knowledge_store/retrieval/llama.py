@@ -20,39 +20,77 @@ from llama_index.core.base.response.schema import Response
 from llama_index.core.llms.mock import MockLLM
 from llama_index.core.response_synthesizers import BaseSynthesizer
 from llama_index.core.retrievers import BaseRetriever
-from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+import numpy as np
 
 from knowledge_store.retrieval.answer import extractive_answer
 from knowledge_store.retrieval.citations import build_citations
 from knowledge_store.retrieval.types import SearchHit
 
 
-class HybridRetriever(BaseRetriever):
-    """BM25 (DuckDB fts) + exact vector search over the published snapshot, fused.
+SEARCH_PARAMS = ("k", "alpha", "fusion", "reranker", "filters", "min_relevance", "section_weight", "lead_weight")
 
-    Parameters are those of ``RetrievalEngine.search`` (k, alpha, fusion,
-    filters, min_relevance).  Returned nodes carry ``chunk_id``, ``doc_id``,
-    ``version``, ``title``, ``section``, ``pages``, ``url`` and every score in
-    their metadata, and their embedding (for MMR).  The query embedding is put
-    on the ``QueryBundle`` for postprocessors that need it.
+
+def hit_to_node(hit: SearchHit, embedding: np.ndarray | None) -> NodeWithScore:
+    """A ranked chunk as a LlamaIndex node: citation fields and every score in its metadata
+    (scores and ids kept out of what an embedding model or LLM would read)."""
+    node = TextNode(
+        id_=hit.chunk_id,
+        text=hit.text,
+        embedding=embedding.tolist() if embedding is not None else None,
+        metadata={
+            "chunk_id": hit.chunk_id, "doc_id": hit.doc_id, "version": hit.version, "title": hit.title,
+            "section": hit.section, "pages": hit.pages, "url": hit.url, "content_hash": hit.content_hash,
+            "bm25_score": hit.bm25_score, "vector_score": hit.vector_score, "bm25_rank": hit.bm25_rank,
+            "vector_rank": hit.vector_rank, "fused_score": hit.score, "relevance": hit.relevance,
+            "rerank_score": hit.rerank_score,
+        },
+        excluded_embed_metadata_keys=["chunk_id", "content_hash", "bm25_score", "vector_score", "bm25_rank",
+                                      "vector_rank", "fused_score", "relevance", "rerank_score"],
+        excluded_llm_metadata_keys=["chunk_id", "content_hash", "bm25_score", "vector_score", "bm25_rank",
+                                    "vector_rank", "fused_score", "relevance", "rerank_score", "url"],
+    )
+    return NodeWithScore(node=node, score=hit.score)
+
+
+class HybridRetriever(BaseRetriever):
+    """The engine's ``search`` as a LlamaIndex retriever.
+
+    Parameters are those of ``RetrievalEngine.search`` (k, alpha, fusion, reranker,
+    filters, min_relevance, section_weight, lead_weight).  Each retrieval *is* a
+    ``search`` call with ``answer="none"``: the same ranking, the same reranker with
+    its timeout and fallback, and the same query-log record (client ``llamaindex``)
+    as the API, CLI and MCP - so feedback and replays see LlamaIndex traffic too.
+    Returned nodes carry ``chunk_id``, ``doc_id``, ``version``, ``title``,
+    ``section``, ``pages``, ``url``, every score and ``retrieval_request_id`` in
+    their metadata, and their embedding; the query embedding is put on the
+    ``QueryBundle`` for postprocessors that need it.
     """
 
     def __init__(self, engine: Any, **params: Any) -> None:
         super().__init__()
+        unknown = sorted(set(params) - set(SEARCH_PARAMS))
+        if unknown:
+            from knowledge_store.errors import QueryValidationError
+
+            raise QueryValidationError(unknown[0], params[unknown[0]], f"not a search parameter ({', '.join(SEARCH_PARAMS)})")
         self._engine = engine
-        self._params = params
+        self._params = {k: v for k, v in params.items() if v is not None}
+        self.last_request_id: str | None = None
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        from knowledge_store.retrieval.engine import hit_to_node
-
-        params = {k: v for k, v in self._params.items() if k in ("k", "alpha", "fusion", "filters", "min_relevance", "section_weight", "lead_weight")}
-        request = self._engine.request(query_bundle.query_str, **params)
-        found = self._engine.candidates(request, request.k)
-        query_bundle.embedding = found.query_vector.tolist()
-        best = max((h.relevance for h in found.hits), default=0.0)
-        if best < request.min_relevance:
-            return []
-        return [hit_to_node(h, found.snapshot.embeddings[h.row]) for h in found.hits]
+        response = self._engine.search(query_bundle.query_str, answer="none", client="llamaindex", **self._params)
+        self.last_request_id = response.retrieval_request_id
+        snapshot = self._engine.snapshots.current()
+        same = snapshot.info.snapshot_version == response.snapshot_version  # rows index that snapshot only
+        vector = self._engine.embedder.embed([query_bundle.query_str])[0]  # cached: the search just embedded it
+        query_bundle.embedding = vector.tolist()
+        nodes = []
+        for hit in response.hits:
+            node = hit_to_node(hit, snapshot.embeddings[hit.row] if same and 0 <= hit.row < snapshot.size else None)
+            node.node.metadata["retrieval_request_id"] = response.retrieval_request_id
+            nodes.append(node)
+        return nodes
 
 
 def node_to_hit(item: NodeWithScore) -> SearchHit:
@@ -99,7 +137,8 @@ class ExtractiveSynthesizer(BaseSynthesizer):
         return Response(
             response=answer.text,
             source_nodes=nodes,
-            metadata={"citations": [c.model_dump() for c in citations], "answer_method": answer.method},
+            metadata={"citations": [c.model_dump() for c in citations], "answer_method": answer.method,
+                      "retrieval_request_id": next((n.node.metadata.get("retrieval_request_id") for n in nodes), None)},
         )
 
     async def asynthesize(self, query: Any, nodes: list[NodeWithScore], additional_source_nodes: Any = None, **kwargs: Any) -> Response:
