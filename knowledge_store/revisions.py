@@ -21,7 +21,10 @@ rules; ``knowledge_store.ingest.relations`` applies them to the store.
    ``Rev 3``); ``v``/``version`` + a dotted number only at the end
    (``manual-v2.1.pdf`` -> ``v2.1``; ``aurora-v2-notes.md`` has none: a version
    in the middle of a name is usually the product's, not the document's).
-3. the title, by the same two rules (``SOP-42 Rev C``).
+3. the title, ``Rev``/``Revision`` + capital letters or a number only (``SOP-42 Rev C``).
+   A version number in a title is not taken: titles such as "Debian Policy
+   Manual: Version 2.1.1" name the release a section describes (the Debian
+   development set has 64 of them, 63 would have been "superseded").
 
 Values are normalised: ``C``/``rev c``/``Rev.C`` -> ``Rev C``; ``3`` under
 ``revision``/``rev`` -> ``Rev 3``; ``2.1``/``V2.1``/``version 2.1`` -> ``v2.1``;
@@ -152,6 +155,8 @@ def label_in_text(text: str, in_title: bool = False) -> tuple[str, re.Match[str]
     match = (_REV_IN_TITLE if in_title else _REV_IN_NAME).search(text)
     if match:
         return f"Rev {next(group for group in match.groups() if group).upper()}", match
+    if in_title:  # a version in a title names a release the text is about (module docstring)
+        return None
     match = _VERSION_AT_END.search(text)
     if match:
         return f"v{match.group(1)}", match

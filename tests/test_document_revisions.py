@@ -143,6 +143,9 @@ def test_rev_label_from_title_when_metadata_and_file_name_have_none() -> None:
     assert revision_label("SOP-42 Rev C", {}, "startup.md").label == "Rev C"
     assert revision_label("Compressor startup (Rev. B)", {}, "x.md").source == "title"
     assert revision_label("Revision history", {}, "x.md") is None
+    # a version in a title names the release a text is about, not the document's revision (Debian's policy
+    # manual has a section per version: 63 of them would otherwise supersede each other)
+    assert revision_label("Debian Policy Manual: Version 2.1.1", {}, "policy-upgrading-checklist-version-2-1-1.md") is None
 
 
 def test_revision_labels_order_letters_numbers_and_versions() -> None:
@@ -389,6 +392,11 @@ def test_same_title_families_need_labels_and_fall_back_to_file_dates(tmp_path: P
     # same title, no labels at all: two different documents
     _write(docs / "a/installation.md", "# Installation\n\nMount the hub on a wall near a socket.\n")
     _write(docs / "b/installation.md", "# Installation\n\nMount the thermostat 1.5 m above the floor.\n")
+    # versions named in titles are releases the sections describe, not revisions of one document
+    _write(docs / "checklist-version-2-1-1.md", "# Policy Manual: Version 2.1.1\n\nPackages must declare a "
+                                                "priority field.\n")
+    _write(docs / "checklist-version-2-2-0.md", "# Policy Manual: Version 2.2.0\n\nThe menu entry format "
+                                                "changed.\n")
     settings = _settings(tmp_path)
     run_sync(settings, embedder)
 
@@ -397,6 +405,8 @@ def test_same_title_families_need_labels_and_fall_back_to_file_dates(tmp_path: P
     assert documents["archive/boiler-service-old.md"]["status"] == "superseded"
     assert documents["pump-v2.md"]["status"] == "active" and documents["pump-Rev B.md"]["status"] == "superseded"
     assert documents["a/installation.md"]["status"] == documents["b/installation.md"]["status"] == "active"
+    assert documents["checklist-version-2-1-1.md"]["status"] == documents["checklist-version-2-2-0.md"]["status"] \
+        == "active"
     by_old = {row["dst_id"]: json.loads(row["evidence"]) for row in _relations(settings, "supersedes")}
     title_evidence = by_old[documents["archive/boiler-service-old.md"]["doc_id"]]
     assert (title_evidence["reason"], title_evidence["key"], title_evidence["ordered_by"]) == \
