@@ -459,7 +459,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     if args.include_superseded:
         filters["include_superseded"] = True
     engine = RetrievalEngine(settings)
-    if (args.reranker or settings.default_reranker) in engine.available_rerankers():
+    if (args.reranker or engine.default_reranker()) in engine.available_rerankers():
         engine.warm_up()  # model + snapshot load are start-up, not query latency
     # else the search fails at once naming the reranker (and logs the failure): no model load first
     response = engine.search(
@@ -524,16 +524,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     defaults = engine.ranking_defaults()  # explicit settings > the store's tuned ranking > built-in
     config = EvalConfig(alpha=defaults.alpha if args.alpha is None else args.alpha,
                         fusion=args.fusion or defaults.fusion,
-                        reranker=args.reranker or engine.settings.default_reranker)
-    result = evaluate(engine, dataset, config, doc_map, ks=(5, args.k))
+                        reranker=args.reranker or engine.default_reranker())
+    # nDCG@10 and MRR@10 always (the scorecard's columns), besides the asked depth
+    result = evaluate(engine, dataset, config, doc_map, ks=tuple(sorted({5, 10, args.k})))
     m = result.metrics
+    recorded = _record_eval(dataset, args.split, config, result)
     report = {
         "dataset": str(folder), "split": args.split, "queries": result.queries, "configuration": config.label,
         "alpha": config.alpha, "fusion": config.fusion, "reranker": config.reranker, "k": args.k,
         "recall@5": m["recall@5"], f"ndcg@{args.k}": m[f"ndcg@{args.k}"], f"mrr@{args.k}": m[f"mrr@{args.k}"],
         "precision@5": m["precision@5"], "ragas_recall@5": m["ragas_recall@5"], "grounding": m["grounding"],
         "latency_p50_ms": result.latency_p50_ms, "latency_p95_ms": result.latency_p95_ms,
-        "store": str(engine.settings.data_dir),
+        "store": str(engine.settings.data_dir), "recorded_in": str(recorded),
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -546,7 +548,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "p50 ms": f"{result.latency_p50_ms:.1f}", "p95 ms": f"{result.latency_p95_ms:.1f}",
     }], ["Recall@5", f"nDCG@{args.k}", f"MRR@{args.k}", "P@5", "RAGAS R@5", "grounding", "p50 ms", "p95 ms"]))
     print(f"store: {engine.settings.data_dir} (re-used while corpus.jsonl is unchanged)")
+    print(f"recorded in {recorded} (the console's Evaluation page and the scorecard read it)")
     return 0
+
+
+def _record_eval(dataset, split: str, config, result) -> os.PathLike:
+    """Append this run to the evaluation results the Dagster assets write (``evals.results_store``),
+    as configuration ``<label> (groundwork eval)``; returns the results file."""
+    import uuid
+
+    from evals.results_store import record_eval_results, refresh_scorecard, results_path
+    from knowledge_store.store import utcnow
+
+    m = result.metrics
+    path = results_path(Settings().data_dir)
+    record_eval_results(path, [{
+        "run_id": f"cli-{uuid.uuid4().hex[:12]}", "dataset": dataset.name, "split": split,
+        "configuration": f"{config.label} (groundwork eval)", "alpha": config.alpha, "fusion": config.fusion,
+        "reranker": config.reranker, "queries": result.queries, "recall_at_5": m["recall@5"],
+        "ndcg_at_10": m["ndcg@10"], "mrr_at_10": m["mrr@10"], "precision_at_5": m["precision@5"],
+        "p50_ms": result.latency_p50_ms, "p95_ms": result.latency_p95_ms, "created_at": utcnow(),
+        "ragas_recall_at_5": m["ragas_recall@5"], "grounding": m["grounding"],
+    }])
+    refresh_scorecard(path)
+    return path
 
 
 def _ranking_row(label: str, scores: dict[str, object]) -> dict[str, object]:
@@ -565,6 +590,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         TuningError,
         builtin_ranking,
         ranking_sources,
+        reset_ranking,
         tune_corpus,
         tune_snapshot,
         tuned_path,
@@ -574,9 +600,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     path = tuned_path(settings.index_dir)
     if args.reset:
         builtin = builtin_ranking(settings)
-        removed = path.exists()
-        if removed:
-            path.unlink()
+        removed = reset_ranking(settings.index_dir)  # the tuned and the console-set ranking both go
         if args.json:
             print(json.dumps({"reset": True, "removed": removed, "path": str(path), "ranking": builtin.to_dict()}, indent=2))
         elif removed:

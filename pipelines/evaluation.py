@@ -4,7 +4,9 @@ The engine is the one that serves (``RetrievalResource``); each BEIR dataset is
 ingested into its own store through the normal pipeline (``evals.beir``).
 Results are appended to ``<data_dir>/eval/results.duckdb`` (table
 ``eval_results``), the scorecard is rewritten there (table ``scorecard``) and
-shown in the asset's metadata as a markdown table and a plot.  The regression
+shown in the asset's metadata as a markdown table and a plot; ``feedback_eval``
+and ``query_log_drift`` append their figures there too (``evals.results_store``
+owns the tables; the console's Evaluation page reads them).  The regression
 check next to the scorecard fails when Recall@5 of any configuration drops by
 more than ``recall_drop_margin`` against its previous run or a stored baseline.
 """
@@ -18,26 +20,15 @@ from pathlib import Path
 
 import dagster as dg
 
+from evals import results_store
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.settings import PROJECT_ROOT, Settings
-from knowledge_store.store import open_duckdb, transaction, utcnow
+from knowledge_store.store import utcnow
 from pipelines.metadata import markdown_table
 from pipelines.resources import RetrievalResource
 
 GROUP = "evaluation"
 DEFAULT_DATASET = PROJECT_ROOT.parent / "shared" / "datasets" / "scifact"
-
-RESULTS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS eval_results (
-    run_id VARCHAR, dataset VARCHAR, split VARCHAR, configuration VARCHAR, alpha DOUBLE, fusion VARCHAR,
-    reranker VARCHAR, queries INTEGER, recall_at_5 DOUBLE, ndcg_at_10 DOUBLE, mrr_at_10 DOUBLE,
-    precision_at_5 DOUBLE, p50_ms DOUBLE, p95_ms DOUBLE, created_at TIMESTAMP,
-    ragas_recall_at_5 DOUBLE, grounding DOUBLE
-);
--- columns added after the first release of this table
-ALTER TABLE eval_results ADD COLUMN IF NOT EXISTS ragas_recall_at_5 DOUBLE;
-ALTER TABLE eval_results ADD COLUMN IF NOT EXISTS grounding DOUBLE;
-"""
 
 
 @dataclass(frozen=True)
@@ -77,13 +68,11 @@ class EvaluationResource(dg.ConfigurableResource):
         return base / "eval"
 
     def results_path(self) -> Path:
-        return self.eval_root() / "results.duckdb"
+        return self.eval_root() / results_store.RESULTS_FILE
 
 
 def _results(resource: EvaluationResource):
-    conn = open_duckdb(resource.results_path())
-    conn.execute(RESULTS_SCHEMA)
-    return conn
+    return results_store.open_results(resource.results_path())
 
 
 @dg.asset(group_name=GROUP, kinds={"duckdb"}, description="BEIR datasets ingested into their own stores (cached by corpus checksum).")
@@ -136,14 +125,7 @@ def _evaluation_asset(config: Configuration) -> dg.AssetsDefinition:
                 "ragas_recall_at_5": m["ragas_recall@5"], "grounding": m["grounding"],
             })
             context.log.info(f"{dataset.name} {config.key}: recall@5 {m['recall@5']:.3f} ndcg@10 {m['ndcg@10']:.3f}")
-        conn = _results(evaluation)
-        try:
-            with transaction(conn):
-                for row in rows:
-                    conn.execute(f"INSERT INTO eval_results ({', '.join(row)}) VALUES ({', '.join(['?'] * len(row))})",
-                                 list(row.values()))
-        finally:
-            conn.close()
+        results_store.record_eval_results(evaluation.results_path(), rows)
         first = rows[0] if rows else {}
         return dg.MaterializeResult(metadata={
             "recall_at_5": float(first.get("recall_at_5", 0.0)), "ndcg_at_10": float(first.get("ndcg_at_10", 0.0)),
@@ -185,18 +167,7 @@ def _plot(rows: list[dict]) -> bytes:
 
 @dg.asset(group_name=GROUP, deps=EVAL_ASSETS, kinds={"duckdb"}, description="Latest result per dataset and configuration, as a table, markdown and a plot.")
 def eval_scorecard(context: dg.AssetExecutionContext, evaluation: EvaluationResource) -> dg.MaterializeResult:
-    conn = _results(evaluation)
-    try:
-        with transaction(conn):
-            conn.execute(
-                "CREATE OR REPLACE TABLE scorecard AS SELECT * EXCLUDE (rn) FROM (SELECT *, row_number() OVER "
-                "(PARTITION BY dataset, split, configuration ORDER BY created_at DESC) AS rn FROM eval_results) WHERE rn = 1"
-            )
-        cursor = conn.execute("SELECT * FROM scorecard ORDER BY dataset, ndcg_at_10 DESC")
-        columns = [d[0] for d in cursor.description]
-        rows = [dict(zip(columns, r)) for r in cursor.fetchall()]
-    finally:
-        conn.close()
+    rows = results_store.refresh_scorecard(evaluation.results_path())
     png = _plot(rows) if rows else b""
     plot_path = evaluation.eval_root() / "scorecard.png"
     if png:
@@ -310,10 +281,12 @@ def feedback_eval(context: dg.AssetExecutionContext, evaluation: EvaluationResou
         negatives.append(sum(1 for h in top if h.chunk_id in bad or h.content_hash in bad))
     with_refs = len(recalls)
     context.log.info(f"feedback gold set: {len(samples)} samples, {with_refs} with helpful passages")
+    figures = {"samples": len(samples), "samples_with_references": with_refs,
+               "recall_at_5": float(sum(recalls) / with_refs) if with_refs else 0.0,
+               "unhelpful_passages_in_top5": int(sum(negatives))}
+    results_store.record_feedback_eval(evaluation.results_path(), context.run.run_id, utcnow(), figures, helpful)
     return dg.MaterializeResult(metadata={
-        "samples": len(samples), "samples_with_references": with_refs,
-        "recall_at_5": float(sum(recalls) / with_refs) if with_refs else 0.0,
-        "unhelpful_passages_in_top5": int(sum(negatives)),
+        **figures,
         "helpful_rate_by_configuration": markdown_table([{k: v for k, v in row.items()} for row in helpful]),
     })
 
@@ -327,6 +300,7 @@ def query_log_drift(context: dg.AssetExecutionContext, evaluation: EvaluationRes
         report = replay(log, retrieval.engine(), limit=500, k=5)
     finally:
         log.close()
+    results_store.record_drift(evaluation.results_path(), context.run.run_id, utcnow(), report)
     rows = report.to_rows()
     changed = [r for r in rows if r.get("added") or r.get("removed")]
     context.log.info(f"replayed {report.queries} queries: mean top-5 overlap {report.mean_overlap:.3f}, {report.changed_queries} changed")

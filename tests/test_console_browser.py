@@ -281,8 +281,8 @@ def test_keyboard_order_and_alpha_slider(page):
 # ------------------------------------------------------------------ sources
 
 
-def test_sources_panel_lists_counts_and_syncs_a_source_with_progress(page):
-    page.click("#sources-details summary")
+def test_sources_page_lists_counts_and_syncs_a_source_with_progress(page):
+    page.get_by_role("link", name="Sources", exact=True).click()  # the Sources page of the console's navigation
     row = page.locator("#sources-body tr", has=page.locator("th", has_text="docs"))
     expect(row).to_have_count(1)
     cells = row.locator("td")

@@ -47,6 +47,22 @@ def test_eval_prints_the_metrics_and_reuses_its_store(tmp_path):
     assert again.returncode == 0 and "BM25 only" in again.stdout and "nDCG@5" in again.stdout
 
 
+@pytest.mark.slow
+def test_eval_records_its_result_where_the_evaluation_page_reads_it(tmp_path):
+    from evals.results_store import evaluation_summary, results_path
+
+    write_tiny_beir(tmp_path / "tiny")
+    result = groundwork("eval", str(tmp_path / "tiny"), "--alpha", "0", "--k", "5", "--json", data_dir=tmp_path / "data")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert Path(report["recorded_in"]) == results_path(tmp_path / "data")
+    summary = evaluation_summary(tmp_path / "data", tmp_path / "data" / "index")
+    [row] = summary["scorecard"]
+    assert (row["dataset"], row["split"], row["configuration"]) == ("tiny", "test", "BM25 only (groundwork eval)")
+    assert (row["recall_at_5"], row["queries"], row["alpha"]) == (report["recall@5"], 3, 0.0)
+    assert row["ndcg_at_10"] is not None and summary["empty"] is False  # nDCG@10 is recorded whatever --k says
+
+
 def test_eval_on_a_folder_without_a_corpus_is_a_clear_error(tmp_path):
     (tmp_path / "empty").mkdir()
     result = groundwork("eval", str(tmp_path / "empty"), data_dir=tmp_path / "data")

@@ -36,6 +36,14 @@ def test_alpha_sweep_runs_under_papermill_from_the_cli(tmp_path):
     assert len(table) == 4 and table[0].startswith("alpha,method,recall@5")
     assert '"best_alpha"' in result.stdout
 
+    # the console's Evaluation page draws this sweep from the notebook's table
+    from evals.results_store import notebook_alpha_sweeps
+
+    [sweep] = notebook_alpha_sweeps(tmp_path / "data" / "notebooks")
+    assert (sweep["dataset"], sweep["split"]) == ("tiny", "test") and sweep["plot_path"] == str(plots[0])
+    assert [s["name"] for s in sweep["series"]] == ["Recall@5", "nDCG@5"]
+    assert [p[0] for p in sweep["series"][0]["points"]] == [0.0, 0.5, 1.0]
+
 
 def test_unknown_notebook_is_a_clear_error(tmp_path):
     result = subprocess.run([sys.executable, "-m", "knowledge_store.cli", "notebook", "nope"], cwd=ROOT,

@@ -28,8 +28,12 @@ class FailureNotFoundError(GroundworkError):
         super().__init__(f"no open ingestion failure with id {failure_id!r} (see `groundwork failures`)")
 
 
+DOCUMENTS_LISTED = 500  # documents listed per source (statistics count all of them)
+
+
 def describe_source(settings: Settings, name: str) -> dict[str, Any]:
-    """The source row, live counts, its last sync summary and its open failures."""
+    """The source row, live counts, its last sync summary, its open failures and its documents
+    (the current version of each: pages, passages, when it was indexed)."""
     with store_connection(settings.store_path, read_only=True, timeout_s=settings.lock_timeout_s) as conn:
         source = get_source(conn, name)
         stats = source_statistics(conn, source.source_id)
@@ -40,7 +44,20 @@ def describe_source(settings: Settings, name: str) -> dict[str, Any]:
         )
         columns = [d[0] for d in cursor.description]
         failures = [dict(zip(columns, row)) for row in cursor.fetchall()]
-    return {**source.as_dict(), "statistics": stats, "open_failures": failures}
+        cursor = conn.execute(
+            "SELECT d.doc_id, d.version, d.title, d.relative_path, d.url, d.doc_type, d.status, d.page_count, "
+            "d.size_bytes, coalesce(d.valid_from, d.created_at) AS indexed_at, "
+            "(SELECT count(*) FROM chunks c WHERE c.doc_id = d.doc_id AND c.version = d.version) AS chunks "
+            "FROM documents d WHERE d.source_id = ? AND d.status IN ('active', 'pending', 'failed') "
+            # one row per document: the served (active) version, else the newest one in the works
+            "QUALIFY row_number() OVER (PARTITION BY d.doc_id ORDER BY d.status = 'active' DESC, d.version DESC) = 1 "
+            f"ORDER BY d.relative_path LIMIT {DOCUMENTS_LISTED}",
+            [source.source_id],
+        )
+        columns = [d[0] for d in cursor.description]
+        documents = [dict(zip(columns, row)) for row in cursor.fetchall()]
+    return {**source.as_dict(), "statistics": stats, "open_failures": failures, "documents": documents,
+            "documents_listed_max": DOCUMENTS_LISTED}
 
 
 def delete_source_now(settings: Settings, name: str) -> dict[str, Any]:

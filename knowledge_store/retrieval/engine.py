@@ -245,7 +245,7 @@ class RetrievalEngine:
         for name, value in (("section_weight", section_weight), ("lead_weight", lead_weight)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
                 raise QueryValidationError(name, value, "must be between 0 and 1")
-        reranker = reranker or s.default_reranker
+        reranker = reranker or self.default_reranker()
         if reranker not in RERANKERS:
             raise QueryValidationError("reranker", reranker, f"must be one of {', '.join(RERANKERS)}")
         if answer not in ("extractive", "llm", "none"):
@@ -266,6 +266,13 @@ class RetrievalEngine:
         from knowledge_store.tuning import effective_ranking
 
         return effective_ranking(self.settings, self.snapshots.index_dir)
+
+    def default_reranker(self) -> str:
+        """The reranker a query gets when it does not say: an explicit setting wins, then the one set in the
+        console for this corpus (``tuned.json``), then the built-in ``none``; read per query, no restart."""
+        from knowledge_store.tuning import effective_reranker
+
+        return effective_reranker(self.settings, self.snapshots.index_dir)
 
     # ---------------------------------------------------------------- the work
     def candidates(self, request: SearchRequest, pool_size: int) -> HybridCandidates:

@@ -291,3 +291,48 @@ class Health(Open):
     store: bool
     model_loaded: bool
     index: dict[str, Any] | None
+
+
+# ------------------------------------------------------------------ console: ranking settings, evaluation
+
+class RankingValue(BaseModel):
+    """One corpus ranking default as the server applies it, and where it comes from."""
+
+    effective: float | str = Field(..., description="What a query that does not set this value gets now.")
+    source: Literal["setting", "console", "tuned", "default"] = Field(
+        ..., description="setting: set explicitly (environment or .env) and it wins; console: set with PUT "
+                         "/api/knowledge/ranking; tuned: chosen by `groundwork tune`; default: built in.")
+    stored: float | str | None = Field(..., description="The value set in the console (stored in tuned.json), or null.")
+    tuned: float | str | None = Field(..., description="The value `groundwork tune` chose, or null (never for reranker).")
+    builtin: float | str = Field(..., description="The settings' value (GROUNDWORK_* or the built-in default).")
+    pinned_by: str | None = Field(..., description="The setting that pins this value (it was set explicitly), or null.")
+
+
+class RankingSettings(BaseModel):
+    alpha: RankingValue
+    fusion: RankingValue
+    reranker: RankingValue
+    fusion_modes: dict[str, str] = Field(..., description="The fusion vocabulary, each with what it does.")
+    rerankers: list[str] = Field(..., description="The rerankers this server can run (the only ones PUT accepts).")
+    use_tuned_ranking: bool = Field(..., description="False (GROUNDWORK_USE_TUNED_RANKING=false): tuned.json, "
+                                                     "console values included, is ignored.")
+    stored_in: str = Field(..., description="The file holding the tuned and the console-set ranking.")
+    updated_at: str | None = Field(..., description="When a value was last set in the console (ISO 8601), or null.")
+    notes: list[str] = Field(..., description="Why an effective value differs from the stored one, in plain words.")
+
+
+class EvaluationSummary(Open):
+    """What the evaluation runs wrote (nothing is computed here); ``empty`` with a ``hint`` when none ran."""
+
+    results_path: str = Field(..., description="The evaluation results file (DuckDB) the Dagster assets write.")
+    scorecard: list[dict[str, Any]] = Field(..., description="Latest result per dataset, split and configuration, "
+                                                             "with the previous run's Recall@5/nDCG@10 (previous).")
+    alpha_sweeps: list[dict[str, Any]] = Field(..., description="Latest alpha sweep per dataset and split (the "
+                                               "alpha_sweep notebook) and the self-tuning grid of this corpus: series "
+                                               "of [alpha, score] points.")
+    helpful: dict[str, Any] | None = Field(..., description="The latest feedback_eval run: helpful rate from thumbs "
+                                                            "overall and per configuration.")
+    drift: dict[str, Any] | None = Field(..., description="The latest query_log_drift run: replayed queries, mean "
+                                                          "top-5 overlap, the changed queries, and earlier runs.")
+    empty: bool = Field(..., description="True when no evaluation result exists yet.")
+    hint: str | None = Field(..., description="How to produce results, when empty.")

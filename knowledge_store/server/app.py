@@ -819,10 +819,11 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
     def config() -> dict[str, Any]:
         """Defaults and limits clients need (the console reads them); no secrets.
 
-        The ranking defaults are the *effective* ones: a setting set explicitly wins, then the corpus's
-        self-tuned choice (``groundwork tune``), then the built-in default; ``ranking_sources`` says which
-        applied to each value and ``tuned`` summarises the tuning run (null when the corpus is not tuned)."""
-        from knowledge_store.tuning import load_tuned, ranking_sources
+        The ranking defaults are the *effective* ones: a setting set explicitly wins, then a value set in the
+        console (PUT /api/knowledge/ranking), then the corpus's self-tuned choice (``groundwork tune``), then the
+        built-in default; ``ranking_sources`` / ``reranker_source`` say which applied to each value and ``tuned``
+        summarises the tuning run (null when the corpus is not tuned)."""
+        from knowledge_store.tuning import load_tuned, ranking_sources, reranker_source
 
         index_dir = engine.snapshots.index_dir
         ranking = engine.ranking_defaults()
@@ -837,12 +838,17 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
                 "pseudo_queries": tuned.pseudo_queries, "before": tuned.before, "after": tuned.after,
                 "seconds": tuned.seconds, "in_use": engine.settings.use_tuned_ranking,
             },
-            "default_reranker": settings.default_reranker,
+            "default_reranker": engine.default_reranker(), "reranker_source": reranker_source(engine.settings, index_dir),
             "rerankers": list(rerankers), "answer_modes": list(answer_modes),
             "min_relevance": settings.min_relevance, "max_query_chars": settings.max_query_chars,
             "max_note_chars": settings.max_note_chars, "max_upload_mb": settings.max_file_mb,
             "upload_types": sorted(UPLOAD_TYPES), "llm_answers": bool(settings.llm_base_url and settings.llm_model),
         }
+
+    # the console's Settings and Evaluation pages: corpus ranking defaults (tuned.json), evaluation results
+    from knowledge_store.server.admin_api import add_admin_routes
+
+    add_admin_routes(app, settings, engine, rerankers)
 
     # -------------------------------------------------------------- operations
     @app.get("/health", tags=["operations"], response_model=out.Health,

@@ -429,7 +429,7 @@
   // ------------------------------------------------------------ server defaults and the self-tuned ranking
   var rankingDefaults = $("ranking-defaults"), tuningPanel = $("tuning-panel"), tuningSummary = $("tuning-summary"),
       tuningBody = $("tuning-body"), tuningMeta = $("tuning-meta");
-  var SOURCE_WORDS = { tuned: "self-tuned", setting: "server setting", "default": "built-in" };
+  var SOURCE_WORDS = { tuned: "self-tuned", setting: "server setting", console: "set in Settings", "default": "built-in" };
 
   function weight(value) {
     return typeof value === "number" && isFinite(value) ? String(Number(value.toFixed(2))) : "\u2014";
@@ -545,20 +545,7 @@
 
   loadConfig();
 
-  // ------------------------------------------------------------ sources panel
-  var SOURCES_URL = "/api/sources";
-  var sourcesDetails = $("sources-details"), sourcesBody = $("sources-body"), sourcesStatus = $("sources-status"),
-      sourcesSummary = $("sources-summary");
-  var syncing = null; // name of the source whose sync job is being watched
-
-  function lastSyncText(source) {
-    var last = source.last_sync;
-    if (!last) return "never";
-    var when = (source.last_synced_at || "").replace("T", " ").slice(0, 16);
-    return when + ": " + (last.added || 0) + " added, " + (last.updated || 0) + " updated, " + (last.removed || 0) +
-      " removed, " + (last.unchanged || 0) + " unchanged, " + (last.excluded || 0) + " excluded, " + (last.failed || 0) + " failed";
-  }
-
+  // the Sources, Upload, Failures, Settings and Evaluation pages live in admin.js
   function cell(row, text, cls) {
     var td = document.createElement("td");
     td.textContent = text;
@@ -567,99 +554,6 @@
     return td;
   }
 
-  function renderSources(sources) {
-    sourcesBody.textContent = "";
-    var documents = 0, chunks = 0;
-    sources.forEach(function (source) {
-      var stats = source.statistics || {};
-      documents += stats.documents || 0;
-      chunks += stats.chunks || 0;
-      var row = document.createElement("tr");
-      var name = document.createElement("th");
-      name.scope = "row";
-      name.textContent = source.name;
-      row.appendChild(name);
-      cell(row, source.kind + (source.enabled ? "" : " (disabled)") + (source.configured === false ? " (not configured)" : ""));
-      cell(row, source.location, "location");
-      cell(row, String(stats.documents || 0), "num");
-      cell(row, String(stats.chunks || 0), "num");
-      cell(row, String(stats.open_failures || 0), "num");
-      cell(row, lastSyncText(source) + (source.resync_needed && source.last_sync ? " \u2014 re-sync needed" : ""));
-      var action = document.createElement("td");
-      var button = document.createElement("button");
-      button.type = "button";
-      button.className = "secondary sync-button";
-      button.textContent = "Sync now";
-      button.setAttribute("aria-label", "Sync " + source.name + " now");
-      button.disabled = !source.enabled || source.configured === false || syncing !== null;
-      button.addEventListener("click", function () { syncSource(source.name); });
-      action.appendChild(button);
-      row.appendChild(action);
-      sourcesBody.appendChild(row);
-    });
-    sourcesSummary.textContent = sources.length + " sources, " + documents + " documents, " + chunks + " passages";
-  }
-
-  function loadSources() {
-    return fetch(SOURCES_URL, { headers: { "Accept": "application/json" } }).then(function (response) {
-      return response.json().then(function (body) {
-        if (!response.ok) throw new Error(messageOf(body, response.status));
-        renderSources(body.sources || []);
-      });
-    }).catch(function (error) {
-      sourcesStatus.textContent = "Cannot list the sources: " + error.message;
-    });
-  }
-
-  function progressText(name, job) {
-    var p = job.progress || {};
-    if (p.fetched === undefined) return "Syncing " + name + "\u2026";
-    return "Syncing " + name + ": fetched " + p.fetched + ", unchanged " + (p.not_modified || 0) + ", queued " +
-      (p.queued === undefined ? "\u2013" : p.queued) + ", excluded " + (p.excluded || 0) + ", failed " + (p.failed || 0) +
-      (p.done ? " (crawl done; indexing\u2026)" : "");
-  }
-
-  function pollJob(name, jobId) {
-    fetch("/api/knowledge/jobs/" + encodeURIComponent(jobId)).then(function (response) {
-      return response.json();
-    }).then(function (job) {
-      if (job.status === "succeeded") {
-        syncing = null;
-        sourcesStatus.textContent = "Synced " + name + ": " + job.summary + " (index snapshot " + job.snapshot_version + ")";
-        loadSources();
-      } else if (job.status === "failed") {
-        syncing = null;
-        sourcesStatus.textContent = "Sync of " + name + " failed: " + job.error;
-        loadSources();
-      } else {
-        sourcesStatus.textContent = progressText(name, job);
-        setTimeout(function () { pollJob(name, jobId); }, 1000);
-      }
-    }, function () {
-      syncing = null;
-      sourcesStatus.textContent = "Lost contact with the server while syncing " + name + ".";
-    });
-  }
-
-  function syncSource(name) {
-    syncing = name;
-    sourcesStatus.textContent = "Starting the sync of " + name + "\u2026";
-    Array.prototype.forEach.call(sourcesBody.querySelectorAll(".sync-button"), function (b) { b.disabled = true; });
-    postJSON(SOURCES_URL + "/" + encodeURIComponent(name) + "/sync", {}).then(function (res) {
-      if (res.status !== 202) {
-        syncing = null;
-        sourcesStatus.textContent = "Cannot sync " + name + ": " + messageOf(res.body, res.status);
-        loadSources();
-        return;
-      }
-      pollJob(name, res.body.job_id);
-    }, function () {
-      syncing = null;
-      sourcesStatus.textContent = "Cannot reach the server to sync " + name + ".";
-    });
-  }
-
-  sourcesDetails.addEventListener("toggle", function () {
-    if (sourcesDetails.open) loadSources();
-  });
+  // a ranking saved on the Settings page changes the server defaults shown here
+  window.addEventListener("groundwork:ranking-changed", function () { loadConfig(); });
 })();
