@@ -12,10 +12,10 @@ No model, no network.  Method:
    ``A. B. [1]`` only ``B`` cites [1] — ``A`` counts as uncited.  An answer that
    is empty or is the ``NO_ANSWER`` text has no sentences.
 2. **Support** (``sentence_support``).  The sentence's informative terms are
-   taken exactly as ``citations.query_terms`` takes a query's (lower case,
+   taken exactly as ``terms.query_terms`` takes a query's (lower case,
    accents stripped, English stopwords dropped, light stemming, distinct); its
    support is the share of them that occur among the terms of the passage
-   (tokenised with ``citations.term_spans``, the same stemmer).  A sentence
+   (tokenised with ``terms.term_spans``, the same stemmer).  A sentence
    found verbatim in the passage (whitespace collapsed, ``…`` ends of a
    snippet dropped) scores 1.0 outright.  A sentence with no informative term
    scores 1.0 only if verbatim, else 0.0.
@@ -55,7 +55,8 @@ from typing import Any, Union
 
 from knowledge_store.chunking import split_sentences
 from knowledge_store.retrieval.answer import NO_ANSWER, Answer
-from knowledge_store.retrieval.citations import ELLIPSIS, collapse_ws, normalize, query_terms, term_spans
+from knowledge_store.retrieval.snippets import ELLIPSIS, collapse_ws
+from knowledge_store.retrieval.terms import normalize, query_terms, term_spans
 
 __all__ = ["GroundingResult", "sentence_support", "grounding_score", "helpful_rate", "DEFAULT_THRESHOLD"]
 

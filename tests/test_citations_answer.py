@@ -20,17 +20,9 @@ from knowledge_store.retrieval.answer import (
     LLMAnswerer,
     extractive_answer,
 )
-from knowledge_store.retrieval.citations import (
-    ELLIPSIS,
-    Citation,
-    best_snippet,
-    build_citation,
-    build_citations,
-    collapse_ws,
-    query_terms,
-    segments,
-    term_spans,
-)
+from knowledge_store.retrieval.citations import Citation, build_citation, build_citations
+from knowledge_store.retrieval.snippets import ELLIPSIS, best_snippet, collapse_ws, segments
+from knowledge_store.retrieval.terms import query_terms, term_spans
 from knowledge_store.retrieval.types import SearchHit
 
 

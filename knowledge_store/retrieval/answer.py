@@ -27,16 +27,8 @@ from pydantic import BaseModel, Field
 
 from knowledge_store.chunking import split_sentences
 from knowledge_store.errors import GroundworkError
-from knowledge_store.retrieval.citations import (
-    collapse_ws,
-    normalize,
-    query_terms,
-    segments,
-    snippet_around,
-    term_spans,
-    term_weights,
-    unit_term_sets,
-)
+from knowledge_store.retrieval.snippets import collapse_ws, segments, snippet_around, term_weights, unit_term_sets
+from knowledge_store.retrieval.terms import normalize, query_terms, term_spans
 from knowledge_store.retrieval.types import SearchHit
 
 log = logging.getLogger(__name__)

@@ -34,8 +34,8 @@ from urllib.parse import urlsplit
 
 from knowledge_store.errors import QueryValidationError
 from knowledge_store.retrieval.answer import Answer, LLMAnswerer, extractive_answer
-from knowledge_store.retrieval.citations import query_terms
 from knowledge_store.retrieval.filters import SearchFilters, document_matches
+from knowledge_store.retrieval.terms import query_terms
 from knowledge_store.web.errors import InvalidUrlError
 from knowledge_store.web.urls import canonical_url
 
