@@ -149,6 +149,15 @@ class ConfigError(GroundworkError):
         super().__init__(f"{setting}={value!r}: {reason}")
 
 
+class EntityPatternError(ConfigError):
+    """An entity pattern (``GROUNDWORK_ENTITY_PATTERNS``) cannot work: names the entity type and the pattern."""
+
+    def __init__(self, entity_type: str, pattern: object, reason: str) -> None:
+        self.entity_type = entity_type
+        self.pattern = pattern
+        super().__init__(f"entity_patterns[{entity_type!r}]", pattern, reason)
+
+
 class SourceError(GroundworkError):
     """A source registry request cannot be carried out; says which source and why."""
 

@@ -6,7 +6,9 @@ Layout under ``<data_dir>/index/``::
                              superseded ones still retained (column ``status``; queries
                              see active only unless asked), the fts BM25 index over them,
                              ``bm25_postings`` (the fts term index aggregated for fast
-                             in-memory scoring), documents, meta
+                             in-memory scoring), documents, the entity mentions of those
+                             chunks (``chunk_entities``, ``entities``), meta (with the
+                             entity vocabulary, so queries read names the way ingestion did)
     CURRENT.json             {"snapshot_version": 7, "file": "snapshot-000007.duckdb", ...}
 
 A snapshot is written under a temporary name, checkpointed, fsynced and
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import duckdb
 
+from knowledge_store.entities import DEFAULT_VOCABULARY, EntityVocabulary
 from knowledge_store.errors import IndexNotBuiltError, StoreError
 from knowledge_store.store import EMBEDDING_DIM, load_extensions
 
@@ -112,11 +115,15 @@ SNAPSHOT_DOCUMENTS_SQL = """
 """
 
 
-def build_snapshot(store: duckdb.DuckDBPyConnection, index_dir: Path, info: SnapshotInfo) -> Path:
+def build_snapshot(store: duckdb.DuckDBPyConnection, index_dir: Path, info: SnapshotInfo,
+                   entity_vocabulary: EntityVocabulary | None = None) -> Path:
     """Write snapshot ``info.snapshot_version`` from the store's active versions and return its path.
 
+    ``entity_vocabulary`` (default: the built-in patterns) is recorded in the meta: the server
+    extracts entities from queries and filter values with the patterns that extracted the chunks'.
     The caller publishes it with ``write_pointer`` once it is complete.
     """
+    vocabulary = entity_vocabulary or DEFAULT_VOCABULARY
     index_dir = Path(index_dir)
     index_dir.mkdir(parents=True, exist_ok=True)
     final = index_dir / info.file
@@ -131,12 +138,22 @@ def build_snapshot(store: duckdb.DuckDBPyConnection, index_dir: Path, info: Snap
         # seed 003's relations (supersedes, seeAlso) between documents: citations name them without a store read
         store.execute("CREATE TABLE snap.relations AS SELECT relation_id, src_type, src_id, rel_type, dst_type, dst_id, "
                       "confidence, evidence::VARCHAR AS evidence, created_at FROM relations ORDER BY src_id, rel_type, dst_id")
+        store.execute(
+            "CREATE TABLE snap.chunk_entities AS SELECT ce.chunk_id, ce.entity_id, ce.span_start, ce.span_end, "
+            "ce.confidence FROM chunk_entities ce SEMI JOIN snap.chunks c ON c.chunk_id = ce.chunk_id "
+            "ORDER BY ce.chunk_id, ce.span_start"
+        )
+        store.execute(
+            "CREATE TABLE snap.entities AS SELECT e.entity_id, e.type, e.canonical_value, e.alt_labels FROM entities e "
+            "SEMI JOIN snap.chunk_entities ce ON ce.entity_id = e.entity_id ORDER BY e.type, e.canonical_value"
+        )
         store.execute("CREATE TABLE snap.meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
         store.execute(
-            "INSERT INTO snap.meta VALUES " + ", ".join(["(?, ?)"] * 6),
+            "INSERT INTO snap.meta VALUES " + ", ".join(["(?, ?)"] * 7),
             ["snapshot_version", str(info.snapshot_version), "created_at", info.created_at,
              "fingerprint", info.fingerprint, "model_id", info.model_id,
-             "chunk_count", str(info.chunk_count), "fts_fields", ",".join(FTS_FIELDS)],
+             "chunk_count", str(info.chunk_count), "fts_fields", ",".join(FTS_FIELDS),
+             "entity_vocabulary", vocabulary.to_json()],
         )
     finally:
         store.execute("DETACH snap")

@@ -43,6 +43,7 @@ __all__ = [
     "EXAMPLE_QUESTIONS",
     "FAQ",
     "INSTALLATION_MANUAL",
+    "MAINTENANCE_SOP",
     "PARAMETERS",
     "README",
     "RELEASE_NOTES",
@@ -57,6 +58,7 @@ FAQ = "aurora-faq.md"
 TROUBLESHOOTING = "aurora-troubleshooting.html"
 RELEASE_NOTES = "aurora-release-notes.docx"
 INSTALLATION_MANUAL = "aurora-installation-manual.pdf"
+MAINTENANCE_SOP = "plant-room-annual-inspection.md"
 README = "README.md"
 
 # Order of the list write_sample_corpus() returns.
@@ -67,6 +69,7 @@ CORPUS_FILES: tuple[str, ...] = (
     TROUBLESHOOTING,
     RELEASE_NOTES,
     INSTALLATION_MANUAL,
+    MAINTENANCE_SOP,
     README,
 )
 
@@ -997,6 +1000,67 @@ the firmware version and the error code, if any.</p>
 # README of the corpus folder
 # --------------------------------------------------------------------------
 
+# --------------------------------------------------------------------------
+# Markdown: a maintenance procedure that names entities (asset, equipment,
+# procedure and standard identifiers: knowledge_store/entities.py)
+# --------------------------------------------------------------------------
+
+_MAINTENANCE_SOP_MD = """\
+---
+title: SOP-42 Annual Inspection of the Plant Room
+site: corvane-demo-building
+tags: [procedure, maintenance]
+---
+
+# SOP-42 Annual Inspection of the Plant Room
+
+Standard operating procedure SOP-42 covers the yearly inspection of the hot-water
+plant that the Aurora Hub supervises in the Corvane demonstration building: the
+expansion vessel ASSET-104 and the circulation pump EQP-P101. Allow two hours
+with the heating off. Inspection records are kept as ISO 9001 requires.
+
+## Before you start
+
+- Tell the building occupants that the heating will be off.
+- In the Aurora app, set every zone to Off so that no thermostat calls for heat
+  during the work.
+- Switch the boiler off at its service switch and lock it out as SOP-17
+  (lock-out and tag-out) describes.
+- Let the system water cool below 40 °C before opening any valve.
+
+## Expansion vessel
+
+The expansion vessel ASSET-104 is a pressure vessel and is inspected in service
+as API 510 describes, by an inspector who holds the API 510 certificate.
+
+1. Close the isolation valve under the vessel and drain its water side.
+2. Read the pre-charge pressure at the gas valve with a calibrated gauge: it
+   must be 1.0 bar, plus or minus 0.1 bar. Recharge with nitrogen if it is low.
+3. Look for corrosion, bulges and weeping welds on the shell, and record the
+   wall thickness at the four marked points.
+4. Open the isolation valve again and refill the system to 1.5 bar.
+
+## Circulation pump
+
+1. Start the pump EQP-P101 from the Hub and listen for bearing noise.
+2. Read the differential pressure across the pump: 0.3 to 0.4 bar at design flow.
+3. Check the shaft seal for drips and the terminal box for heat marks.
+
+## Pressure relief valve
+
+Lift the test lever of the pressure relief valve for two seconds with the system
+at working pressure. Water must discharge freely and the valve must reseat
+without dripping; a valve that keeps dripping is replaced, never plugged. The
+valve opens at 3 bar.
+
+## Records
+
+Enter every reading in the plant-room log, sign it and file it as ISO 9001
+clause 7.5 asks for documented information. Readings outside their limits open
+a work order before the heating is switched back on.
+"""
+
+
 _README_MD = """\
 # Sample corpus
 
@@ -1017,6 +1081,7 @@ test ingestion and retrieval with citations across every supported format:
 | `aurora-troubleshooting.html` | HTML page with navigation and scripts |
 | `aurora-release-notes.docx` | Word document with headings, lists and a table |
 | `aurora-installation-manual.pdf` | Seven-page PDF with an outline |
+| `plant-room-annual-inspection.md` | Markdown procedure naming assets, equipment and standards (entities) |
 
 Regenerate missing files with:
 
@@ -1624,6 +1689,7 @@ _GENERATORS: dict[str, Callable[[], bytes]] = {
     TROUBLESHOOTING: _text(_TROUBLESHOOTING_HTML),
     RELEASE_NOTES: _release_notes_docx,
     INSTALLATION_MANUAL: _installation_manual_pdf,
+    MAINTENANCE_SOP: _text(_MAINTENANCE_SOP_MD),
     README: _text(_README_MD),
 }
 

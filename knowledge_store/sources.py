@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import duckdb
 
 from knowledge_store.errors import InvalidSourceError, SourceExistsError, SourceNotFoundError
+from knowledge_store.ingest.entities import delete_mentions_of_chunks
 from knowledge_store.settings import Settings
 from knowledge_store.store import transaction, utcnow
 
@@ -319,6 +320,8 @@ def delete_source(conn: duckdb.DuckDBPyConnection, name: str, configured_ids: se
             "SELECT count(DISTINCT doc_id) FROM documents WHERE source_id = ? AND status IN ('active', 'pending', 'failed')",
             [source.source_id],
         ).fetchone()[0]
+        delete_mentions_of_chunks(conn, "(doc_id, version) IN (SELECT doc_id, version FROM documents "
+                                  "WHERE source_id = ? AND status = 'pending')", [source.source_id])
         for table in ("pages", "blocks", "chunks", "document_links"):
             conn.execute(
                 f"DELETE FROM {table} WHERE (doc_id, version) IN "

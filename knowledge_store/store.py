@@ -217,6 +217,26 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         """,
     ),
     (
+        5,
+        "entities named in chunk text (seed 003 1.4): entities catalog, chunk_entities mentions, the vocabulary per version",
+        """
+        CREATE TABLE entities (
+            entity_id       VARCHAR PRIMARY KEY,        -- sha256(type | canonical_value)[:32]
+            type            VARCHAR NOT NULL,           -- asset | equipment | procedure | standard | a configured type
+            canonical_value VARCHAR NOT NULL,           -- ASSET-104, SOP-42, API 510
+            alt_labels      VARCHAR[] NOT NULL          -- other spellings seen in text (api-510, ISO 9001:2015)
+        );
+        CREATE TABLE chunk_entities (
+            chunk_id        VARCHAR NOT NULL,           -- deleted with its chunk
+            entity_id       VARCHAR NOT NULL,
+            span_start      INTEGER NOT NULL,           -- offsets into chunks.text
+            span_end        INTEGER NOT NULL,
+            confidence      DOUBLE NOT NULL             -- 1.0 for regex matches
+        );
+        ALTER TABLE documents ADD COLUMN entity_signature VARCHAR;  -- vocabulary that extracted this version's mentions
+        """,
+    ),
+    (
         6,
         "document model of seed 003: revision labels, supersedence across files, relations (supersedes, seeAlso), links",
         """

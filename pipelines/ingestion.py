@@ -109,6 +109,10 @@ def chunks(context: dg.AssetExecutionContext, store: KnowledgeStoreResource, mod
     result = chunk_parsed(settings, model.token_counter(), _run_id(store, context), progress=DagsterLogSink(context.log))
     rate = result.chunks / result.seconds if result.seconds else 0.0
     context.log.info(f"chunked {result.documents} documents into {result.chunks} chunks ({rate:.0f} chunks/s)")
+    entities = result.entities
+    per_type = ", ".join(f"{row['entities']} {row['type']}" for row in entities.by_type) or "none"
+    context.log.info(f"entities: {entities.documents} versions (re-)extracted, {entities.mentions} mentions written; "
+                     f"active index: {entities.distinct_entities} entities ({per_type}), {entities.active_mentions} mentions")
     return dg.MaterializeResult(
         metadata={
             "documents_chunked": result.documents,
@@ -121,6 +125,15 @@ def chunks(context: dg.AssetExecutionContext, store: KnowledgeStoreResource, mod
             "chunks_per_second": round(rate, 1),
             "chunker_signature": chunking_config(settings).signature,
             "preview": markdown_table(result.preview),
+            # entities named in chunk text (knowledge_store/entities.py): this run's extraction, then the active index
+            "entity_signature": entities.signature,
+            "entity_documents_extracted": entities.documents,
+            "entity_mentions_extracted": entities.mentions,
+            "entity_extraction_s": round(entities.seconds, 3),
+            "entities_distinct": entities.distinct_entities,
+            "entity_mentions": entities.active_mentions,
+            **{f"entities_{row['type']}": int(row["entities"]) for row in entities.by_type},
+            "entities_by_type": markdown_table(entities.by_type),
         }
     )
 

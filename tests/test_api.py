@@ -127,7 +127,7 @@ def test_feedback_errors(env):
 
 def test_documents_list_versions_and_status(env):
     data = env["client"].get("/api/knowledge/documents").json()
-    assert data["source"] == "store" and len(data["documents"]) == 7
+    assert data["source"] == "store" and len(data["documents"]) == 8  # CORPUS_FILES
     assert {d["status"] for d in data["documents"]} == {"active"} and all(d["version"] == 1 for d in data["documents"])
 
 
@@ -144,11 +144,11 @@ def test_source_file_serves_the_original_inline(env):
 def test_kb_articles_filter_and_paginate(env):
     client = env["client"]
     first = client.get("/api/kb/articles", params={"limit": 3}).json()
-    assert first["total"] == 7 and len(first["articles"]) == 3 and first["next_offset"] == 3
+    assert first["total"] == 8 and len(first["articles"]) == 3 and first["next_offset"] == 3
     article = first["articles"][0]
     assert article["content"] and article["last_updated"].endswith("Z")
     rest = client.get("/api/kb/articles", params={"limit": 10, "offset": 3}).json()
-    assert len(rest["articles"]) == 4 and rest["next_offset"] is None
+    assert len(rest["articles"]) == 5 and rest["next_offset"] is None
     hub = client.get("/api/kb/articles", params={"device": "aurora-hub"}).json()
     assert hub["total"] == 1 and hub["articles"][0]["path"] == "aurora-api-guide.md"
     future = (datetime.now(timezone.utc) + timedelta(days=1)).isoformat()

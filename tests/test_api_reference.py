@@ -25,6 +25,8 @@ def test_api_reference_lists_every_route_and_the_seed_field_names(embedder) -> N
                   "`answer`", "`sources`", "`source_file`", "`context`",
                   # seed 003: the citation's revision label, link and validity; relations with their evidence
                   "`rev_label`", "`source_path`", "`valid_from`", "`valid_to`", "`src_type`", "`rel_type`",
-                  "`dst_id`", "`confidence`", "`evidence`"):
+                  "`dst_id`", "`confidence`", "`evidence`",
+                  # seed 003 1.4: the entities a result's passage mentions, and the filter on them
+                  "`entities`", "`entity_boost`", "EntityRef"):
         assert field in text, field
     assert "### `GET /metrics`" in text

@@ -177,6 +177,29 @@ def test_off_topic_query_says_nothing_relevant(page):
     assert page.locator("#results > li").count() == 0
 
 
+def test_entity_chips_filter_the_search_to_passages_mentioning_them(page):
+    search(page, "circulation pump inspection")
+    first = first_result(page)
+    chip = first.get_by_role("button", name="Filter by equipment EQP-P101")
+    expect(chip).to_have_text("EQP-P101")
+    with page.expect_request(lambda r: r.url.endswith("/api/knowledge/query")) as sent:
+        chip.click()
+    assert json.loads(sent.value.post_data)["filters"] == {"entities": ["EQP-P101"]}
+    remove = page.get_by_role("button", name="Remove the filter EQP-P101")
+    expect(page.locator("#entity-filters")).to_be_visible()
+    expect(remove).to_be_focused()  # the clicked chip was re-rendered away; focus stays in the search controls
+    expect(page.locator("#status")).to_contain_text("result")
+    results = page.locator("#results > li")
+    assert results.count() >= 1
+    for i in range(results.count()):  # every passage shown mentions the entity, and says so
+        expect(results.nth(i).get_by_role("button", name="Filter by equipment EQP-P101")).to_have_attribute(
+            "aria-pressed", "true")
+    with page.expect_request(lambda r: r.url.endswith("/api/knowledge/query")) as sent:
+        remove.click()
+    assert "filters" not in json.loads(sent.value.post_data)
+    expect(page.locator("#entity-filters")).to_be_hidden()
+
+
 # ------------------------------------------------------------------ failure states
 
 def test_unreachable_server_offers_retry(page):

@@ -101,7 +101,7 @@ def store_text(settings, doc_id: str, version: int) -> str:
 def test_articles_have_the_contract_shape(env):
     data = get_articles(env["client"])
     assert {"articles", "total", "updated_at"} <= set(data)
-    assert data["total"] == 9 and len(data["articles"]) == 9 and data["limit"] == 100  # default limit 100
+    assert data["total"] == 10 and len(data["articles"]) == 10 and data["limit"] == 100  # default limit 100
     datetime.fromisoformat(data["updated_at"].replace("Z", "+00:00"))
     for article in data["articles"]:
         assert {"id", "title", "url", "content", "metadata"} <= set(article)
@@ -184,7 +184,7 @@ def test_device_and_updated_since_filters(env):
     future = (datetime.now(timezone.utc) + timedelta(days=1)).isoformat()
     past = (datetime.now(timezone.utc) - timedelta(days=1)).isoformat()
     assert get_articles(client, updated_since=future)["total"] == 0
-    assert get_articles(client, updated_since=past)["total"] == 9
+    assert get_articles(client, updated_since=past)["total"] == 10
 
 
 def test_pagination_beyond_limit_visits_every_article_once(env):
@@ -193,10 +193,10 @@ def test_pagination_beyond_limit_visits_every_article_once(env):
     offset, pages = 0, 0
     while offset is not None:
         page = get_articles(client, limit=4, offset=offset)
-        assert page["total"] == 9 and len(page["articles"]) <= 4
+        assert page["total"] == 10 and len(page["articles"]) <= 4
         seen += [a["id"] for a in page["articles"]]
         offset, pages = page["next_offset"], pages + 1
-    assert pages == 3 and len(seen) == len(set(seen)) == 9
+    assert pages == 3 and len(seen) == len(set(seen)) == 10
     assert client.get("/api/kb/articles", params={"limit": 0}).status_code == 422
 
 

@@ -33,7 +33,7 @@ HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "app
 RESULT_KEYS = {"n", "chunk_id", "doc_id", "version", "title", "section", "pages", "url", "snippet", "score",
                "bm25_score", "vector_score", "relevance", "ocr", "ocr_confidence",
                # seed 003: the document's revision label, validity and relations
-               "status", "rev_label", "valid_from", "valid_to", "superseded_by", "see_also"}
+               "status", "rev_label", "valid_from", "valid_to", "superseded_by", "see_also", "entities"}
 
 
 @pytest.fixture(scope="module")

@@ -284,7 +284,7 @@ KILLER = textwrap.dedent(
         Embedder.embed = embed
     elif point == "snapshot":
         real_build = index_module.build_snapshot
-        def build(store, index_dir, info):
+        def build(store, index_dir, info, *_vocabulary):
             store.execute(f"ATTACH '{index_dir}/.{info.file}.tmp' AS snap")
             store.execute("CREATE TABLE snap.chunks AS SELECT * FROM chunks")
             os.kill(os.getpid(), signal.SIGKILL)

@@ -1,8 +1,11 @@
-"""Stage 3: chunk parsed versions.
+"""Stage 3: chunk parsed versions, then record the entities their chunks mention.
 
 Works from the stored pages and blocks, not the file, so changing the chunk
 settings re-chunks every document on the next sync without re-parsing
 (``documents.chunker_signature`` records which settings made the chunks).
+Entity mentions (``knowledge_store.ingest.entities``) are extracted last, for
+new chunks and for every version when the entity patterns changed
+(``documents.entity_signature``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import pyarrow as pa
 from knowledge_store.chunking import SECTION_SEPARATOR, ChunkDraft, ChunkingConfig, chunk_document
 from knowledge_store.documents import Block, Page, ParsedDocument
 from knowledge_store.embeddings import TokenCounter
+from knowledge_store.ingest.entities import EntityResult, delete_mentions_of_chunks, extract_entities
 from knowledge_store.ingest.failures import record_failure
 from knowledge_store.ingest.sync_runs import add_counts
 from knowledge_store.progress import Sink, stage_progress
@@ -32,6 +36,7 @@ class ChunkResult:
     seconds: float = 0.0
     token_counts: list[int] = field(default_factory=list)
     preview: list[dict[str, object]] = field(default_factory=list)
+    entities: EntityResult = field(default_factory=EntityResult)
 
     @property
     def token_stats(self) -> dict[str, float]:
@@ -151,6 +156,7 @@ def chunk_parsed(settings: Settings, counter: TokenCounter, sync_run_id: str, pr
             parsed = load_parsed(conn, doc["doc_id"], doc["version"], doc["title"], doc["doc_type"], doc["paginated"])
             drafts = chunk_document(parsed, counter, config)
             with transaction(conn):
+                delete_mentions_of_chunks(conn, "doc_id = ? AND version = ?", [doc["doc_id"], doc["version"]])
                 conn.execute("DELETE FROM chunks WHERE doc_id = ? AND version = ?", [doc["doc_id"], doc["version"]])
                 if drafts:
                     frame = _frame(doc, drafts, parsed.pages)
@@ -171,8 +177,8 @@ def chunk_parsed(settings: Settings, counter: TokenCounter, sync_run_id: str, pr
                         reason="the document parsed but contains no indexable text",
                         sync_run_id=sync_run_id, source_id=doc["source_id"], doc_id=doc["doc_id"], checksum=doc["checksum"],
                     )
-                conn.execute(
-                    "UPDATE documents SET chunker_signature = ? WHERE doc_id = ? AND version = ?",
+                conn.execute(  # new chunks: their entities are extracted below
+                    "UPDATE documents SET chunker_signature = ?, entity_signature = NULL WHERE doc_id = ? AND version = ?",
                     [signature, doc["doc_id"], doc["version"]],
                 )
             result.documents += 1
@@ -186,6 +192,7 @@ def chunk_parsed(settings: Settings, counter: TokenCounter, sync_run_id: str, pr
                          "tokens": draft.token_count, "text": draft.text[:80].replace("\n", " ")}
                     )
         add_counts(conn, sync_run_id, chunks_created=result.chunks)
-    counts.finish()
+        counts.finish()
+        result.entities = extract_entities(conn, settings.entity_vocabulary)
     result.seconds = time.perf_counter() - started
     return result

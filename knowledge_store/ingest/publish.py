@@ -24,6 +24,7 @@ from knowledge_store.index import (
     write_pointer,
 )
 from knowledge_store.errors import IndexNotBuiltError, StoreError
+from knowledge_store.ingest.entities import delete_mentions_of_chunks, delete_orphans
 from knowledge_store.ingest.relations import apply_document_model, document_model_digest
 from knowledge_store.ingest.sync_runs import STOPPED_RUN_STATUSES, add_counts, finish_sync_run, unpublished_active_versions
 from knowledge_store.ingest.web_sources import cache_dir
@@ -113,6 +114,7 @@ def purge_expired(conn, retention_days: float) -> tuple[int, int]:
         ).fetchall()
     ]
     if gone:
+        delete_mentions_of_chunks(conn, "list_contains(?, doc_id)", [gone])
         for table in ("pages", "blocks", "chunks", "document_links", "documents"):
             conn.execute(f"DELETE FROM {table} WHERE list_contains(?, doc_id)", [gone])
     # versions replaced by a newer version of their file; not the live version of a file another file supersedes
@@ -122,10 +124,12 @@ def purge_expired(conn, retention_days: float) -> tuple[int, int]:
         "AND n.version > d.version AND n.status IN ('active', 'superseded', 'deleted')))", [cutoff]
     ).fetchall()
     for doc_id, version in old_versions:
+        delete_mentions_of_chunks(conn, "doc_id = ? AND version = ?", [doc_id, version])
         for table in ("pages", "blocks", "chunks", "document_links"):
             conn.execute(f"DELETE FROM {table} WHERE doc_id = ? AND version = ?", [doc_id, version])
     if gone or old_versions:
         conn.execute("DELETE FROM embeddings WHERE content_hash NOT IN (SELECT content_hash FROM chunks)")
+        delete_orphans(conn)  # entities no remaining chunk mentions
     return len(gone), len(old_versions)
 
 
@@ -146,9 +150,12 @@ def purge_deleted_sources(conn, settings: Settings) -> list[str]:
 
 
 def active_fingerprint(conn, model_id: str) -> tuple[str, int, int]:
+    """(fingerprint, active chunks, active documents).  The fingerprint changes when the indexed chunk set,
+    a status or the entity vocabulary that extracted a version's mentions changes: any of them republishes."""
     row = conn.execute(
         """
-        SELECT coalesce(sha256(string_agg(c.chunk_id || d.status, ',' ORDER BY c.chunk_id)), ''),
+        SELECT coalesce(sha256(string_agg(c.chunk_id || d.status || coalesce(d.entity_signature, ''), ','
+                                          ORDER BY c.chunk_id)), ''),
                count(*) FILTER (WHERE d.status = 'active'), count(DISTINCT c.doc_id) FILTER (WHERE d.status = 'active')
         FROM chunks c JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version
         WHERE d.status IN ('active', 'superseded')
@@ -207,7 +214,7 @@ def publish_index(settings: Settings, model_id: str, sync_run_id: str) -> Publis
                 chunk_count=chunk_count, document_count=document_count, fingerprint=fingerprint, model_id=model_id,
             )
             build_started = time.perf_counter()
-            build_snapshot(conn, index_dir, info)
+            build_snapshot(conn, index_dir, info, settings.entity_vocabulary)
             result.build_seconds = time.perf_counter() - build_started
             with transaction(conn):
                 conn.execute(

@@ -25,6 +25,7 @@ from pathlib import Path
 import duckdb
 
 from knowledge_store.errors import OversizeFileError, UnsupportedTypeError
+from knowledge_store.ingest.entities import delete_mentions_of_chunks
 from knowledge_store.ingest.failures import failure_id, record_failure, resolve_failures
 from knowledge_store.ingest.sync_runs import STOPPED_RUN_STATUSES, add_counts, unpublished_active_versions
 from knowledge_store.parsers import SUPPORTED_EXTENSIONS
@@ -299,6 +300,7 @@ def scan_sources(settings: Settings, folders: list[SourceFolder] | None = None) 
 
 
 def _delete_pending_version(conn: duckdb.DuckDBPyConnection, doc_id: str, version: int) -> None:
+    delete_mentions_of_chunks(conn, "doc_id = ? AND version = ?", [doc_id, version])
     for table in ("pages", "blocks", "chunks", "document_links"):
         conn.execute(f"DELETE FROM {table} WHERE doc_id = ? AND version = ?", [doc_id, version])
     conn.execute("DELETE FROM documents WHERE doc_id = ? AND version = ?", [doc_id, version])

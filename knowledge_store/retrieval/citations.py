@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
+from knowledge_store.entities import EntityRef
 from knowledge_store.retrieval.snippets import best_snippet
 from knowledge_store.retrieval.types import SearchHit
 
@@ -60,6 +61,14 @@ class Citation(BaseModel):
                                   "document supersedes (relations rel_type supersedes).")
     see_also: list[str] = Field(default_factory=list, description="doc_ids of documents this document links to "
                                 "(relations rel_type seeAlso).")
+    entities: list[EntityRef] = Field(
+        default_factory=list,
+        description="Entities the passage mentions (asset, equipment, procedure, standard, ...), first mention first; "
+        "each value works in filters.entities.",
+    )
+    entity_boost: float = Field(
+        0.0, description="What the query naming an entity this passage mentions added to score (0: none; setting entity_boost)."
+    )
 
 
 def citation_url(hit: SearchHit) -> str:
@@ -105,6 +114,8 @@ def build_citation(hit: SearchHit, query: str, n: int, max_snippet_chars: int = 
         superseded_by=hit.superseded_by,
         supersedes=list(hit.supersedes),
         see_also=list(hit.see_also),
+        entities=list(hit.entities),
+        entity_boost=hit.entity_boost,
     )
 
 

@@ -27,7 +27,15 @@ from knowledge_store.retrieval.filters import MaskCache, SearchFilters
 from knowledge_store.retrieval.llama import hit_to_node
 from knowledge_store.retrieval.ann import AnnConfig
 from knowledge_store.retrieval.query_cache import QueryEmbeddingCache
-from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, lexical_evidence, rank_rows, vector_evidence
+from knowledge_store.retrieval.evidence import (
+    QueryEvidence,
+    RankingParams,
+    entity_boost_for,
+    lexical_evidence,
+    mention_share,
+    rank_rows,
+    vector_evidence,
+)
 from knowledge_store.retrieval.fusion import FUSION_MODES, relevance
 from knowledge_store.retrieval.rerankers import (
     RERANKERS,
@@ -296,12 +304,18 @@ class RetrievalEngine:
         (terms, bm25_chunk, bm25_section, coverage_mass), bm25_ms = bm25_future.result()
         t3 = time.perf_counter()
         evidence = QueryEvidence(terms, bm25_chunk, bm25_section, coverage_mass, vector_chunk, vector_lead, partial)
+        boost = entity_boost_for(snapshot, request.query, self.settings.entity_boost)
         fused = rank_rows(evidence, request.ranking, mask, self.settings.candidate_pool, self.settings.rrf_k,
-                          snapshot=snapshot, query=request.query if self.settings.phrase_boost else None)
+                          snapshot=snapshot, query=request.query if self.settings.phrase_boost else None,
+                          entity_boost=boost)
         rows = fused.rows[:pool_size]
         total = terms.total_weight
         # absolute relevance is calibrated on the chunk's own cosine, whatever the ranking blend
         rel = relevance(vector_chunk[rows].astype(np.float64), coverage_mass[rows] / total if total > 0 else np.zeros(len(rows)))
+        if boost is not None:
+            # a passage naming every entity the query names is not "nothing relevant", whatever MiniLM makes
+            # of "API 510": it is lifted to the floor (shown, coverage "low" unless it scores better)
+            rel = np.where(mention_share(boost, rows) >= 1.0, np.maximum(rel, request.min_relevance), rel)
         hits = snapshot.hits_for_rows(rows.tolist())
         for i, hit in enumerate(hits):
             hit.score = float(fused.fused[i])
@@ -311,6 +325,7 @@ class RetrievalEngine:
             hit.vector_rank = int(fused.vector_rank[i]) or None
             hit.fused_rank = i + 1
             hit.relevance = float(rel[i])
+            hit.entity_boost = float(fused.boost[i]) if fused.boost is not None else 0.0
         t4 = time.perf_counter()
         # bm25 ran concurrently with embed: its own duration is reported, plus any wait after the vector step
         timings.update(embed=(t1 - t0) * 1000, vector=(t2 - t1) * 1000, bm25=bm25_ms, bm25_wait=(t3 - t2) * 1000,

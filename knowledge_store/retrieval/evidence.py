@@ -18,7 +18,10 @@ and a section's words split across chunk borders count for neither chunk.
 docs/EVALUATION.md has the measurements on SciFact and the documentation set.
 
 The engine and the self-tuning sweep (``knowledge_store.tuning``) both rank with
-``rank_rows``, so what tuning measures is exactly what the server does.
+``rank_rows``, so what tuning measures is exactly what the server does.  One
+exception: the engine passes an ``EntityBoost`` when the query names an entity
+(SOP-42, ASSET-104, API 510); the sweeps do not (their queries are headings,
+titles and dev-set questions, which name none: docs/ARCHITECTURE.md, "Entities").
 """
 
 from __future__ import annotations
@@ -66,6 +69,58 @@ class RankingParams:
     def label(self) -> str:
         return (f"{self.fusion} alpha={self.alpha:g} section={self.section_weight:g} "
                 f"lead={self.lead_weight:g}")
+
+
+@dataclass(frozen=True)
+class EntityBoost:
+    """The entities a query names (each as the sorted rows mentioning it) and the boost weight."""
+
+    rows: tuple[np.ndarray, ...]
+    weight: float
+
+
+def entity_boost_for(snapshot: LoadedSnapshot, query: str, weight: float) -> EntityBoost | None:
+    """The boost for ``query``: None when it is off or the query names no entity a chunk mentions."""
+    if weight <= 0.0:
+        return None
+    rows = snapshot.query_entity_rows(query)
+    return EntityBoost(tuple(rows), float(weight)) if rows else None
+
+
+def mention_share(boost: EntityBoost, rows: np.ndarray) -> np.ndarray:
+    """For each of ``rows``: the fraction of the query's entities its chunk mentions (0..1)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    share = np.zeros(len(rows), dtype=np.float64)
+    if not len(rows) or not boost.rows:
+        return share
+    for mentioning in boost.rows:
+        if not len(mentioning):
+            continue
+        pos = np.minimum(np.searchsorted(mentioning, rows), len(mentioning) - 1)
+        share += mentioning[pos] == rows
+    return share / len(boost.rows)
+
+
+def apply_entity_boost(fused: Fused, boost: EntityBoost) -> Fused:
+    """Add ``weight * spread * share`` to each candidate's fused score and re-sort.
+
+    ``share`` is the fraction of the query's entities the chunk mentions; ``spread``
+    is max - min of the fused scores, so the boost means the same under weighted,
+    dbsf and rrf scores (weight 1: a chunk naming every entity beats every chunk
+    naming none).  Only candidates are boosted: a chunk neither BM25 nor the vectors
+    proposed stays out (the entity's own words are in BM25's query, so they rarely do).
+    """
+    if not len(fused.rows):
+        return fused
+    share = mention_share(boost, fused.rows)
+    spread = float(fused.fused.max() - fused.fused.min())
+    if spread <= 0.0:
+        spread = abs(float(fused.fused.max())) or 1.0
+    amount = boost.weight * spread * share
+    scores = fused.fused + amount
+    order = np.lexsort((fused.rows, -scores))
+    return Fused(rows=fused.rows[order], fused=scores[order], bm25=fused.bm25[order], vector=fused.vector[order],
+                 bm25_rank=fused.bm25_rank[order], vector_rank=fused.vector_rank[order], boost=amount[order])
 
 
 @dataclass
@@ -167,11 +222,12 @@ def phrase_texts(snapshot: LoadedSnapshot, rows: list[int]) -> list[tuple[str, s
 
 def rank_rows(evidence: QueryEvidence, params: RankingParams, mask: np.ndarray | None, pool: int,
               rrf_k: int = 60, snapshot: LoadedSnapshot | None = None, query: str | None = None,
-              phrase_cache: dict[int, float] | None = None) -> Fused:
+              phrase_cache: dict[int, float] | None = None, entity_boost: EntityBoost | None = None) -> Fused:
     """The fused candidate list (best first) for one query under ``params``.
 
-    With ``snapshot`` and ``query`` given, a long query gets phrase evidence
-    (``phrase.py``): candidates that hold most of its word pairs in order go first.
+    ``entity_boost`` (``entity_boost_for``) lifts candidates mentioning the entities the
+    query names.  With ``snapshot`` and ``query`` given, a long query then gets phrase
+    evidence (``phrase.py``): candidates that hold most of its word pairs in order go first.
     """
     bm25 = evidence.bm25(params.section_weight)
     bm25_top = vector_candidates = None
@@ -183,6 +239,8 @@ def rank_rows(evidence: QueryEvidence, params: RankingParams, mask: np.ndarray |
     vector = evidence.vector(params.lead_weight) if evidence.partial is None else evidence.partial.blended(params.lead_weight)
     fused = fuse_scores(bm25, vector, mask, params.alpha, pool, params.fusion, rrf_k,
                         vector_candidates=vector_candidates, bm25_top=bm25_top)
+    if entity_boost is not None:
+        fused = apply_entity_boost(fused, entity_boost)
     if snapshot is None or query is None or not len(fused.rows) or not is_phrase_query(query):
         return fused
     cache = {} if phrase_cache is None else phrase_cache  # sweeps rank one query many times: share once per row
@@ -212,4 +270,5 @@ def rank_rows(evidence: QueryEvidence, params: RankingParams, mask: np.ndarray |
             cache[row] = normalised_share(pairs, pair) + 0.1 * normalised_share(pairs, own)
     order = order_by_share(np.array([cache[int(r)] for r in fused.rows]))
     return Fused(rows=fused.rows[order], fused=fused.fused[order], bm25=fused.bm25[order], vector=fused.vector[order],
-                 bm25_rank=fused.bm25_rank[order], vector_rank=fused.vector_rank[order])
+                 bm25_rank=fused.bm25_rank[order], vector_rank=fused.vector_rank[order],
+                 boost=fused.boost[order] if fused.boost is not None else None)

@@ -2,7 +2,9 @@
 
 Filters are evaluated once per *document* (there are few) and broadcast to its
 chunks, so a filter costs microseconds and - unlike a post-filter on an
-approximate index - never returns fewer than k results when k exist.
+approximate index - never returns fewer than k results when k exist.  The
+``entities`` filter is the one chunk-level field: it reads the snapshot's
+per-entity row lists (loaded once), so it is just as cheap.
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ class SearchFilters(BaseModel):
     - ``metadata``: document metadata (Markdown front matter, PDF/DOCX properties),
       e.g. ``{"product": "aurora-hub"}``; a list-valued field (``tags``) matches
       when it contains the value; comparison is case-insensitive.
+    - ``entities``: entity values such as ``SOP-42``, ``ASSET-104``, ``API 510``
+      (``knowledge_store.entities``); matches the *chunks* that mention any of them.
+      Chunk-level on purpose: "passages about ASSET-104" is what an identifier
+      filter means, and it is what a result's entity chip offers; to keep a whole
+      document use ``doc_ids`` or ``paths``.  Values are read with the same patterns
+      as chunk text, so ``api-510``, ``API510`` and ``API 510`` are one value; a value
+      no pattern recognises is compared with the canonical values case-insensitively
+      (a configured type's values), and one naming no known entity matches nothing.
     - ``include_superseded``: also search versions replaced by a newer one
       (kept until the retention purge); default latest only.
     """
@@ -42,16 +52,18 @@ class SearchFilters(BaseModel):
     doc_ids: OneOrMany = Field(default_factory=list)
     paths: OneOrMany = Field(default_factory=list)
     metadata: dict[str, str | list[str]] = Field(default_factory=dict)
+    entities: OneOrMany = Field(default_factory=list, description="Entity values (SOP-42, ASSET-104, API 510; any "
+                                "spelling): only passages mentioning one of them.")
     include_superseded: bool = Field(False, strict=True)
 
-    @field_validator("sources", "doc_ids", "paths", mode="before")
+    @field_validator("sources", "doc_ids", "paths", "entities", mode="before")
     @classmethod
     def _listify(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value
 
     @property
     def is_empty(self) -> bool:
-        return not (self.sources or self.doc_ids or self.paths or self.metadata or self.include_superseded)
+        return not (self.sources or self.doc_ids or self.paths or self.metadata or self.entities or self.include_superseded)
 
     def key(self) -> str:
         return self.model_dump_json()
@@ -113,6 +125,8 @@ class MaskCache:
         else:
             allowed = np.array([document_matches(doc, filters) for doc in snapshot.documents], dtype=bool)
             mask = base & (allowed[snapshot.doc_index] if len(allowed) else np.zeros(snapshot.size, dtype=bool))
+        if filters.entities:
+            mask = mask & snapshot.entity_mask(filters.entities)
         mask.setflags(write=False)
         self._cache[key] = mask
         if len(self._cache) > self.size:

@@ -36,6 +36,7 @@ class Fused:
     vector: np.ndarray  # raw cosine per candidate
     bm25_rank: np.ndarray  # 1-based rank in the BM25 list, 0 = not in its pool
     vector_rank: np.ndarray  # 1-based rank in the vector list, 0 = not in its pool
+    boost: np.ndarray | None = None  # what the query's entities added to ``fused`` (evidence.apply_entity_boost)
 
 
 def top_rows(scores: np.ndarray, mask: np.ndarray | None, n: int, positive_only: bool = False,

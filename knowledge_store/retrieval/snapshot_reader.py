@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from knowledge_store.entities import DEFAULT_VOCABULARY, EntityRef, EntityVocabulary, entity_key
 from knowledge_store.index import FTS_IGNORE, SnapshotInfo, open_snapshot, read_pointer
 from knowledge_store.retrieval.types import SearchHit
 
@@ -98,6 +99,10 @@ class LoadedSnapshot:
     # per doc_id the ids it supersedes / is superseded by / links to (seeAlso) / is linked from
     relations: list[dict] = field(default_factory=list)
     doc_relations: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    # entities (knowledge_store/entities.py): sparse, most chunks mention none
+    entity_vocabulary: EntityVocabulary = DEFAULT_VOCABULARY  # the patterns that extracted this snapshot's mentions
+    row_entities: dict[int, list[EntityRef]] = field(default_factory=dict)  # row -> entities, first mention first
+    entity_rows: dict[str, np.ndarray] = field(default_factory=dict)  # entity_key(canonical value) -> sorted rows
 
     def __post_init__(self) -> None:
         if self.post_norm is None:  # derived once, so scoring a term gathers no lengths
@@ -179,6 +184,23 @@ class LoadedSnapshot:
             return np.zeros(self.size, dtype=np.float32)
         return sections.scores(terms.termids)[sections.group]
 
+    # --------------------------------------------------------------- entities
+    def entity_mask(self, values: list[str]) -> np.ndarray:
+        """Rows whose chunk mentions any of ``values``, each read with the snapshot's vocabulary
+        ("api-510" = "API 510"); a value naming no known entity matches nothing."""
+        mask = np.zeros(self.size, dtype=bool)
+        for value in values:
+            for key in self.entity_vocabulary.filter_keys(value):
+                rows = self.entity_rows.get(key)
+                if rows is not None:
+                    mask[rows] = True
+        return mask
+
+    def query_entity_rows(self, query: str) -> list[np.ndarray]:
+        """For each distinct entity the query names that some chunk mentions: the rows mentioning it."""
+        keys = dict.fromkeys(entity_key(m.canonical_value) for m in self.entity_vocabulary.extract(query))
+        return [self.entity_rows[k] for k in keys if k in self.entity_rows]
+
     # ---------------------------------------------------------------- vectors
     def vector_scores(self, query_vector: np.ndarray) -> np.ndarray:
         return self.embeddings @ query_vector.astype(np.float32)
@@ -203,7 +225,7 @@ class LoadedSnapshot:
                     last_updated=(updated.isoformat() + "Z") if updated is not None else None, status=r["status"],
                     content_hash=r["content_hash"], ocr=bool(r["ocr"]), ocr_confidence=r["ocr_confidence"],
                     **self._revision_fields(r),
-                    row=int(row),
+                    entities=list(self.row_entities.get(int(row), ())), row=int(row),
                 )
             )
         return hits
@@ -418,6 +440,31 @@ def document_relations(snapshot: LoadedSnapshot, doc_id: str) -> dict | None:
     }
 
 
+def load_entities(conn, row_of: dict[str, int]) -> tuple[EntityVocabulary, dict[int, list[EntityRef]], dict[str, np.ndarray]]:
+    """(vocabulary, entities per row, rows per entity key) of a snapshot; a snapshot published before
+    entities existed has no mentions (and the built-in vocabulary)."""
+    tables = {row[0] for row in conn.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()}
+    if not {"chunk_entities", "entities"} <= tables:
+        return DEFAULT_VOCABULARY, {}, {}
+    stored = conn.execute("SELECT value FROM meta WHERE key = 'entity_vocabulary'").fetchone()
+    vocabulary = EntityVocabulary.from_json(stored[0]) if stored else DEFAULT_VOCABULARY
+    row_entities: dict[int, list[EntityRef]] = {}
+    by_key: dict[str, list[int]] = {}
+    for chunk_id, entity_type, value in conn.execute(
+        "SELECT ce.chunk_id, e.type, e.canonical_value FROM chunk_entities ce JOIN entities e USING (entity_id) "
+        "GROUP BY ALL ORDER BY ce.chunk_id, min(ce.span_start), e.type"
+    ).fetchall():
+        row = row_of.get(chunk_id)
+        if row is None:
+            continue
+        row_entities.setdefault(row, []).append(EntityRef(type=entity_type, value=value))
+        rows = by_key.setdefault(entity_key(value), [])
+        if not rows or rows[-1] != row:
+            rows.append(row)
+    entity_rows = {key: np.unique(np.asarray(rows, dtype=np.int64)) for key, rows in by_key.items()}
+    return vocabulary, row_entities, entity_rows
+
+
 def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSnapshot:
     """Read a published snapshot into memory (vectors, postings, row metadata)."""
     import time
@@ -499,6 +546,7 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
         term_ptr[1:] = np.cumsum(counts)
     group = section_groups(doc_index, records.column("section_path").to_pylist())
     sections = build_section_index(group, doc_len, term_ptr, post_rows, post_tf)
+    vocabulary, row_entities, entity_rows = load_entities(conn, row_of)
     relations, doc_relations = load_relations(conn)
     return LoadedSnapshot(
         relations=relations, doc_relations=doc_relations,
@@ -506,7 +554,8 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
         doc_index=doc_index, active=active, embeddings=embeddings, records=records,
         doc_len=doc_len, avgdl=float(avgdl or 1.0), num_docs=int(num_docs or 0), term_ptr=term_ptr,
         post_rows=post_rows, post_tf=post_tf, df=df, term_ids=term_ids, documents=documents,
-        stopwords=stopwords, sections=sections, load_seconds=time.perf_counter() - started,
+        stopwords=stopwords, sections=sections, entity_vocabulary=vocabulary, row_entities=row_entities,
+        entity_rows=entity_rows, load_seconds=time.perf_counter() - started,
     )
 
 

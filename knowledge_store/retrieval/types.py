@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from knowledge_store.entities import EntityRef
+
 
 @dataclass
 class SearchHit:
@@ -18,7 +20,11 @@ class SearchHit:
     ``rerank_score`` what a reranker assigned, if one ran.  ``ocr`` is True when
     the passage's text was read by OCR from a scanned page; ``ocr_confidence``
     is then the mean Tesseract word confidence (0-1) of its least sure page, or
-    None when unknown.
+    None when unknown.  ``entities`` are the entities the chunk's text mentions
+    (``knowledge_store.entities``), in order of first mention; ``entity_boost``
+    is what the query naming one of them added to ``score`` (0 when none); a
+    passage naming every entity of the query has ``relevance`` at least the
+    query's ``min_relevance`` (see ``RetrievalEngine.candidates``).
     """
 
     chunk_id: str
@@ -57,6 +63,8 @@ class SearchHit:
     superseded_by: str | None = None
     supersedes: list[str] = field(default_factory=list)
     see_also: list[str] = field(default_factory=list)
+    entities: list[EntityRef] = field(default_factory=list)
+    entity_boost: float = 0.0
     row: int = -1  # position in the snapshot's arrays (internal)
 
     @property

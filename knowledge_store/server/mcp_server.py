@@ -57,6 +57,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
+from knowledge_store.entities import EntityRef
 from knowledge_store.errors import GroundworkError
 from knowledge_store.retrieval.citations import Citation, citation_url
 from knowledge_store.retrieval.engine import NO_RESULTS, QueryValidationError, RetrievalEngine
@@ -77,7 +78,8 @@ plus `coverage` (high / medium / low / none: how well the best passage matches) 
 extractive `answer`. Cite passages as [n] with their url. If it says "No relevant content found." \
 (coverage "none"), the knowledge base does not cover the question: say so instead of guessing. \
 `filters` restricts the search, e.g. {"paths": ["manuals/*.pdf"]}, {"sources": ["docs"]}, \
-{"metadata": {"product": "aurora-hub"}}. `alpha` weights keywords (0) against meaning (1). \
+{"metadata": {"product": "aurora-hub"}}, {"entities": ["SOP-42"]} (passages mentioning an identifier or standard; \
+each result lists the `entities` it mentions). `alpha` weights keywords (0) against meaning (1). \
 `reranker`: "mmr" for more diverse passages, "feedback" to use past ratings. \
 `fusion`, `section_weight` and `lead_weight` fine-tune the ranking; usually leave them unset: the corpus's (self-tuned) defaults apply.
 - `get_document(chunk_id, neighbours=1)`: the full text of a passage returned by `search` \
@@ -117,6 +119,11 @@ class SearchResultItem(BaseModel):
     ocr: bool = Field(False, description="The passage was read by OCR from a scanned page.")
     ocr_confidence: float | None = Field(
         None, description="Mean OCR word confidence (0-1) of the passage's least sure page; set only when ocr is true and known."
+    )
+    entities: list[EntityRef] = Field(
+        default_factory=list,
+        description="Entities the passage mentions ({type, value}: asset ASSET-104, procedure SOP-42, standard API 510, ...); "
+        "a value works in filters.entities.",
     )
 
 
@@ -225,6 +232,8 @@ def format_results(results: list[Citation], answer: str | None = None, coverage:
         lines.append(c.snippet)
         if c.ocr:
             lines.append("(OCR'd text" + (f", word confidence {c.ocr_confidence:.2f})" if c.ocr_confidence is not None else ")"))
+        if c.entities:
+            lines.append("mentions: " + ", ".join(f"{e.value} ({e.type})" for e in c.entities))
         if c.rev_label or c.valid_to:
             lines.append(validity_line(c.rev_label, c.valid_from, c.valid_to).lstrip("; "))
         if c.url:
@@ -326,7 +335,7 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
         k: Annotated[int, Field(ge=1, le=100, description="Number of passages to return.")] = 5,
         filters: Annotated[
             SearchFilters | None,
-            Field(description="Restrict the search: sources, doc_ids, paths (globs), metadata, include_superseded."),
+            Field(description="Restrict the search: sources, doc_ids, paths (globs), metadata, entities (SOP-42, ASSET-104, API 510: passages mentioning one), include_superseded."),
         ] = None,
         alpha: Annotated[
             float | None, Field(ge=0.0, le=1.0, description="0 = keywords only (BM25), 1 = meaning only (vectors).")
@@ -375,6 +384,7 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
                 vector_score=c.vector_score, relevance=c.relevance, ocr=c.ocr, ocr_confidence=c.ocr_confidence,
                 status=c.status, rev_label=c.rev_label, valid_from=c.valid_from, valid_to=c.valid_to,
                 superseded_by=c.superseded_by, see_also=c.see_also,
+                entities=c.entities,
             )
             for c in response.results
         ]

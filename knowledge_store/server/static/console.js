@@ -187,8 +187,65 @@
     var body = { query: q.value, k: k, reranker: reranker.value, answer: "extractive" };
     if (alphaTouched) body.alpha = Number(alpha.value);
     if (fusion.value) body.fusion = fusion.value;
+    if (entityFilters.length) body.filters = { entities: entityFilters.slice() };
     runQuery(body);
   });
+
+  // ------------------------------------------------------------ entity filters (filters.entities)
+  // an entity chip on a result adds its value here; the search runs again, restricted to passages mentioning it
+  var entityFilters = [];
+  var entityFilterBox = $("entity-filters"), entityFilterList = $("entity-filter-list");
+
+  function searchAgain() {
+    if (!q.value.trim()) return;
+    if (typeof form.requestSubmit === "function") form.requestSubmit();
+    else form.dispatchEvent(new Event("submit", { cancelable: true }));
+  }
+
+  function renderEntityFilters() {
+    entityFilterList.textContent = "";
+    entityFilters.forEach(function (value) {
+      var li = document.createElement("li"), button = document.createElement("button");
+      button.type = "button";
+      button.className = "chip chip-remove";
+      button.textContent = value + " \u00d7";
+      button.setAttribute("aria-label", "Remove the filter " + value);
+      button.addEventListener("click", function () {
+        entityFilters = entityFilters.filter(function (v) { return v !== value; });
+        renderEntityFilters();
+        q.focus();
+        searchAgain();
+      });
+      li.appendChild(button);
+      entityFilterList.appendChild(li);
+    });
+    show(entityFilterBox, entityFilters.length > 0);
+  }
+
+  function addEntityFilter(value) {
+    if (entityFilters.indexOf(value) < 0) entityFilters.push(value);
+    renderEntityFilters();
+    var buttons = entityFilterList.querySelectorAll("button");
+    if (buttons.length) buttons[buttons.length - 1].focus();  // the clicked chip is re-rendered away
+    searchAgain();
+  }
+
+  function renderEntityChips(node, item) {
+    var chips = node.querySelector(".entity-chips");
+    (item.entities || []).forEach(function (entity) {
+      var li = document.createElement("li"), button = document.createElement("button");
+      button.type = "button";
+      button.className = "chip";
+      button.textContent = entity.value;
+      button.title = entity.type + ": search only passages mentioning " + entity.value;
+      button.setAttribute("aria-label", "Filter by " + entity.type + " " + entity.value);
+      button.setAttribute("aria-pressed", entityFilters.indexOf(entity.value) >= 0 ? "true" : "false");
+      button.addEventListener("click", function () { addEntityFilter(entity.value); });
+      li.appendChild(button);
+      chips.appendChild(li);
+    });
+    show(chips, (item.entities || []).length > 0);
+  }
 
   retry.addEventListener("click", function () {
     if (lastBody) runQuery(lastBody);
@@ -322,6 +379,7 @@
         : "OCR text");
     }
     node.querySelector(".result-where").textContent = where.join(" \u00b7 ");
+    renderEntityChips(node, item);
 
     appendHighlighted(node.querySelector(".snippet"), item.snippet || "", terms);
 
