@@ -170,7 +170,7 @@ def configurations(model_path: Path, cache_dir: Path, threads: int) -> list[tupl
             return self.model.encode(texts, batch_size=32)
 
     default = document_embedder(Settings(torch_threads=threads), cache_dir=cache_dir)  # what ingestion runs
-    fp32 = dict(model_path=model_path, cache_dir=cache_dir, dim=384)
+    fp32 = dict(model_path=model_path, cache_dir=cache_dir)  # dim: settings.embedding_dim
     return [
         ("a", "plain `SentenceTransformer.encode(texts, batch_size=32)`, torch fp32", Plain()),
         ("b0", f"ingest before issue 12: torch `Embedder`, batch 32, {threads} torch threads", Embedder(model_path, 32, threads)),
@@ -258,7 +258,7 @@ def quality(cache_dir: Path, threads: int) -> dict:
          lambda: OnnxEmbedder(model_path, cache_dir, threads=1, batch_size=1, parallel=threads, quantization="int8"), False),
         ("ONNX int8, every MatMul (first recipe, not shipped)", lambda: int8_all_matmul(model_path, cache_dir, threads), False),
     ]
-    evals = [EvalConfig(1.0), EvalConfig(Settings().default_alpha)]
+    evals = [EvalConfig(alpha=1.0), EvalConfig(alpha=Settings().default_alpha)]
     out = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "load_before": load(),
            "configs": [c.label for c in evals], "datasets": []}
     for label, folder, split, store in quality_cases():

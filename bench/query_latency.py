@@ -88,7 +88,8 @@ def build_synthetic(source: Path, target_dir: Path, size: int, make_vectors=None
     file = target_dir / snapshot_file_name(1)
     out = duckdb.connect(str(file))
     out.register("chunks_arrow", chunks)
-    out.execute("CREATE TABLE chunks AS SELECT * EXCLUDE (embedding), embedding::FLOAT[384] AS embedding FROM chunks_arrow")
+    out.execute(f"CREATE TABLE chunks AS SELECT * EXCLUDE (embedding), embedding::FLOAT[{emb.shape[1]}] AS embedding "
+                "FROM chunks_arrow")
     out.register("docs_arrow", docs)
     out.execute("CREATE TABLE documents AS SELECT * FROM docs_arrow")
     out.register("sources_arrow", sources)

@@ -40,8 +40,10 @@ from pathlib import Path
 
 import numpy as np
 
+from knowledge_store.settings import Settings
+
 SCIFACT = Path("/work/shared/datasets/scifact")
-DIM = 384
+DIM = Settings().embedding_dim  # the width the store and snapshots hold (the model's)
 SHORT_QUERY = "Does vitamin D supplementation reduce fracture risk?"
 
 THREAD_ENV = (
@@ -754,7 +756,7 @@ def write_md(path, rows, extras, data, minfo, args, real_top1, embed_info, total
              "were running, see run-to-run differences)\n")
     L.append("## Setup\n")
     L.append(f"- Base: {args.base_docs} SciFact abstracts (title + text) embedded with all-MiniLM-L6-v2 (real model, "
-             f"L2-normalised 384-d float32); queries: first {args.queries} SciFact queries embedded with the same model.")
+             f"L2-normalised {DIM}-d float32); queries: first {args.queries} SciFact queries embedded with the same model.")
     if embed_info:
         L.append(f"  (embedding the {embed_info['docs']} base docs took {embed_info['doc_embed_s']:.0f} s with "
                  "2 torch threads, batch 32; cached between runs.)")

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from knowledge_store.errors import ConfigError
+from knowledge_store.settings import Settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -121,13 +122,15 @@ class Embedder:
     Loading is lazy and thread-safe; ``torch_threads`` is set deliberately
     because on this shared 2-core machine an unbounded thread pool turns a
     17 ms query embedding into 500 ms whenever another process runs.
+    ``dim`` is the width the model must produce (checked at load); None = the
+    configured ``settings.embedding_dim``, the width of the store's vectors.
     """
 
-    def __init__(self, model_path: Path, batch_size: int = 32, torch_threads: int = 1, dim: int = 384) -> None:
+    def __init__(self, model_path: Path, batch_size: int = 32, torch_threads: int = 1, dim: int | None = None) -> None:
         self.model_path = Path(model_path)
         self.batch_size = batch_size
         self.torch_threads = torch_threads
-        self.dim = dim
+        self.dim = Settings().embedding_dim if dim is None else dim
         self._model = None
         self._lock = threading.Lock()
         if not (self.model_path / "config.json").is_file():
@@ -319,7 +322,7 @@ class OnnxEmbedder:
       export with ONNX Runtime's quantiser; its own model id.
     """
 
-    def __init__(self, model_path: Path, cache_dir: Path, threads: int = 1, dim: int = 384, max_length: int = 256,
+    def __init__(self, model_path: Path, cache_dir: Path, threads: int = 1, dim: int | None = None, max_length: int = 256,
                  quantization: str = "none", batch_size: int = 32, parallel: int = 1,
                  torch_fallback: bool = False) -> None:
         self.model_path = Path(model_path)
@@ -327,7 +330,7 @@ class OnnxEmbedder:
         self.threads = max(1, threads)
         self.parallel = max(1, parallel)
         self.torch_threads = self.threads * self.parallel  # cores used (the name other embedders report)
-        self.dim = dim
+        self.dim = Settings().embedding_dim if dim is None else dim  # None: the configured width, as Embedder
         self.max_length = max_length
         self.batch_size = max(1, batch_size)
         self.quantization = quantization
@@ -478,7 +481,7 @@ class OnnxEmbedder:
         return out
 
 
-def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int, dim: int = 384):
+def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int, dim: int | None = None):
     """The embedder for queries: ONNX Runtime when asked for and it loads, else torch.
 
     Falls back to the sentence-transformers model (and says so in the log) if

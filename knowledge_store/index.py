@@ -2,7 +2,7 @@
 
 Layout under ``<data_dir>/index/``::
 
-    snapshot-000007.duckdb   chunks (+ embedding FLOAT[384]) of active versions and of
+    snapshot-000007.duckdb   chunks (+ embedding FLOAT[embedding_dim]) of active versions and of
                              superseded ones still retained (column ``status``; queries
                              see active only unless asked), the fts BM25 index over them,
                              ``bm25_postings`` (the fts term index aggregated for fast
@@ -31,7 +31,7 @@ import duckdb
 
 from knowledge_store.entities import DEFAULT_VOCABULARY, EntityVocabulary
 from knowledge_store.errors import IndexNotBuiltError, StoreError
-from knowledge_store.store import EMBEDDING_DIM, load_extensions
+from knowledge_store.store import load_extensions
 
 POINTER = "CURRENT.json"
 FTS_FIELDS = ("title", "section", "text")
@@ -92,7 +92,8 @@ def write_pointer(index_dir: Path, info: SnapshotInfo) -> None:
     _fsync_dir(index_dir)
 
 
-SNAPSHOT_CHUNKS_SQL = f"""
+# the embedding keeps the store column's type, FLOAT[n] with n the width the store was created with
+SNAPSHOT_CHUNKS_SQL = """
     SELECT
         c.chunk_id, c.doc_id, c.version, c.chunk_index, c.text, c.title,
         array_to_string(c.section_path, ' > ') AS section, c.section_path,
@@ -101,7 +102,7 @@ SNAPSHOT_CHUNKS_SQL = f"""
         d.metadata, coalesce(d.modified_at, d.valid_from) AS last_updated, d.status,
         d.rev_label, d.valid_from, d.valid_to, d.superseded_by,
         coalesce(c.ocr, FALSE) AS ocr, c.ocr_confidence,
-        e.embedding::FLOAT[{EMBEDDING_DIM}] AS embedding
+        e.embedding
     FROM chunks c
     JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version AND d.status IN ('active', 'superseded')
     JOIN embeddings e ON e.content_hash = c.content_hash AND e.model_id = ?

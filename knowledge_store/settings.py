@@ -48,7 +48,9 @@ class Settings(BaseSettings):
         "(generated sample documents + this project's docs/).",
     )
     model_path: Path = Field(default_factory=_default_model_path, description="sentence-transformers model folder.")
-    embedding_dim: int = Field(384, description="Dimension the model must produce; checked at load.")
+    embedding_dim: int = Field(384, ge=1, description="Width of the embedding vectors: what the model must produce "
+                               "(checked at load) and the store's embeddings column, FLOAT[embedding_dim], set when "
+                               "a new store is created (an existing store keeps its width).")
     chunk_size_tokens: int = Field(200, ge=32, description="Target word-pieces per chunk (incl. title/section header).")
     chunk_max_tokens: int = Field(
         MODEL_MAX_SEQ_TOKENS - SPECIAL_TOKENS, description="Hard cap; never above the model window minus [CLS]/[SEP]."

@@ -18,21 +18,25 @@ import glob
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
 
 from knowledge_store.errors import StoreBusyError, StoreError, StoreLockedError
+from knowledge_store.settings import Settings
 
-EMBEDDING_DIM = 384
+# (number, description, SQL); the SQL may be a function rendering it when the migration runs
+Migration = tuple[int, str, str | Callable[[], str]]
 
-MIGRATIONS: list[tuple[int, str, str]] = [
+MIGRATIONS: list[Migration] = [
     (
         1,
         "initial schema: sources, documents, pages, blocks, chunks, embeddings, failures, sync runs, snapshots",
-        f"""
+        # rendered when a new store is created: the embeddings column is as wide as the configured
+        # settings.embedding_dim (GROUNDWORK_EMBEDDING_DIM); with the default 384 the text is unchanged
+        lambda: f"""
         CREATE TABLE sources (
             source_id      VARCHAR PRIMARY KEY,
             name           VARCHAR NOT NULL UNIQUE,
@@ -114,7 +118,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE TABLE embeddings (
             content_hash   VARCHAR NOT NULL,
             model_id       VARCHAR NOT NULL,
-            embedding      FLOAT[{EMBEDDING_DIM}] NOT NULL,
+            embedding      FLOAT[{Settings().embedding_dim}] NOT NULL,
             created_at     TIMESTAMP NOT NULL,
             PRIMARY KEY (content_hash, model_id)
         );
@@ -331,11 +335,12 @@ def open_duckdb(path: Path, read_only: bool = False, timeout_s: float = 30.0) ->
             delay = min(delay * 2, 1.0)
 
 
-def migrate(conn: duckdb.DuckDBPyConnection, migrations: list[tuple[int, str, str]] | None = None) -> int:
+def migrate(conn: duckdb.DuckDBPyConnection, migrations: list[Migration] | None = None) -> int:
     """Apply every migration not yet applied (default: the store's); returns the schema version.
 
     Each file keeps its own ``schema_migrations`` table; the query log uses this
-    with its own list.
+    with its own list.  A migration whose SQL is a function is rendered only when
+    it runs, so settings it reads are the ones of the process creating the file.
     """
     migrations = MIGRATIONS if migrations is None else migrations
     conn.execute(
@@ -347,7 +352,7 @@ def migrate(conn: duckdb.DuckDBPyConnection, migrations: list[tuple[int, str, st
         if version in applied:
             continue
         with transaction(conn):
-            conn.execute(sql)
+            conn.execute(sql() if callable(sql) else sql)
             conn.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", [version, description, utcnow()])
     return max(v for v, _, _ in migrations)
 

@@ -312,7 +312,7 @@ class SweepRow:
 def sweep(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Callable[[list[str]], np.ndarray],
           grid: list[RankingParams], pool: int = 100, rrf_k: int = 60, strip: bool = True) -> list[SweepRow]:
     """Mean nDCG@10 / Recall@5 of every grid point over ``queries``, best first."""
-    vectors = embed([q.query for q in queries]) if queries else np.zeros((0, 384), dtype=np.float32)
+    vectors = embed([q.query for q in queries]) if queries else np.zeros((0, snapshot.embeddings.shape[1]), dtype=np.float32)
     counter = _TermCounter(snapshot)
     mask = snapshot.active
     ndcg = np.zeros((len(grid), len(queries)))

@@ -285,8 +285,8 @@ def chunks_have_citation_fields(store: KnowledgeStoreResource) -> dg.AssetCheckR
     return _check(bad == 0, bad, "citation fields present, token_count within the window", chunks_checked=total)
 
 
-@dg.asset_check(asset=embeddings, description="Every vector has 384 dimensions and unit L2 norm.")
-def embeddings_are_unit_384(store: KnowledgeStoreResource) -> dg.AssetCheckResult:
+@dg.asset_check(asset=embeddings, description="Every vector has settings.embedding_dim dimensions and unit L2 norm.")
+def embeddings_are_unit_vectors(store: KnowledgeStoreResource) -> dg.AssetCheckResult:
     settings = store.settings()
     with store_connection(settings.store_path, read_only=True) as conn:
         bad, total, worst = conn.execute(
@@ -297,7 +297,8 @@ def embeddings_are_unit_384(store: KnowledgeStoreResource) -> dg.AssetCheckResul
             """,
             [settings.embedding_dim],
         ).fetchone()
-    return _check(bad == 0, bad, "dimension 384 and |norm - 1| <= 1e-3", vectors_checked=total, worst_norm_error=float(worst))
+    return _check(bad == 0, bad, f"dimension {settings.embedding_dim} and |norm - 1| <= 1e-3", vectors_checked=total,
+                  worst_norm_error=float(worst))
 
 
 @dg.asset_check(asset=search_index, description="The published snapshot holds exactly the active chunks, all in the BM25 index.")
@@ -327,4 +328,4 @@ def index_matches_active_chunks(store: KnowledgeStoreResource) -> dg.AssetCheckR
 
 
 INGESTION_ASSETS = [raw_documents, parsed_documents, chunks, embeddings, search_index]
-INGESTION_CHECKS = [no_empty_chunks, chunks_have_citation_fields, embeddings_are_unit_384, index_matches_active_chunks]
+INGESTION_CHECKS = [no_empty_chunks, chunks_have_citation_fields, embeddings_are_unit_vectors, index_matches_active_chunks]

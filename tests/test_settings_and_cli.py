@@ -45,6 +45,37 @@ def test_config_error_carries_setting_and_value():
     assert error.setting == "chunk_max_tokens" and error.value == 300
 
 
+def _embeddings_column_type(store_path: Path) -> str:
+    from knowledge_store.store import store_connection
+
+    with store_connection(store_path) as conn:
+        return conn.execute(
+            "SELECT data_type FROM information_schema.columns WHERE table_name = 'embeddings' AND column_name = 'embedding'"
+        ).fetchone()[0]
+
+
+def test_a_new_store_has_embeddings_as_wide_as_the_embedding_dim_setting(monkeypatch, tmp_path):
+    assert _embeddings_column_type(tmp_path / "default.duckdb") == "FLOAT[384]"  # what every existing store ran
+    monkeypatch.setenv("GROUNDWORK_EMBEDDING_DIM", "8")
+    assert _embeddings_column_type(tmp_path / "narrow.duckdb") == "FLOAT[8]"
+
+
+def test_embedders_expect_the_configured_embedding_dim_by_default(monkeypatch, tmp_path, model_path):
+    from knowledge_store.embeddings import Embedder, OnnxEmbedder, query_embedder
+
+    monkeypatch.setenv("GROUNDWORK_EMBEDDING_DIM", "8")
+    assert Embedder(model_path).dim == 8
+    assert OnnxEmbedder(model_path, tmp_path / "cache").dim == 8
+    assert query_embedder(model_path, "torch", tmp_path / "cache", threads=1).dim == 8
+    assert Embedder(model_path, dim=16).dim == 16
+
+
+def test_an_embedding_dim_below_one_is_refused_naming_the_setting():
+    with pytest.raises(Exception) as info:
+        Settings(embedding_dim=0)
+    assert "embedding_dim" in str(info.value)
+
+
 def groundwork(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "knowledge_store.cli", *args],

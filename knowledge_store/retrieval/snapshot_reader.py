@@ -482,10 +482,11 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
     versions = np.array(records.column("version").to_pylist(), dtype=np.int64)
     active = np.array([s == "active" for s in records.column("status").to_pylist()], dtype=bool)
     emb_col = table.column("embedding").combine_chunks()
-    dim = emb_col.type.list_size if hasattr(emb_col.type, "list_size") else 384
+    # the snapshot's own width: FLOAT[n] (a fixed-size list) with n the store's embedding_dim
+    dim = emb_col.type.list_size if hasattr(emb_col.type, "list_size") else (len(emb_col[0]) if len(emb_col) else 0)
     embeddings = np.ascontiguousarray(
         emb_col.values.to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, dim)
-    ) if len(chunk_ids) else np.zeros((0, 384), dtype=np.float32)
+    ) if len(chunk_ids) else np.zeros((0, dim), dtype=np.float32)
     row_of = {cid: i for i, cid in enumerate(chunk_ids)}
 
     # documents (active and superseded versions present in the snapshot) with their source names
