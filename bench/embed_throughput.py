@@ -10,7 +10,7 @@ by the ingestion stages into a temporary store.
 Configurations (every one embeds the same texts):
 
 (a)  plain ``SentenceTransformer(model_path).encode(texts, batch_size=32)``;
-(b0) the ingest embedder before issue 12: torch ``Embedder`` (batch 32, torch_threads);
+(b0) the ingest embedder before the ONNX default: torch ``Embedder`` (batch 32, torch_threads);
 (b*) ``OnnxEmbedder`` as ingestion builds it (``document_embedder``) and variants of one
      lever each: batch size, one session on two threads, int8 (shipped recipe and the first
      one tried).
@@ -173,7 +173,7 @@ def configurations(model_path: Path, cache_dir: Path, threads: int) -> list[tupl
     fp32 = dict(model_path=model_path, cache_dir=cache_dir)  # dim: settings.embedding_dim
     return [
         ("a", "plain `SentenceTransformer.encode(texts, batch_size=32)`, torch fp32", Plain()),
-        ("b0", f"ingest before issue 12: torch `Embedder`, batch 32, {threads} torch threads", Embedder(model_path, 32, threads)),
+        ("b0", f"ingest before the ONNX default: torch `Embedder`, batch 32, {threads} torch threads", Embedder(model_path, 32, threads)),
         ("b1", f"**ingest now (default)**: ONNX Runtime fp32, length-sorted, batch {getattr(default, 'batch_size', '?')}, "
                f"{getattr(default, 'parallel', '?')} batches at once × {getattr(default, 'threads', '?')} thread", default),
         ("b2", f"ONNX fp32, batch 1, one batch at a time on {threads} intra-op threads",
@@ -392,7 +392,7 @@ Cells: nDCG@10 / Recall@5, nDCG@10 change against today's torch vectors in brack
 
 {quality_table(q, with_recall=True)}
 
-Bar (issue 12): within 0.005 nDCG@10 of today's fp32 torch vectors. ONNX fp32 — the default
+Bar: within 0.005 nDCG@10 of today's fp32 torch vectors. ONNX fp32 — the default
 document encoder — gives the torch vectors (same model id) and the same rankings. int8 stays
 behind `GROUNDWORK_DOCUMENT_QUANTIZATION=int8` with its own model id; the shipped recipe keeps
 each layer's feed-forward output projection in fp32, the first recipe (every MatMul int8)

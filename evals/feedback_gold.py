@@ -35,8 +35,6 @@ from knowledge_store.query_log import QueryLog
 
 __all__ = ["GoldSample", "feedback_gold_set", "helpful_by_config", "config_key"]
 
-CONFIG_KEYS = ("alpha", "fusion", "reranker")
-
 
 @dataclass
 class GoldSample:

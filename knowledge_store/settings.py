@@ -87,7 +87,7 @@ class Settings(BaseSettings):
     )
     sensor_interval_s: int = Field(60, ge=10, description="How often the Dagster sensor looks for changed files.")
 
-    # ---- retrieval (issue 3)
+    # ---- retrieval
     default_k: int = Field(5, ge=1, le=100, description="Passages returned when a query does not say.")
     default_alpha: float = Field(0.7, ge=0, le=1, description="Fusion weight: 0 = pure BM25, 1 = pure vector. 0.7 with section_weight 1 and lead_weight 0.6 is within 0.01 nDCG@10 of the best alpha on SciFact and on the Debian documentation set (docs/EVALUATION.md); `groundwork tune` picks per corpus.")
     default_fusion: str = Field("weighted", description="Fusion mode: " + "; ".join(f"{k}: {v}" for k, v in FUSION_MODES.items()) + ".")
@@ -129,7 +129,7 @@ class Settings(BaseSettings):
                                      "calls wait for the model and index to load before answering (not part of the budget).")
     query_log_retention_days: float = Field(90.0, ge=0)
 
-    # ---- serving (issue 4)
+    # ---- serving
     server_host: str = Field("127.0.0.1", description="Bind address; anything but loopback needs allow_remote=true.")
     server_port: int = Field(8080, ge=1, le=65535)
     allow_remote: bool = Field(False, description="Explicitly allow binding to a non-loopback address.")
@@ -153,7 +153,7 @@ class Settings(BaseSettings):
     max_query_chars: int = Field(2000, ge=10, description="Longer queries are rejected with 422.")
     max_note_chars: int = Field(1000, ge=1, description="Feedback notes longer than this are rejected.")
 
-    # ---- web sources (issue 6); per-source crawl options (depth, include/exclude, page cap, rate) live on the source row
+    # ---- web sources; per-source crawl options (depth, include/exclude, page cap, rate) live on the source row
     web_timeout_s: float = Field(20.0, gt=0, description="Per-request timeout when crawling a web source.")
     web_max_retries: int = Field(3, ge=0, le=10, description="Retries of a transient fetch failure (timeout, 429, 5xx).")
     web_backoff_base_s: float = Field(0.5, ge=0, description="First retry wait; doubles per retry (Retry-After wins when larger).")
@@ -161,7 +161,7 @@ class Settings(BaseSettings):
     web_revalidate_days: float = Field(7.0, ge=0, description="A page skipped by sitemap <lastmod> this long is requested again (conditionally: 304 is cheap), so a lagging sitemap cannot hide a change longer.")
     web_progress_interval_s: float = Field(2.0, ge=0, description="How often crawl progress is reported to logs and job status.")
 
-    # ---- OCR (issue 6): PDF pages without a text layer, Tesseract through PyMuPDF; digital pages never
+    # ---- OCR: PDF pages without a text layer, Tesseract through PyMuPDF; digital pages never
     ocr_enabled: bool = Field(True, description="OCR PDF pages that have no text layer (scans). Pages with text are never OCR'd.")
     ocr_language: str = Field("eng", pattern=r"^[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*$", description="Tesseract language(s), e.g. eng or eng+deu; each needs <lang>.traineddata in the tessdata folder.")
     ocr_dpi: int = Field(300, ge=72, le=600, description="Resolution scanned pages are rendered at for OCR (300 is Tesseract's sweet spot).")
@@ -280,8 +280,3 @@ class Settings(BaseSettings):
         if uploads.is_dir() and uploads not in dirs:
             dirs.append(uploads)
         return dirs
-
-
-def get_settings(**overrides: object) -> Settings:
-    """Settings from the environment, with explicit overrides on top."""
-    return Settings(**overrides)  # type: ignore[arg-type]

@@ -34,7 +34,6 @@ from knowledge_store.ingest.entities import delete_mentions_of_chunks
 from knowledge_store.settings import Settings
 from knowledge_store.store import transaction, utcnow
 
-SOURCE_KINDS = ("folder", "upload", "web")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 # Web crawl options a user may set per source, with their defaults.  Changing one
