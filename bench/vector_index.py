@@ -4,7 +4,8 @@ Candidates (each measured in a fresh subprocess so RSS deltas and thread
 settings are clean):
 
   (a) llama-index-vector-stores-duckdb 0.7.0 ``DuckDBVectorStore`` made to work
-      offline by a small subclass (see ``OfflineDuckDBVectorStore``);
+      offline by a small subclass (see ``OfflineDuckDBVectorStore``); an optional
+      extra (``pip install -e ".[bench]"``), skipped with the reason printed when absent;
   (b) DuckDB ``vss`` HNSW index built in memory (never persisted);
   (c) exact brute force with NumPy (and torch) at 1 and 2 BLAS threads;
   (d) DuckDB exact scan (``array_cosine_similarity`` ORDER BY ... LIMIT k).
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib.util
 import json
 import os
 import platform
@@ -53,6 +55,35 @@ THREAD_ENV = (
     "NUMEXPR_NUM_THREADS",
     "VECLIB_MAXIMUM_THREADS",
 )
+
+
+LLAMAINDEX_STORE_PACKAGE = "llama-index-vector-stores-duckdb"
+
+
+def llamaindex_store_unavailable() -> str | None:
+    """Why the LlamaIndex DuckDB store comparison cannot run, or None when it can.
+
+    The store is only a comparison here (Groundwork never uses it, see docs/ARCHITECTURE.md),
+    so its package is the optional ``bench`` extra, not a dependency: checked without importing
+    it, so the parent process stays as light as before.
+    """
+    try:
+        found = importlib.util.find_spec("llama_index.vector_stores.duckdb") is not None
+    except ModuleNotFoundError:  # llama_index.vector_stores itself is missing
+        found = False
+    if found:
+        return None
+    return (f"{LLAMAINDEX_STORE_PACKAGE} is not installed (it is the optional 'bench' extra: "
+            f"pip install -e \".[bench]\"); skipping the LlamaIndex DuckDBVectorStore comparison")
+
+
+def runnable_methods(requested: set[str]) -> set[str]:
+    """``requested`` minus the methods whose packages are missing, each skip printed with its reason."""
+    methods = set(requested)
+    if "llamaindex" in methods and (reason := llamaindex_store_unavailable()) is not None:
+        print(f"skip llamaindex: {reason}", flush=True)
+        methods.discard("llamaindex")
+    return methods
 
 
 # --------------------------------------------------------------------------
@@ -567,12 +598,14 @@ def machine_info() -> dict:
     info["python"] = platform.python_version()
     info["duckdb"] = duckdb.__version__
     info["numpy"] = np.__version__
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
-    for pkg in ("torch", "duckdb-extension-vss", "llama-index-vector-stores-duckdb",
+    for pkg in ("torch", "duckdb-extension-vss", LLAMAINDEX_STORE_PACKAGE,
                 "llama-index-core", "sentence-transformers"):
         try:
             info[pkg] = version(pkg)
+        except PackageNotFoundError:
+            info[pkg] = "not installed"
         except Exception:  # noqa: BLE001
             info[pkg] = "?"
     info["kernel"] = platform.release()
@@ -619,7 +652,7 @@ def main() -> None:
         return
 
     t_start = time.perf_counter()
-    only = set(args.only) if args.only else {"embed", "numpy", "torch", "duck_exact", "vss", "llamaindex"}
+    only = runnable_methods(set(args.only) if args.only else {"embed", "numpy", "torch", "duck_exact", "vss", "llamaindex"})
     cache = Path(args.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
     k = args.k
