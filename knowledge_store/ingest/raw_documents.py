@@ -312,6 +312,248 @@ def _missing_reason(folder: SourceFolder, reason: str | None) -> tuple[str, str]
     return "missing_source", "source folder does not exist; its documents are kept as they are"
 
 
+@dataclass
+class _KnownVersions:
+    """What the store already holds for the sources in a scan: the facts every re-sync rule reads."""
+
+    latest: dict[str, tuple[int, str, str]] = field(default_factory=dict)  # doc_id -> (version, status, checksum)
+    active_version: dict[str, int] = field(default_factory=dict)
+    doc_source: dict[str, str] = field(default_factory=dict)
+    stopped: dict[str, bool] = field(default_factory=dict)  # latest version recorded by a run that stopped before it finished
+    # latest version superseded by a newer revision in another file (ingest/relations.py): not in the index,
+    # but its file is live - unchanged while its bytes are, deleted when its file goes
+    family_superseded: set[str] = field(default_factory=set)
+    unpublished: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+
+
+class _PerSourceCounts:
+    """Counts per source (added, updated, removed, unchanged, excluded, failed, seen) for the run's details."""
+
+    def __init__(self, scan: ScanResult) -> None:
+        self.counts: dict[str, dict[str, int]] = {
+            f.source_id: {"added": 0, "updated": 0, "removed": 0, "unchanged": 0,
+                          "excluded": scan.excluded.get(f.source_id, 0), "failed": 0, "seen": 0}
+            for f in scan.folders
+        }
+
+    def bump(self, source_id: str, key: str) -> None:
+        self.counts.setdefault(source_id, {"added": 0, "updated": 0, "removed": 0, "unchanged": 0, "excluded": 0,
+                                           "failed": 0, "seen": 0})[key] += 1
+
+
+def _record_source_availability(
+    conn: duckdb.DuckDBPyConnection, scan: ScanResult, sync_run_id: str, unreachable_reasons: dict[str, str]
+) -> None:
+    """A missing folder or unreachable site is a failure row (its documents are kept); one that is back resolves it."""
+    for folder in scan.folders:
+        kind, reason = _missing_reason(folder, unreachable_reasons.get(folder.source_id))
+        if not folder.exists:
+            record_failure(
+                conn, path=str(folder.location), stage="scan", kind=kind, reason=reason,
+                sync_run_id=sync_run_id, source_id=folder.source_id, identity="",
+            )
+        else:
+            resolve_failures(conn, str(folder.location), stages=("scan",))
+
+
+def _known_versions(conn: duckdb.DuckDBPyConnection, scan: ScanResult, sync_run_id: str) -> _KnownVersions:
+    """The latest version of every document of the sources in this scan - also of a site whose crawl
+    was incomplete: the pages it did fetch are versioned as usual, only deletions need a full view."""
+    known = _KnownVersions()
+    observed_sources = sorted({f.source_id for f in scan.folders} | {f.source_id for f in scan.files})
+    if not observed_sources:
+        return known
+    rows = conn.execute(
+        "SELECT d.doc_id, d.version, d.status, d.checksum, d.source_id, "
+        "coalesce(list_contains(?, r.status), FALSE) AND d.sync_run_id <> ?, d.superseded_by IS NOT NULL "
+        "FROM documents d LEFT JOIN sync_runs r USING (sync_run_id) WHERE list_contains(?, d.source_id)",
+        [list(STOPPED_RUN_STATUSES), sync_run_id, observed_sources],
+    ).fetchall()
+    by_other_file: set[tuple[str, int]] = set()
+    for doc_id, version, status, checksum, source_id, by_stopped_run, superseded_by_file in rows:
+        known.doc_source[doc_id] = source_id
+        if status == "active":
+            known.active_version[doc_id] = version
+        if status == "superseded" and superseded_by_file:
+            by_other_file.add((doc_id, version))
+        if doc_id not in known.latest or version > known.latest[doc_id][0]:
+            known.latest[doc_id] = (version, status, checksum)
+            known.stopped[doc_id] = bool(by_stopped_run)
+    known.family_superseded = {doc_id for doc_id, (version, status, _) in known.latest.items()
+                               if status == "superseded" and (doc_id, version) in by_other_file}
+    known.unpublished = unpublished_active_versions(conn, observed_sources)
+    return known
+
+
+def _record_scan_failures(
+    conn: duckdb.DuckDBPyConnection, scan: ScanResult, sync_run_id: str, scanned_sources: list[str],
+    result: RawDocumentsResult, counts: _PerSourceCounts, now: datetime,
+) -> None:
+    """Record this scan's file/page failures; resolve the earlier ones not seen again (file removed,
+    fixed, now ignored; page fetched) - unless this is a partial retry, which saw only some items."""
+    seen_failures: set[str] = set()
+    for failure in scan.failures:
+        seen_failures.add(failure_id(str(failure.path), failure.stage, failure.kind, failure.identity))
+        counts.bump(failure.source_id, "failed")
+        if record_failure(
+            conn, path=str(failure.path), stage=failure.stage, kind=failure.kind, reason=failure.reason,
+            sync_run_id=sync_run_id, source_id=failure.source_id, identity=failure.identity,
+            doc_id=doc_id_for(failure.source_id, failure.relative_path),
+        ):
+            result.failed += 1
+    if scanned_sources and not scan.partial:
+        stale = [
+            fid for fid, in conn.execute(
+                "SELECT failure_id FROM ingestion_failures WHERE stage IN ('scan', 'fetch') "
+                "AND kind NOT IN ('missing_source', 'source_unreachable') "
+                "AND resolved_at IS NULL AND list_contains(?, source_id)", [scanned_sources]
+            ).fetchall() if fid not in seen_failures
+        ]
+        if stale:
+            conn.execute("UPDATE ingestion_failures SET resolved_at = ? WHERE list_contains(?, failure_id)", [now, stale])
+
+
+def _version_file(
+    conn: duckdb.DuckDBPyConnection, scan: ScanResult, file: SourceFile, known: _KnownVersions,
+    result: RawDocumentsResult, counts: _PerSourceCounts,
+) -> dict[str, object] | None:
+    """Apply the re-sync rules to one scanned file: the new pending version row to insert, or None
+    when its bytes are already recorded (unchanged, or left pending or unpublished by a stopped run)."""
+    doc_id = file.doc_id
+    counts.bump(file.source_id, "seen")
+    if scan.partial:
+        resolve_failures(conn, str(file.url or file.path), stages=("scan", "fetch"))
+    previous = known.latest.get(doc_id)
+    base = {
+        "doc_id": doc_id, "source_id": file.source_id, "relative_path": file.relative_path,
+        "path": str(file.path), "url": file.url or file.path.resolve().as_uri(), "checksum": file.checksum,
+        "size_bytes": file.size_bytes, "modified_at": file.modified_at,
+    }
+    if previous is None:
+        result.changes.append({"doc_id": doc_id, "path": file.relative_path, "change": "added"})
+        counts.bump(file.source_id, "added")
+        return {**base, "version": 1, "supersedes": None}
+    version, status, checksum = previous
+    if checksum == file.checksum and status == "active" and known.unpublished.get(doc_id, (None,))[0] == version:
+        # activated by a run killed before it published the index: this run publishes it
+        change = "added" if known.unpublished[doc_id][1] is None else "updated"
+        result.resumed += 1
+        counts.bump(file.source_id, change)
+        result.changes.append({"doc_id": doc_id, "path": file.relative_path, "change": change, "resumed": True})
+        return None
+    if checksum == file.checksum and (status in ("active", "failed") or doc_id in known.family_superseded):
+        result.unchanged += 1
+        counts.bump(file.source_id, "unchanged")
+        return None
+    if checksum == file.checksum and status == "pending":
+        result.pending += 1  # a killed run left it half-done: the later stages resume it
+        if known.stopped.get(doc_id):  # ... and it is this run that brings it into the index
+            change = "updated" if doc_id in known.active_version else "added"
+            result.resumed += 1
+            counts.bump(file.source_id, change)
+            result.changes.append({"doc_id": doc_id, "path": file.relative_path, "change": change,
+                                   "resumed": True})
+        return None
+    if status == "pending":
+        # changed again before it was processed: restart that version with the new bytes
+        _delete_pending_version(conn, doc_id, version)
+        row = {**base, "version": version, "supersedes": known.active_version.get(doc_id)}
+    else:
+        replaces = version if doc_id in known.family_superseded else known.active_version.get(doc_id)
+        row = {**base, "version": version + 1, "supersedes": replaces}
+    # a changed revision that another file had superseded is an update of that document
+    is_known = doc_id in known.active_version or doc_id in known.family_superseded
+    change = "updated" if is_known else ("restored" if status == "deleted" else "added")
+    if change == "restored":
+        result.restored += 1
+    counts.bump(file.source_id, "updated" if change == "updated" else "added")
+    result.changes.append({"doc_id": doc_id, "path": file.relative_path, "change": change})
+    return row
+
+
+def _insert_pending_versions(
+    conn: duckdb.DuckDBPyConnection, rows: list[dict[str, object]], sync_run_id: str, now: datetime
+) -> None:
+    """New versions start ``pending``: they supersede the active one only once parsed, chunked and embedded."""
+    for row in rows:
+        conn.execute(
+            "INSERT INTO documents (doc_id, version, source_id, relative_path, path, url, checksum, size_bytes, "
+            "modified_at, status, supersedes, created_at, sync_run_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+            [row["doc_id"], row["version"], row["source_id"], row["relative_path"], row["path"], row["url"],
+             row["checksum"], row["size_bytes"], row["modified_at"], row["supersedes"], now, sync_run_id],
+        )
+
+
+def _delete_gone_documents(
+    conn: duckdb.DuckDBPyConnection, scan: ScanResult, known: _KnownVersions, scanned_sources: list[str],
+    result: RawDocumentsResult, counts: _PerSourceCounts, now: datetime,
+) -> None:
+    """Soft-delete documents whose file (or page) is gone from a completely scanned source.
+
+    Absence proves nothing for a missing folder, an incomplete crawl, a partial retry or a crawl
+    stopped by its page cap (unless the page is known gone); an item that exists but could not be
+    read this time is not gone either."""
+    present = {f.doc_id for f in scan.files} | {
+        doc_id_for(f.source_id, f.relative_path) for f in scan.failures if f.keeps_document
+    }
+    known_gone = {doc_id_for(f.source_id, f.relative_path) for f in scan.failures if not f.keeps_document}
+    complete_sources = set(scanned_sources)
+    for doc_id, (version, status, _checksum) in known.latest.items():
+        if scan.partial or doc_id in present or status == "deleted":
+            continue
+        if status == "superseded" and doc_id not in known.family_superseded:
+            continue
+        if known.doc_source[doc_id] not in complete_sources:
+            continue  # missing folder or incomplete crawl: absence proves nothing
+        if known.doc_source[doc_id] in scan.keep_unseen and doc_id not in known_gone:
+            continue
+        path_row = conn.execute(
+            "SELECT path, relative_path, url FROM documents WHERE doc_id = ? AND version = ?", [doc_id, version]
+        ).fetchone()
+        if status == "pending":
+            _delete_pending_version(conn, doc_id, version)
+        conn.execute(
+            "UPDATE documents SET status = 'deleted', valid_to = ? WHERE doc_id = ? AND status IN ('active', 'failed')",
+            [now, doc_id],
+        )
+        if doc_id in known.family_superseded:  # out of the index since it was superseded: keep when that was
+            conn.execute(
+                "UPDATE documents SET status = 'deleted', valid_to = coalesce(valid_to, ?) "
+                "WHERE doc_id = ? AND version = ?", [now, doc_id, version])
+        if doc_id in known.active_version:
+            result.removed += 1
+            counts.bump(known.doc_source[doc_id], "removed")
+            result.changes.append({"doc_id": doc_id, "path": path_row[1], "change": "removed"})
+        resolve_failures(conn, path_row[0], stages=("scan", "parse", "chunk", "embed"))
+        if path_row[2] and path_row[2].startswith("http"):
+            resolve_failures(conn, path_row[2], stages=("parse", "chunk", "embed"))
+
+
+def _record_run_summary(
+    conn: duckdb.DuckDBPyConnection, scan: ScanResult, sync_run_id: str, scanned_sources: list[str],
+    result: RawDocumentsResult, counts: _PerSourceCounts, now: datetime,
+) -> None:
+    """The counts and details of this stage on the sync run row (what ``groundwork status`` and the
+    console show), and when each fully scanned source was last synced."""
+    result.excluded = sum(scan.excluded.values())
+    result.excluded_items = {
+        source_id: [{"path": path, "reason": reason} for path, reason in items]
+        for source_id, items in scan.excluded_items.items() if items
+    }
+    if not scan.partial:
+        conn.execute(
+            "UPDATE sources SET last_synced_at = ? WHERE list_contains(?, source_id)", [now, scanned_sources]
+        )
+    add_counts(conn, sync_run_id, removed=result.removed, unchanged=result.unchanged, failed=result.failed,
+               excluded=result.excluded)
+    conn.execute(
+        "UPDATE sync_runs SET details = ? WHERE sync_run_id = ?",
+        [json.dumps({"changes": result.changes[:500], "missing_sources": result.missing_sources,
+                     "per_source": counts.counts, "excluded_items": result.excluded_items}), sync_run_id],
+    )
+
+
 def record_raw_documents(
     conn: duckdb.DuckDBPyConnection,
     scan: ScanResult,
@@ -325,202 +567,19 @@ def record_raw_documents(
     """
     result = RawDocumentsResult(sync_run_id=sync_run_id, files_seen=len(scan.files), bytes_hashed=scan.bytes_hashed)
     now = utcnow()
-    per_source: dict[str, dict[str, int]] = {
-        f.source_id: {"added": 0, "updated": 0, "removed": 0, "unchanged": 0, "excluded": scan.excluded.get(f.source_id, 0),
-                      "failed": 0, "seen": 0}
-        for f in scan.folders
-    }
-
-    def bump(source_id: str, key: str) -> None:
-        per_source.setdefault(source_id, {"added": 0, "updated": 0, "removed": 0, "unchanged": 0, "excluded": 0,
-                                          "failed": 0, "seen": 0})[key] += 1
-
+    counts = _PerSourceCounts(scan)
     with transaction(conn):
         scanned_sources = [f.source_id for f in scan.folders if f.exists]
         result.missing_sources = [str(f.location) for f in scan.folders if not f.exists]
-        for folder in scan.folders:
-            kind, reason = _missing_reason(folder, (unreachable_reasons or {}).get(folder.source_id))
-            if not folder.exists:
-                record_failure(
-                    conn, path=str(folder.location), stage="scan", kind=kind, reason=reason,
-                    sync_run_id=sync_run_id, source_id=folder.source_id, identity="",
-                )
-            else:
-                resolve_failures(conn, str(folder.location), stages=("scan",))
-
-        # latest version of every document of the sources in this scan - also of a site whose crawl
-        # was incomplete: the pages it did fetch are versioned as usual, only deletions need a full view
-        latest: dict[str, tuple[int, str, str]] = {}
-        active_version: dict[str, int] = {}
-        doc_source: dict[str, str] = {}
-        stopped: dict[str, bool] = {}  # latest version recorded by a run that stopped before it finished
-        # latest version superseded by a newer revision in another file (ingest/relations.py): not in the index,
-        # but its file is live - unchanged while its bytes are, deleted when its file goes
-        family_superseded: set[str] = set()
-        unpublished: dict[str, tuple[int, int | None]] = {}
-        observed_sources = sorted({f.source_id for f in scan.folders} | {f.source_id for f in scan.files})
-        if observed_sources:
-            rows = conn.execute(
-                "SELECT d.doc_id, d.version, d.status, d.checksum, d.source_id, "
-                "coalesce(list_contains(?, r.status), FALSE) AND d.sync_run_id <> ?, d.superseded_by IS NOT NULL "
-                "FROM documents d LEFT JOIN sync_runs r USING (sync_run_id) WHERE list_contains(?, d.source_id)",
-                [list(STOPPED_RUN_STATUSES), sync_run_id, observed_sources],
-            ).fetchall()
-            by_other_file: set[tuple[str, int]] = set()
-            for doc_id, version, status, checksum, source_id, by_stopped_run, superseded_by_file in rows:
-                doc_source[doc_id] = source_id
-                if status == "active":
-                    active_version[doc_id] = version
-                if status == "superseded" and superseded_by_file:
-                    by_other_file.add((doc_id, version))
-                if doc_id not in latest or version > latest[doc_id][0]:
-                    latest[doc_id] = (version, status, checksum)
-                    stopped[doc_id] = bool(by_stopped_run)
-            family_superseded = {doc_id for doc_id, (version, status, _) in latest.items()
-                                 if status == "superseded" and (doc_id, version) in by_other_file}
-            unpublished = unpublished_active_versions(conn, observed_sources)
-
-        seen_failures: set[str] = set()
-        for failure in scan.failures:
-            seen_failures.add(failure_id(str(failure.path), failure.stage, failure.kind, failure.identity))
-            bump(failure.source_id, "failed")
-            if record_failure(
-                conn, path=str(failure.path), stage=failure.stage, kind=failure.kind, reason=failure.reason,
-                sync_run_id=sync_run_id, source_id=failure.source_id, identity=failure.identity,
-                doc_id=doc_id_for(failure.source_id, failure.relative_path),
-            ):
-                result.failed += 1
-        # scan/fetch failures not seen again (file removed, fixed, now ignored; page fetched) are resolved
-        if scanned_sources and not scan.partial:
-            stale = [
-                fid for fid, in conn.execute(
-                    "SELECT failure_id FROM ingestion_failures WHERE stage IN ('scan', 'fetch') "
-                    "AND kind NOT IN ('missing_source', 'source_unreachable') "
-                    "AND resolved_at IS NULL AND list_contains(?, source_id)", [scanned_sources]
-                ).fetchall() if fid not in seen_failures
-            ]
-            if stale:
-                conn.execute("UPDATE ingestion_failures SET resolved_at = ? WHERE list_contains(?, failure_id)", [now, stale])
-
-        # an item that exists but could not be read this time is not "gone"
-        present = {f.doc_id for f in scan.files} | {
-            doc_id_for(f.source_id, f.relative_path) for f in scan.failures if f.keeps_document
-        }
-
-        new_rows: list[dict[str, object]] = []
-        for file in scan.files:
-            doc_id = file.doc_id
-            bump(file.source_id, "seen")
-            if scan.partial:
-                resolve_failures(conn, str(file.url or file.path), stages=("scan", "fetch"))
-            previous = latest.get(doc_id)
-            base = {
-                "doc_id": doc_id, "source_id": file.source_id, "relative_path": file.relative_path,
-                "path": str(file.path), "url": file.url or file.path.resolve().as_uri(), "checksum": file.checksum,
-                "size_bytes": file.size_bytes, "modified_at": file.modified_at,
-            }
-            if previous is None:
-                new_rows.append({**base, "version": 1, "supersedes": None})
-                result.changes.append({"doc_id": doc_id, "path": file.relative_path, "change": "added"})
-                bump(file.source_id, "added")
-                continue
-            version, status, checksum = previous
-            if checksum == file.checksum and status == "active" and unpublished.get(doc_id, (None,))[0] == version:
-                # activated by a run killed before it published the index: this run publishes it
-                change = "added" if unpublished[doc_id][1] is None else "updated"
-                result.resumed += 1
-                bump(file.source_id, change)
-                result.changes.append({"doc_id": doc_id, "path": file.relative_path, "change": change, "resumed": True})
-                continue
-            if checksum == file.checksum and (status in ("active", "failed") or doc_id in family_superseded):
-                result.unchanged += 1
-                bump(file.source_id, "unchanged")
-                continue
-            if checksum == file.checksum and status == "pending":
-                result.pending += 1  # a killed run left it half-done: the later stages resume it
-                if stopped.get(doc_id):  # ... and it is this run that brings it into the index
-                    change = "updated" if doc_id in active_version else "added"
-                    result.resumed += 1
-                    bump(file.source_id, change)
-                    result.changes.append({"doc_id": doc_id, "path": file.relative_path, "change": change,
-                                           "resumed": True})
-                continue
-            if status == "pending":
-                # changed again before it was processed: restart that version with the new bytes
-                _delete_pending_version(conn, doc_id, version)
-                new_rows.append({**base, "version": version, "supersedes": active_version.get(doc_id)})
-            else:
-                replaces = version if doc_id in family_superseded else active_version.get(doc_id)
-                new_rows.append({**base, "version": version + 1, "supersedes": replaces})
-            # a changed revision that another file had superseded is an update of that document
-            known = doc_id in active_version or doc_id in family_superseded
-            change = "updated" if known else ("restored" if status == "deleted" else "added")
-            if change == "restored":
-                result.restored += 1
-            bump(file.source_id, "updated" if change == "updated" else "added")
-            result.changes.append({"doc_id": doc_id, "path": file.relative_path, "change": change})
-
-        if new_rows:
-            for row in new_rows:
-                conn.execute(
-                    "INSERT INTO documents (doc_id, version, source_id, relative_path, path, url, checksum, size_bytes, "
-                    "modified_at, status, supersedes, created_at, sync_run_id) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
-                    [row["doc_id"], row["version"], row["source_id"], row["relative_path"], row["path"], row["url"],
-                     row["checksum"], row["size_bytes"], row["modified_at"], row["supersedes"], now, sync_run_id],
-                )
-            result.pending += len(new_rows)
-
-        # documents whose file (or page) is gone from a scanned source
-        known_gone = {doc_id_for(f.source_id, f.relative_path) for f in scan.failures if not f.keeps_document}
-        complete_sources = set(scanned_sources)
-        for doc_id, (version, status, _checksum) in latest.items():
-            if scan.partial or doc_id in present or status == "deleted":
-                continue
-            if status == "superseded" and doc_id not in family_superseded:
-                continue
-            if doc_source[doc_id] not in complete_sources:
-                continue  # missing folder or incomplete crawl: absence proves nothing
-            if doc_source[doc_id] in scan.keep_unseen and doc_id not in known_gone:
-                continue
-            path_row = conn.execute(
-                "SELECT path, relative_path, url FROM documents WHERE doc_id = ? AND version = ?", [doc_id, version]
-            ).fetchone()
-            if status == "pending":
-                _delete_pending_version(conn, doc_id, version)
-            conn.execute(
-                "UPDATE documents SET status = 'deleted', valid_to = ? WHERE doc_id = ? AND status IN ('active', 'failed')",
-                [now, doc_id],
-            )
-            if doc_id in family_superseded:  # out of the index since it was superseded: keep when that was
-                conn.execute(
-                    "UPDATE documents SET status = 'deleted', valid_to = coalesce(valid_to, ?) "
-                    "WHERE doc_id = ? AND version = ?", [now, doc_id, version])
-            if doc_id in active_version:
-                result.removed += 1
-                bump(doc_source[doc_id], "removed")
-                result.changes.append({"doc_id": doc_id, "path": path_row[1], "change": "removed"})
-            resolve_failures(conn, path_row[0], stages=("scan", "parse", "chunk", "embed"))
-            if path_row[2] and path_row[2].startswith("http"):
-                resolve_failures(conn, path_row[2], stages=("parse", "chunk", "embed"))
-
-        result.excluded = sum(scan.excluded.values())
-        result.excluded_items = {
-            source_id: [{"path": path, "reason": reason} for path, reason in items]
-            for source_id, items in scan.excluded_items.items() if items
-        }
-        if not scan.partial:
-            conn.execute(
-                "UPDATE sources SET last_synced_at = ? WHERE list_contains(?, source_id)", [now, scanned_sources]
-            )
-        add_counts(conn, sync_run_id, removed=result.removed, unchanged=result.unchanged, failed=result.failed,
-                   excluded=result.excluded)
-        conn.execute(
-            "UPDATE sync_runs SET details = ? WHERE sync_run_id = ?",
-            [json.dumps({"changes": result.changes[:500], "missing_sources": result.missing_sources,
-                         "per_source": per_source, "excluded_items": result.excluded_items}), sync_run_id],
-        )
+        _record_source_availability(conn, scan, sync_run_id, unreachable_reasons or {})
+        known = _known_versions(conn, scan, sync_run_id)
+        _record_scan_failures(conn, scan, sync_run_id, scanned_sources, result, counts, now)
+        new_rows = [row for file in scan.files if (row := _version_file(conn, scan, file, known, result, counts))]
+        _insert_pending_versions(conn, new_rows, sync_run_id, now)
+        result.pending += len(new_rows)
+        _delete_gone_documents(conn, scan, known, scanned_sources, result, counts, now)
+        _record_run_summary(conn, scan, sync_run_id, scanned_sources, result, counts, now)
     result.added = sum(1 for c in result.changes if c["change"] == "added")
     result.updated = sum(1 for c in result.changes if c["change"] == "updated")
-    result.per_source = per_source
+    result.per_source = counts.counts
     return result
