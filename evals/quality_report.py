@@ -25,19 +25,23 @@ from evals.retrieval_eval import EvalConfig, evaluate, open_engine
 
 def configurations(settings) -> list[tuple[str, EvalConfig]]:
     a, s, l = settings.default_alpha, settings.section_weight, settings.lead_weight
+
+    def config(alpha: float, fusion: str, section_weight: float, lead_weight: float) -> EvalConfig:
+        return EvalConfig(alpha=alpha, fusion=fusion, section_weight=section_weight, lead_weight=lead_weight)
+
     return [
-        ("default", EvalConfig(a, settings.default_fusion, "none", s, l)),
-        ("BM25 only (section-aware)", EvalConfig(0.0, "weighted", "none", s, l)),
-        ("vector only (section-aware)", EvalConfig(1.0, "weighted", "none", s, l)),
-        *((f"alpha {x:g}", EvalConfig(x, "weighted", "none", s, l)) for x in (0.5, 0.6, 0.8, 0.9)),
-        ("dbsf", EvalConfig(a, "dbsf", "none", s, l)),
-        ("rrf", EvalConfig(0.5, "rrf", "none", s, l)),
-        ("previous default (alpha 0.5, chunk evidence)", EvalConfig(0.5, "weighted", "none", 0.0, 0.0)),
-        ("chunk evidence, alpha 0.7", EvalConfig(a, "weighted", "none", 0.0, 0.0)),
-        ("+ section BM25 only", EvalConfig(a, "weighted", "none", s, 0.0)),
-        ("+ section lead only", EvalConfig(a, "weighted", "none", 0.0, l)),
-        ("BM25 only (chunk)", EvalConfig(0.0, "weighted", "none", 0.0, 0.0)),
-        ("vector only (chunk)", EvalConfig(1.0, "weighted", "none", 0.0, 0.0)),
+        ("default", config(a, settings.default_fusion, s, l)),
+        ("BM25 only (section-aware)", config(0.0, "weighted", s, l)),
+        ("vector only (section-aware)", config(1.0, "weighted", s, l)),
+        *((f"alpha {x:g}", config(x, "weighted", s, l)) for x in (0.5, 0.6, 0.8, 0.9)),
+        ("dbsf", config(a, "dbsf", s, l)),
+        ("rrf", config(0.5, "rrf", s, l)),
+        ("previous default (alpha 0.5, chunk evidence)", config(0.5, "weighted", 0.0, 0.0)),
+        ("chunk evidence, alpha 0.7", config(a, "weighted", 0.0, 0.0)),
+        ("+ section BM25 only", config(a, "weighted", s, 0.0)),
+        ("+ section lead only", config(a, "weighted", 0.0, l)),
+        ("BM25 only (chunk)", config(0.0, "weighted", 0.0, 0.0)),
+        ("vector only (chunk)", config(1.0, "weighted", 0.0, 0.0)),
     ]
 
 
@@ -57,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         result = evaluate(engine, dataset, config, doc_map)
         row = {"name": name, **result.row()}
         rows.append(row)
-        print(json.dumps({k: row[k] for k in ("name", "recall@5", "ndcg@10", "p50_ms", "p95_ms")}), flush=True)
+        print(json.dumps({k: row[k] for k in ("name", "recall@5", "ndcg@10", "latency_p50_ms", "latency_p95_ms")}), flush=True)
     plain = plain_scores(dataset, Settings().model_path, Settings().data_dir / "eval" / "baselines")
     baselines = []
     for method, alpha in [("dense", None), ("bm25s", None), ("hybrid", 0.5), ("hybrid", 0.7)]:

@@ -1,4 +1,4 @@
-"""Retrieval quality of the real engine on a BEIR dataset: Recall@5, nDCG@10, MRR@10, P@5, latency.
+"""Retrieval quality of the real engine on a BEIR dataset: every metric of ``evals.metrics.METRICS``.
 
 Runs ``RetrievalEngine`` (the same code that serves) over the dataset's own
 store (built by ``evals.beir.ingest_beir`` through the normal ingestion path).
@@ -18,12 +18,19 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from evals.beir import BeirDataset, beir_ids_by_doc_id, beir_settings, ingest_beir, load_beir
-from evals.metrics import aggregate, dedupe_ranking, score_query
+from evals.metrics import QueryOutcome, dedupe_ranking, metric_order, score_outcomes
 from knowledge_store.embeddings import Embedder
+from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.rerankers import RERANKERS
+
+FusionName = Literal[tuple(FUSION_MODES)]  # type: ignore[valid-type]
+RerankerName = Literal[RERANKERS]  # type: ignore[valid-type]
 
 
 class CachingEmbedder:
@@ -48,79 +55,105 @@ class CachingEmbedder:
         return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, self.dim), dtype=np.float32)
 
 
-@dataclass(frozen=True)
-class EvalConfig:
-    alpha: float
-    fusion: str = "weighted"
-    reranker: str = "none"
+class EvalConfig(BaseModel):
+    """One retrieval configuration to evaluate - the single definition the CLI, the notebooks, the quality
+    report, the benchmarks and the Dagster evaluation assets (``pipelines.evaluation.CONFIGURATIONS``) share.
+
+    A frozen pydantic model: bad values are refused where the configuration is written (the error names the
+    field and the value), not in the middle of a run.  ``alpha=None`` means the engine's default.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str | None = Field(None, description="What results are filed under (the scorecard's configuration and "
+                                               "the Dagster asset retrieval_eval_<name>); default: the label.")
+    alpha: float | None = Field(None, ge=0.0, le=1.0, description="0 = BM25 only, 1 = vector only; None = the "
+                                                                  "engine's default.")
+    fusion: FusionName = "weighted"  # type: ignore[valid-type]
+    reranker: RerankerName = "none"  # type: ignore[valid-type]
     section_weight: float | None = None  # None = the engine's default for this corpus
     lead_weight: float | None = None
 
     @property
     def label(self) -> str:
+        """A readable description of the configuration (``hybrid alpha=0.7 + mmr``)."""
+        alpha = "default" if self.alpha is None else f"{self.alpha:g}"
         suffix = "" if self.reranker == "none" else f" + {self.reranker}"
         if self.section_weight is not None or self.lead_weight is not None:
             suffix = f" section={self.section_weight if self.section_weight is not None else 'default'}" \
                      f" lead={self.lead_weight if self.lead_weight is not None else 'default'}" + suffix
         if self.fusion != "weighted":
-            return f"{self.fusion} (alpha {self.alpha:g})" + suffix
-        name = {0.0: "BM25 only", 1.0: "vector only"}.get(self.alpha, f"hybrid alpha={self.alpha:g}")
+            return f"{self.fusion} (alpha {alpha})" + suffix
+        name = {0.0: "BM25 only", 1.0: "vector only"}.get(self.alpha, f"hybrid alpha={alpha}")
         return name + suffix
+
+    @property
+    def configuration(self) -> str:
+        """The name results are filed under: ``name`` when given, else the label."""
+        return self.name or self.label
+
+    def with_default_alpha(self, alpha: float) -> "EvalConfig":
+        """This configuration with ``alpha`` filled in when it was left to the engine's default (so the
+        recorded alpha is the one that ran)."""
+        return self if self.alpha is not None else self.model_copy(update={"alpha": alpha})
 
 
 @dataclass
 class EvalResult:
+    """One configuration on one dataset split: the run's figures keyed by canonical metric name
+    (``evals.metrics.METRICS`` plus any ranking depth asked for) and each query's own values."""
+
     config: EvalConfig
     metrics: dict[str, float]
-    latency_p50_ms: float
-    latency_p95_ms: float
     queries: int
     per_query: list[dict] = field(default_factory=list)
 
+    @property
+    def latency_p50_ms(self) -> float:
+        return self.metrics["latency_p50_ms"]
+
+    @property
+    def latency_p95_ms(self) -> float:
+        return self.metrics["latency_p95_ms"]
+
     def row(self) -> dict[str, object]:
+        """The configuration and every figure, in column order (one line of a JSON report)."""
         return {
             "configuration": self.config.label, "alpha": self.config.alpha, "fusion": self.config.fusion,
             "reranker": self.config.reranker, "section_weight": self.config.section_weight,
-            "lead_weight": self.config.lead_weight, "recall@5": self.metrics["recall@5"], "ndcg@10": self.metrics.get("ndcg@10"),
-            "mrr@10": self.metrics.get("mrr@10"), "precision@5": self.metrics["precision@5"],
-            "ragas_recall@5": self.metrics.get("ragas_recall@5"), "grounding": self.metrics.get("grounding"),
-            "p50_ms": self.latency_p50_ms, "p95_ms": self.latency_p95_ms, "queries": self.queries,
+            "lead_weight": self.config.lead_weight, **{name: self.metrics[name] for name in metric_order(self.metrics)},
+            "queries": self.queries,
         }
 
 
 def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str, str], chunks: int = 40,
              ks: tuple[int, ...] = (5, 10)) -> EvalResult:
-    """Run every query of ``dataset`` through ``engine.search`` and score the document ranking."""
-    from evals.grounding import grounding_score
-    from evals.ragas_metrics import ragas_recall_batch
+    """Run every query of ``dataset`` through ``engine.search`` and score what it did with each one.
+
+    This collects one ``QueryOutcome`` per query (the deduplicated document ranking, the answer a user would
+    get and its passages, the latency); which metrics are computed from them is the registry's business
+    (``evals.metrics.score_outcomes``): every registered metric, plus each ranking family at the depths
+    ``ks``."""
     from knowledge_store.progress import stage_progress
     from knowledge_store.retrieval.answer import extractive_answer
 
-    per_query: list[dict] = []
-    latencies: list[float] = []
-    ragas_samples: list[tuple[list[str], list[str]]] = []
+    outcomes: list[QueryOutcome] = []
     counts = stage_progress("eval", "queries").start(len(dataset.queries))
     for query_id, text in dataset.queries.items():
         counts.advance()
         response = engine.search(text, k=min(100, max(chunks, 4 * max(ks))), alpha=config.alpha, fusion=config.fusion, reranker=config.reranker,
                                  section_weight=config.section_weight, lead_weight=config.lead_weight,
                                  min_relevance=0.0, answer="none", log=False, client="eval")
-        latencies.append(response.latency_ms["total"] - response.latency_ms["embed"] + engine_embed_ms(engine))
-        ranked = dedupe_ranking(doc_map.get(h.doc_id, h.doc_id) for h in response.hits)
-        scores = score_query(ranked, dataset.qrels[query_id], ks=tuple(sorted(set(ks) | {5})))
-        # grounding of the answer a user would get (extractive, from the top 5 passages)
+        latency_ms = response.latency_ms["total"] - response.latency_ms["embed"] + engine_embed_ms(engine)
+        # the answer a user would get (extractive, from the top 5 passages): what grounding scores
         served = response.hits[:5]
-        answer = extractive_answer(text, served)
-        grounding = grounding_score(answer, {i + 1: h.text for i, h in enumerate(served)}).score
-        ragas_samples.append((ranked[:5], list(dataset.qrels[query_id])))
-        per_query.append({"query_id": query_id, **scores, "grounding": grounding})
+        outcomes.append(QueryOutcome(
+            query_id=query_id, ranked=dedupe_ranking(doc_map.get(h.doc_id, h.doc_id) for h in response.hits),
+            relevant=dataset.qrels[query_id], answer=extractive_answer(text, served),
+            passages={i + 1: h.text for i, h in enumerate(served)}, latency_ms=latency_ms))
     counts.finish()
-    for row, value in zip(per_query, ragas_recall_batch(ragas_samples, k=5)):
-        row["ragas_recall@5"] = value  # RAGAS IDBasedContextRecall over the top five retrieved ids
-    metrics = aggregate(per_query)
-    latencies.sort()
-    return EvalResult(config, metrics, statistics.median(latencies), latencies[int(0.95 * (len(latencies) - 1))],
-                      len(per_query), per_query)
+    metrics, per_query = score_outcomes(outcomes, ks)
+    return EvalResult(config, metrics, len(per_query), per_query)
 
 
 _EMBED_MS: dict[int, float] = {}
@@ -194,10 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     dataset = load_beir(args.dataset, split=args.split)
     engine, doc_map = open_engine(args.dataset)
-    configs = [EvalConfig(a) for a in args.alphas]
+    configs = [EvalConfig(alpha=a) for a in args.alphas]
     if args.rrf:
-        configs.append(EvalConfig(0.5, "rrf"))
-    configs += [EvalConfig(args.reranker_alpha, "weighted", r) for r in args.rerankers]
+        configs.append(EvalConfig(alpha=0.5, fusion="rrf"))
+    configs += [EvalConfig(alpha=args.reranker_alpha, reranker=r) for r in args.rerankers]
     rows = []
     for config in configs:
         result = evaluate(engine, dataset, config, doc_map)

@@ -516,6 +516,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from evals.beir import load_beir
+    from evals.metrics import METRICS, metric_label, metric_spec
     from evals.retrieval_eval import EvalConfig, evaluate, open_engine
 
     folder = Path(args.dataset)
@@ -525,28 +526,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     config = EvalConfig(alpha=defaults.alpha if args.alpha is None else args.alpha,
                         fusion=args.fusion or defaults.fusion,
                         reranker=args.reranker or engine.default_reranker())
-    # nDCG@10 and MRR@10 always (the scorecard's columns), besides the asked depth
+    # every registered metric (evals.metrics.METRICS, what the scorecard records), plus nDCG and MRR at --k
     result = evaluate(engine, dataset, config, doc_map, ks=tuple(sorted({5, 10, args.k})))
     m = result.metrics
     recorded = _record_eval(dataset, args.split, config, result)
     report = {
         "dataset": str(folder), "split": args.split, "queries": result.queries, "configuration": config.label,
-        "alpha": config.alpha, "fusion": config.fusion, "reranker": config.reranker, "k": args.k,
-        "recall@5": m["recall@5"], f"ndcg@{args.k}": m[f"ndcg@{args.k}"], f"mrr@{args.k}": m[f"mrr@{args.k}"],
-        "precision@5": m["precision@5"], "ragas_recall@5": m["ragas_recall@5"], "grounding": m["grounding"],
-        "latency_p50_ms": result.latency_p50_ms, "latency_p95_ms": result.latency_p95_ms,
+        "alpha": config.alpha, "fusion": config.fusion, "reranker": config.reranker, "k": args.k, **m,
         "store": str(engine.settings.data_dir), "recorded_in": str(recorded),
     }
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
+    columns = [*METRICS, *(name for name in (f"ndcg@{args.k}", f"mrr@{args.k}") if name not in METRICS)]
     print(f"{dataset.name} ({args.split}, {result.queries} queries), {config.label}, fusion {config.fusion}")
-    print(format_table([{
-        "Recall@5": f"{m['recall@5']:.3f}", f"nDCG@{args.k}": f"{m[f'ndcg@{args.k}']:.3f}",
-        f"MRR@{args.k}": f"{m[f'mrr@{args.k}']:.3f}", "P@5": f"{m['precision@5']:.3f}",
-        "RAGAS R@5": f"{m['ragas_recall@5']:.3f}", "grounding": f"{m['grounding']:.3f}",
-        "p50 ms": f"{result.latency_p50_ms:.1f}", "p95 ms": f"{result.latency_p95_ms:.1f}",
-    }], ["Recall@5", f"nDCG@{args.k}", f"MRR@{args.k}", "P@5", "RAGAS R@5", "grounding", "p50 ms", "p95 ms"]))
+    print(format_table([{metric_label(name): f"{m[name]:.{metric_spec(name).digits}f}" for name in columns}],
+                       [metric_label(name) for name in columns]))
     print(f"store: {engine.settings.data_dir} (re-used while corpus.jsonl is unchanged)")
     print(f"recorded in {recorded} (the console's Evaluation page and the scorecard read it)")
     return 0
@@ -557,20 +552,13 @@ def _record_eval(dataset, split: str, config, result) -> os.PathLike:
     as configuration ``<label> (groundwork eval)``; returns the results file."""
     import uuid
 
-    from evals.results_store import record_eval_results, refresh_scorecard, results_path
+    from evals.results_store import EvalRun, record_eval_results, results_path
     from knowledge_store.store import utcnow
 
-    m = result.metrics
     path = results_path(Settings().data_dir)
-    record_eval_results(path, [{
-        "run_id": f"cli-{uuid.uuid4().hex[:12]}", "dataset": dataset.name, "split": split,
-        "configuration": f"{config.label} (groundwork eval)", "alpha": config.alpha, "fusion": config.fusion,
-        "reranker": config.reranker, "queries": result.queries, "recall_at_5": m["recall@5"],
-        "ndcg_at_10": m["ndcg@10"], "mrr_at_10": m["mrr@10"], "precision_at_5": m["precision@5"],
-        "p50_ms": result.latency_p50_ms, "p95_ms": result.latency_p95_ms, "created_at": utcnow(),
-        "ragas_recall_at_5": m["ragas_recall@5"], "grounding": m["grounding"],
-    }])
-    refresh_scorecard(path)
+    record_eval_results(path, [EvalRun.from_result(
+        result, run_id=f"cli-{uuid.uuid4().hex[:12]}", dataset=dataset.name, split=split,
+        configuration=f"{config.label} (groundwork eval)", created_at=utcnow())])
     return path
 
 
@@ -808,7 +796,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--json", action="store_true", help="machine-readable output")
     query.set_defaults(func=cmd_query)
 
-    ev = sub.add_parser("eval", help="Recall@5, nDCG, MRR, P@5 and latency on a BEIR-format folder")
+    ev = sub.add_parser("eval", help="Recall@5, nDCG, MRR, P@5, RAGAS recall, grounding and latency on a BEIR-format folder")
     ev.add_argument("dataset", help="folder with corpus.jsonl, queries.jsonl, qrels.tsv")
     ev.add_argument("--alpha", type=float, default=None, help="fusion weight (default: settings)")
     ev.add_argument("--fusion", choices=list(FUSION_MODES), default=None, help=_FUSION_HELP)

@@ -2,25 +2,32 @@
 
 The engine is the one that serves (``RetrievalResource``); each BEIR dataset is
 ingested into its own store through the normal pipeline (``evals.beir``).
-Results are appended to ``<data_dir>/eval/results.duckdb`` (table
-``eval_results``), the scorecard is rewritten there (table ``scorecard``) and
-shown in the asset's metadata as a markdown table and a plot; ``feedback_eval``
-and ``query_log_drift`` append their figures there too (``evals.results_store``
-owns the tables; the console's Evaluation page reads them).  The regression
-check next to the scorecard fails when Recall@5 of any configuration drops by
-more than ``recall_drop_margin`` against its previous run or a stored baseline.
+Results are appended to ``<data_dir>/eval/results.duckdb`` (tables
+``eval_runs`` and, long-form, ``eval_metrics``), the scorecard (the latest run
+per dataset and configuration) is shown in the asset's metadata as a markdown
+table and a plot; ``feedback_eval`` and ``query_log_drift`` append their
+figures there too (``evals.results_store`` owns the tables; the console's
+Evaluation page reads them).  Which metrics, their labels, order and direction
+come from ``evals.metrics.METRICS``.  The regression check next to the
+scorecard fails when a gated metric (``MetricSpec.gated``: Recall@5) of any
+configuration worsens by more than ``recall_drop_margin`` against its previous
+run or a stored baseline.
 """
 
 import base64
 import io
 import json
+import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
 from evals import results_store
+from evals.metrics import METRICS, PRIMARY_METRIC, check_metric_value, metric_label, metric_spec
+from evals.retrieval_eval import EvalConfig
+from knowledge_store.errors import ConfigError
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.settings import PROJECT_ROOT, Settings
 from knowledge_store.store import utcnow
@@ -31,21 +38,16 @@ GROUP = "evaluation"
 DEFAULT_DATASET = PROJECT_ROOT.parent / "shared" / "datasets" / "scifact"
 
 
-@dataclass(frozen=True)
-class Configuration:
-    key: str
-    alpha: float | None  # None = the engine's default
-    fusion: str = "weighted"
-    reranker: str = "none"
-
-
+# one retrieval_eval_<name> asset each; alpha None = the serving settings' default_alpha
 CONFIGURATIONS = (
-    Configuration("bm25", 0.0),
-    Configuration("vector", 1.0),
+    EvalConfig(name="bm25", alpha=0.0),
+    EvalConfig(name="vector", alpha=1.0),
     # one hybrid configuration per fusion mode of retrieval.fusion.FUSION_MODES ("hybrid" is the weighted one)
-    *(Configuration("hybrid" if mode == "weighted" else f"hybrid_{mode}", None, mode) for mode in FUSION_MODES),
-    Configuration("hybrid_mmr", None, "weighted", "mmr"),
+    *(EvalConfig(name="hybrid" if mode == "weighted" else f"hybrid_{mode}", fusion=mode) for mode in FUSION_MODES),
+    EvalConfig(name="hybrid_mmr", reranker="mmr"),
 )
+# a baseline file's bare number (its format before the registry, when the gate checked Recall@5 only)
+LEGACY_BASELINE_METRIC = "recall@5"
 
 
 class EvaluationResource(dg.ConfigurableResource):
@@ -54,8 +56,8 @@ class EvaluationResource(dg.ConfigurableResource):
     datasets: list[str] = []  # BEIR folders; empty = ../shared/datasets/scifact when present
     split: str = "test"
     data_dir: str | None = None
-    recall_drop_margin: float = 0.02
-    baseline_path: str | None = None  # JSON {"<dataset>/<configuration>": recall@5}
+    recall_drop_margin: float = 0.02  # how far a gated metric (MetricSpec.gated: Recall@5) may worsen
+    baseline_path: str | None = None  # JSON {"<dataset>/<configuration>": {"<metric>": value}} (a bare number: recall@5)
     logs_path: str | None = None  # the query log to learn from; default: the serving store's logs.duckdb
 
     def folders(self) -> list[Path]:
@@ -69,10 +71,6 @@ class EvaluationResource(dg.ConfigurableResource):
 
     def results_path(self) -> Path:
         return self.eval_root() / results_store.RESULTS_FILE
-
-
-def _results(resource: EvaluationResource):
-    return results_store.open_results(resource.results_path())
 
 
 @dg.asset(group_name=GROUP, kinds={"duckdb"}, description="BEIR datasets ingested into their own stores (cached by corpus checksum).")
@@ -97,43 +95,47 @@ def eval_datasets(context: dg.AssetExecutionContext, evaluation: EvaluationResou
                                           "queries": sum(r["queries"] for r in rows)})
 
 
-def _evaluation_asset(config: Configuration) -> dg.AssetsDefinition:
+def _rounded(value: Any, name: str) -> Any:
+    return round(value, metric_spec(name).digits) if isinstance(value, float) else value
+
+
+def _metric_columns(metrics: dict[str, float]) -> dict[str, Any]:
+    """``{label: rounded value}`` in the registry's column order (a markdown table's metric columns)."""
+    return {metric_label(name): _rounded(metrics.get(name), name) for name in METRICS}
+
+
+def _evaluation_asset(config: EvalConfig) -> dg.AssetsDefinition:
+    if not config.name:
+        raise ConfigError("EvalConfig.name", config.name, "a Dagster evaluation configuration needs a name (its "
+                                                          "asset is retrieval_eval_<name>)")
+
     @dg.asset(
-        name=f"retrieval_eval_{config.key}", group_name=GROUP, deps=[eval_datasets], kinds={"ragas"},
-        description=f"Recall@5 (RAGAS-compatible), nDCG@10, MRR@10, P@5 and latency for configuration '{config.key}'.",
+        name=f"retrieval_eval_{config.name}", group_name=GROUP, deps=[eval_datasets], kinds={"ragas"},
+        description=f"{', '.join(spec.label for spec in METRICS.values())} for configuration '{config.name}'.",
     )
     def _asset(context: dg.AssetExecutionContext, evaluation: EvaluationResource, retrieval: RetrievalResource) -> dg.MaterializeResult:
         from evals.beir import load_beir
-        from evals.retrieval_eval import EvalConfig, evaluate, open_engine
+        from evals.retrieval_eval import evaluate, open_engine
 
         base = retrieval.settings()
-        alpha = base.default_alpha if config.alpha is None else config.alpha
-        eval_config = EvalConfig(alpha=alpha, fusion=config.fusion, reranker=config.reranker)
-        rows = []
+        eval_config = config.with_default_alpha(base.default_alpha)
+        runs: list[results_store.EvalRun] = []
         for folder in evaluation.folders():
             dataset = load_beir(folder, split=evaluation.split)
             engine, doc_map = open_engine(folder, ingest=False, data_root=evaluation.eval_root(),
                                           candidate_pool=base.candidate_pool, default_alpha=base.default_alpha)
             result = evaluate(engine, dataset, eval_config, doc_map)
-            m = result.metrics
-            rows.append({
-                "run_id": context.run.run_id, "dataset": dataset.name, "split": evaluation.split,
-                "configuration": config.key, "alpha": alpha, "fusion": config.fusion, "reranker": config.reranker,
-                "queries": result.queries, "recall_at_5": m["recall@5"], "ndcg_at_10": m["ndcg@10"],
-                "mrr_at_10": m["mrr@10"], "precision_at_5": m["precision@5"], "p50_ms": result.latency_p50_ms,
-                "p95_ms": result.latency_p95_ms, "created_at": utcnow(),
-                "ragas_recall_at_5": m["ragas_recall@5"], "grounding": m["grounding"],
-            })
-            context.log.info(f"{dataset.name} {config.key}: recall@5 {m['recall@5']:.3f} ndcg@10 {m['ndcg@10']:.3f}")
-        results_store.record_eval_results(evaluation.results_path(), rows)
-        first = rows[0] if rows else {}
+            runs.append(results_store.EvalRun.from_result(result, run_id=context.run.run_id, dataset=dataset.name,
+                                                          split=evaluation.split, created_at=utcnow()))
+            context.log.info(f"{dataset.name} {config.name}: " + ", ".join(
+                f"{name} {result.metrics[name]:.3f}" for name in METRICS if metric_spec(name).headline))
+        results_store.record_eval_results(evaluation.results_path(), runs)
+        first = runs[0].metrics if runs else {}
         return dg.MaterializeResult(metadata={
-            "recall_at_5": float(first.get("recall_at_5", 0.0)), "ndcg_at_10": float(first.get("ndcg_at_10", 0.0)),
-            "mrr_at_10": float(first.get("mrr_at_10", 0.0)), "precision_at_5": float(first.get("precision_at_5", 0.0)),
-            "ragas_recall_at_5": float(first.get("ragas_recall_at_5", 0.0)), "grounding": float(first.get("grounding", 0.0)),
-            "latency_p95_ms": float(first.get("p95_ms", 0.0)),
-            "results": markdown_table([{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()
-                                        if k not in ("run_id", "created_at")} for r in rows]),
+            **{name: float(first.get(name, 0.0)) for name in METRICS},
+            "results": markdown_table([{"dataset": r.dataset, "split": r.split, "configuration": r.configuration,
+                                        "alpha": r.alpha, "fusion": r.fusion, "reranker": r.reranker,
+                                        "queries": r.queries, **_metric_columns(dict(r.metrics))} for r in runs]),
         })
 
     return _asset
@@ -143,17 +145,21 @@ EVAL_ASSETS = [_evaluation_asset(c) for c in CONFIGURATIONS]
 
 
 def _plot(rows: list[dict]) -> bytes:
-    """A PNG bar chart of Recall@5 and nDCG@10 per dataset and configuration."""
+    """A PNG bar chart of the headline metrics (``MetricSpec.headline``) per dataset and configuration."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    headline = [spec for spec in METRICS.values() if spec.headline]
     labels = [f"{r['dataset']}\n{r['configuration']}" for r in rows]
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(rows)), 3.5))
     xs = range(len(rows))
-    ax.bar([x - 0.2 for x in xs], [r["recall_at_5"] for r in rows], width=0.4, label="Recall@5")
-    ax.bar([x + 0.2 for x in xs], [r["ndcg_at_10"] for r in rows], width=0.4, label="nDCG@10")
+    width = 0.8 / max(1, len(headline))
+    for index, spec in enumerate(headline):
+        offset = (index - (len(headline) - 1) / 2) * width
+        values = [r["metrics"].get(spec.name) for r in rows]
+        ax.bar([x + offset for x in xs], [math.nan if v is None else v for v in values], width=width, label=spec.label)
     ax.set_xticks(list(xs), labels, fontsize=8)
     ax.set_ylim(0, 1)
     ax.legend(loc="lower right")
@@ -167,16 +173,16 @@ def _plot(rows: list[dict]) -> bytes:
 
 @dg.asset(group_name=GROUP, deps=EVAL_ASSETS, kinds={"duckdb"}, description="Latest result per dataset and configuration, as a table, markdown and a plot.")
 def eval_scorecard(context: dg.AssetExecutionContext, evaluation: EvaluationResource) -> dg.MaterializeResult:
-    rows = results_store.refresh_scorecard(evaluation.results_path())
+    rows = results_store.read_scorecard(evaluation.results_path())
     png = _plot(rows) if rows else b""
     plot_path = evaluation.eval_root() / "scorecard.png"
     if png:
         plot_path.write_bytes(png)
-    shown = [{"dataset": r["dataset"], "configuration": r["configuration"], "recall@5": round(r["recall_at_5"], 3),
-              "RAGAS recall@5": round(r["ragas_recall_at_5"], 3), "nDCG@10": round(r["ndcg_at_10"], 3),
-              "MRR@10": round(r["mrr_at_10"], 3), "P@5": round(r["precision_at_5"], 3),
-              "grounding": round(r["grounding"], 3), "p95 ms": round(r["p95_ms"], 1)} for r in rows]
-    best = max(rows, key=lambda r: r["ndcg_at_10"])["configuration"] if rows else None
+    shown = [{"dataset": r["dataset"], "configuration": r["configuration"], **_metric_columns(r["metrics"])}
+             for r in rows]
+    scored = [r for r in rows if r["metrics"].get(PRIMARY_METRIC) is not None]
+    sign = 1 if metric_spec(PRIMARY_METRIC).higher_is_better else -1
+    best = max(scored, key=lambda r: sign * r["metrics"][PRIMARY_METRIC])["configuration"] if scored else None
     image = f"\n\n![scorecard](data:image/png;base64,{base64.b64encode(png).decode()})" if png else ""
     return dg.MaterializeResult(metadata={
         "scorecard": dg.MetadataValue.md(markdown_table(shown).value + image),
@@ -184,29 +190,47 @@ def eval_scorecard(context: dg.AssetExecutionContext, evaluation: EvaluationReso
     })
 
 
-@dg.asset_check(asset=eval_scorecard, description="Recall@5 of no configuration dropped by more than the margin vs its previous run or the baseline.")
+def _baseline_references(baseline: dict[str, Any], key: str) -> dict[str, float]:
+    """``{metric: reference}`` for ``<dataset>/<configuration>`` from a baseline file (a bare number is the
+    format from before the registry: Recall@5)."""
+    entry = baseline.get(key)
+    if entry is None:
+        return {}
+    if isinstance(entry, (int, float)) and not isinstance(entry, bool):
+        return {LEGACY_BASELINE_METRIC: float(entry)}
+    if not isinstance(entry, dict):
+        raise ConfigError(f"baseline[{key!r}]", entry, "expected {\"<metric>\": value} or a number (Recall@5)")
+    # MetricError names a misspelt metric (e.g. recall_at_5) or a value that is not a number
+    return {name: check_metric_value(name, value) for name, value in entry.items()}
+
+
+def regressions(rows: list[dict[str, Any]], baseline: dict[str, Any], margin: float) -> list[dict[str, Any]]:
+    """Each gated metric (``MetricSpec.gated``) of each latest run that is worse than its reference - the
+    baseline's value when given, else the previous run's - by more than ``margin`` (in the metric's own
+    direction).  ``rows`` are ``results_store.read_scorecard`` rows."""
+    if not isinstance(baseline, dict):
+        raise ConfigError("baseline", baseline, 'expected {"<dataset>/<configuration>": {"<metric>": value}}')
+    drops = []
+    for row in rows:
+        references = _baseline_references(baseline, f"{row['dataset']}/{row['configuration']}")
+        previous = (row.get("previous") or {}).get("metrics", {})
+        for spec in METRICS.values():
+            value = row["metrics"].get(spec.name)
+            reference = references.get(spec.name, previous.get(spec.name))
+            if not spec.gated or value is None or reference is None:
+                continue
+            worse_by = reference - value if spec.higher_is_better else value - reference
+            if worse_by > margin:
+                drops.append({"dataset": row["dataset"], "configuration": row["configuration"], "metric": spec.name,
+                              "value": round(value, 4), "reference": round(reference, 4), "drop": round(worse_by, 4)})
+    return drops
+
+
+@dg.asset_check(asset=eval_scorecard, description="No gated metric (Recall@5) of any configuration worsened by more than the margin vs its previous run or the baseline.")
 def recall_did_not_regress(evaluation: EvaluationResource) -> dg.AssetCheckResult:
     baseline = json.loads(Path(evaluation.baseline_path).read_text()) if evaluation.baseline_path else {}
-    conn = _results(evaluation)
-    try:
-        rows = conn.execute(
-            """
-            SELECT dataset, configuration, recall_at_5, lag(recall_at_5) OVER w AS previous, row_number() OVER w2 AS rn
-            FROM eval_results
-            WINDOW w AS (PARTITION BY dataset, split, configuration ORDER BY created_at),
-                   w2 AS (PARTITION BY dataset, split, configuration ORDER BY created_at DESC)
-            """
-        ).fetchall()
-    finally:
-        conn.close()
-    drops = []
-    for dataset, configuration, recall, previous, rn in rows:
-        if rn != 1:
-            continue
-        reference = baseline.get(f"{dataset}/{configuration}", previous)
-        if reference is not None and recall < reference - evaluation.recall_drop_margin:
-            drops.append({"dataset": dataset, "configuration": configuration, "recall@5": round(recall, 4),
-                          "reference": round(reference, 4), "drop": round(reference - recall, 4)})
+    drops = regressions(results_store.read_scorecard(evaluation.results_path()), baseline,
+                        evaluation.recall_drop_margin)
     return dg.AssetCheckResult(
         passed=not drops, severity=dg.AssetCheckSeverity.ERROR,
         metadata={"margin": evaluation.recall_drop_margin, "regressions": markdown_table(drops), "count": len(drops)},
@@ -282,7 +306,7 @@ def feedback_eval(context: dg.AssetExecutionContext, evaluation: EvaluationResou
     with_refs = len(recalls)
     context.log.info(f"feedback gold set: {len(samples)} samples, {with_refs} with helpful passages")
     figures = {"samples": len(samples), "samples_with_references": with_refs,
-               "recall_at_5": float(sum(recalls) / with_refs) if with_refs else 0.0,
+               "recall@5": float(sum(recalls) / with_refs) if with_refs else 0.0,
                "unhelpful_passages_in_top5": int(sum(negatives))}
     results_store.record_feedback_eval(evaluation.results_path(), context.run.run_id, utcnow(), figures, helpful)
     return dg.MaterializeResult(metadata={

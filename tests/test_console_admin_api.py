@@ -270,8 +270,8 @@ def test_evaluation_summary_shows_the_latest_scorecard_row_per_configuration_wit
     assert set(rows) >= {"bm25", "vector", "hybrid", "hybrid_rrf", "hybrid_dbsf", "hybrid_mmr"}
     card = first.asset_materializations_for_node("eval_scorecard")[0].metadata
     assert len(rows) == card["rows"].value
-    assert rows["hybrid"]["run_id"] == second.run_id and rows["hybrid"]["previous"]["recall_at_5"] == 1.0
+    assert rows["hybrid"]["run_id"] == second.run_id and rows["hybrid"]["previous"]["metrics"]["recall@5"] == 1.0
     assert rows["bm25"]["run_id"] == first.run_id and rows["bm25"]["previous"] is None
     metrics = first.asset_materializations_for_node("retrieval_eval_vector")[0].metadata
-    assert rows["vector"]["recall_at_5"] == pytest.approx(metrics["recall_at_5"].value)
-    assert rows["vector"]["ndcg_at_10"] == pytest.approx(metrics["ndcg_at_10"].value)
+    assert rows["vector"]["metrics"]["recall@5"] == pytest.approx(metrics["recall@5"].value)
+    assert rows["vector"]["metrics"]["ndcg@10"] == pytest.approx(metrics["ndcg@10"].value)

@@ -400,8 +400,7 @@ def seed_evaluation_results(data_dir: Path) -> None:
     """Write what the evaluation assets write, through the functions they write with (evals.results_store), and an
     alpha sweep table and plot where the alpha_sweep notebook puts them (same file names and columns)."""
     from evals.log_replay import ReplayReport, ReplayRow
-    from evals.results_store import (record_drift, record_eval_results, record_feedback_eval, refresh_scorecard,
-                                     results_path)
+    from evals.results_store import EvalRun, record_drift, record_eval_results, record_feedback_eval, results_path
     from knowledge_store.store import utcnow
 
     path = results_path(data_dir)
@@ -409,14 +408,14 @@ def seed_evaluation_results(data_dir: Path) -> None:
     rows = []
     for run, when, recall in (("run-1", earlier, 0.80), ("run-2", utcnow(), 0.76)):
         for configuration, alpha, fusion, ndcg in (("bm25", 0.0, "weighted", 0.61), ("hybrid", 0.7, "weighted", 0.71)):
-            rows.append({"run_id": run, "dataset": "scifact", "split": "test", "configuration": configuration,
-                         "alpha": alpha, "fusion": fusion, "reranker": "none", "queries": 300,
-                         "recall_at_5": recall if configuration == "hybrid" else 0.7, "ndcg_at_10": ndcg,
-                         "mrr_at_10": 0.66, "precision_at_5": 0.17, "p50_ms": 9.0, "p95_ms": 15.5, "created_at": when,
-                         "ragas_recall_at_5": recall if configuration == "hybrid" else 0.7, "grounding": 0.91})
+            rows.append(EvalRun(
+                run_id=run, dataset="scifact", split="test", configuration=configuration, alpha=alpha, fusion=fusion,
+                reranker="none", queries=300, created_at=when, metrics={
+                    "recall@5": recall if configuration == "hybrid" else 0.7, "ndcg@10": ndcg, "mrr@10": 0.66,
+                    "precision@5": 0.17, "ragas_recall@5": recall if configuration == "hybrid" else 0.7,
+                    "grounding": 0.91, "latency_p50_ms": 9.0, "latency_p95_ms": 15.5}))
     record_eval_results(path, rows)
-    refresh_scorecard(path)
-    record_feedback_eval(path, "run-fb", utcnow(), {"samples": 4, "samples_with_references": 3, "recall_at_5": 0.67,
+    record_feedback_eval(path, "run-fb", utcnow(), {"samples": 4, "samples_with_references": 3, "recall@5": 0.67,
                                                     "unhelpful_passages_in_top5": 1},
                          [{"alpha": 0.7, "fusion": "weighted", "reranker": "none", "up": 3, "down": 1, "rated": 4,
                            "requests": 3, "helpful_rate": 0.75},

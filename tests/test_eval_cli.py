@@ -59,8 +59,8 @@ def test_eval_records_its_result_where_the_evaluation_page_reads_it(tmp_path):
     summary = evaluation_summary(tmp_path / "data", tmp_path / "data" / "index")
     [row] = summary["scorecard"]
     assert (row["dataset"], row["split"], row["configuration"]) == ("tiny", "test", "BM25 only (groundwork eval)")
-    assert (row["recall_at_5"], row["queries"], row["alpha"]) == (report["recall@5"], 3, 0.0)
-    assert row["ndcg_at_10"] is not None and summary["empty"] is False  # nDCG@10 is recorded whatever --k says
+    assert (row["metrics"]["recall@5"], row["queries"], row["alpha"]) == (report["recall@5"], 3, 0.0)
+    assert row["metrics"]["ndcg@10"] is not None and summary["empty"] is False  # nDCG@10 is recorded whatever --k says
 
 
 def test_eval_on_a_folder_without_a_corpus_is_a_clear_error(tmp_path):

@@ -8,6 +8,7 @@ import dagster as dg
 import duckdb
 import pytest
 
+from evals.metrics import METRICS
 from pipelines.evaluation import CONFIGURATIONS, EVALUATION_ASSETS, EVALUATION_CHECKS, EvaluationResource
 from pipelines.resources import RetrievalResource
 from tests.test_eval_cli import write_tiny_beir
@@ -33,8 +34,8 @@ def test_evaluation_assets_write_a_scorecard_and_gate_regressions(tmp_path, monk
     checks = first.get_asset_check_evaluations()
     assert [c.passed for c in checks] == [True]
     hybrid = first.asset_materializations_for_node("retrieval_eval_hybrid")[0].metadata
-    assert hybrid["recall_at_5"].value == 1.0 and hybrid["mrr_at_10"].value == 1.0
-    assert hybrid["ragas_recall_at_5"].value == hybrid["recall_at_5"].value  # RAGAS agrees with our recall@5
+    assert hybrid["recall@5"].value == 1.0 and hybrid["mrr@10"].value == 1.0
+    assert hybrid["ragas_recall@5"].value == hybrid["recall@5"].value  # RAGAS agrees with our recall@5
     assert 0.0 < hybrid["grounding"].value <= 1.0
     card = first.asset_materializations_for_node("eval_scorecard")[0].metadata
     assert card["rows"].value == len(CONFIGURATIONS)
@@ -42,7 +43,8 @@ def test_evaluation_assets_write_a_scorecard_and_gate_regressions(tmp_path, monk
     results = tmp_path / "data" / "eval" / "results.duckdb"
     conn = duckdb.connect(str(results), read_only=True)
     assert conn.execute("SELECT count(*) FROM scorecard").fetchone()[0] == len(CONFIGURATIONS)
-    assert conn.execute("SELECT count(*) FROM eval_results").fetchone()[0] == len(CONFIGURATIONS)
+    assert conn.execute("SELECT count(*) FROM eval_runs").fetchone()[0] == len(CONFIGURATIONS)
+    assert conn.execute("SELECT count(*) FROM eval_metrics").fetchone()[0] == len(CONFIGURATIONS) * len(METRICS)
     conn.close()
     assert (tmp_path / "data" / "eval" / "scorecard.png").stat().st_size > 1000
 

@@ -180,6 +180,6 @@ def test_feedback_and_drift_assets_report_in_dagster(world):
     assert result.success
     fb = result.asset_materializations_for_node("feedback_eval")[0].metadata
     assert fb["samples"].value == 3 and fb["samples_with_references"].value == 1
-    assert 0.0 <= fb["recall_at_5"].value <= 1.0 and "helpful_rate" in fb["helpful_rate_by_configuration"].value
+    assert 0.0 <= fb["recall@5"].value <= 1.0 and "helpful_rate" in fb["helpful_rate_by_configuration"].value
     drift = result.asset_materializations_for_node("query_log_drift")[0].metadata
     assert drift["queries_replayed"].value == 3 and 0.0 <= drift["mean_top5_overlap"].value <= 1.0

@@ -325,8 +325,14 @@ class EvaluationSummary(Open):
     """What the evaluation runs wrote (nothing is computed here); ``empty`` with a ``hint`` when none ran."""
 
     results_path: str = Field(..., description="The evaluation results file (DuckDB) the Dagster assets write.")
-    scorecard: list[dict[str, Any]] = Field(..., description="Latest result per dataset, split and configuration, "
-                                                             "with the previous run's Recall@5/nDCG@10 (previous).")
+    scorecard: list[dict[str, Any]] = Field(..., description="Latest result per dataset, split and configuration: "
+                                                             "the run's fields, metrics ({canonical metric name: "
+                                                             "value}) and previous (the run before it: run_id, "
+                                                             "created_at, metrics; null for a first run).")
+    metrics: list[dict[str, Any]] = Field(..., description="The scorecard's metric columns in order: the registry "
+                                          "(evals.metrics.METRICS), then any other metric the runs stored; each "
+                                          "with name, label, higher_is_better, digits, headline (shown with its "
+                                          "change), gated (checked by the regression gate) and description.")
     alpha_sweeps: list[dict[str, Any]] = Field(..., description="Latest alpha sweep per dataset and split (the "
                                                "alpha_sweep notebook) and the self-tuning grid of this corpus: series "
                                                "of [alpha, score] points.")

@@ -1058,23 +1058,26 @@
     $("evaluation-empty-text").textContent = summary.hint || "";
     $("evaluation-meta").textContent = summary.empty ? "" : "From " + summary.results_path +
       " and the notebooks' output, as the evaluation runs wrote them.";
-    renderScorecards(summary.scorecard || []);
+    renderScorecards(summary.scorecard || [], summary.metrics || []);
     renderSweeps(summary.alpha_sweeps || []);
     renderHelpful(summary.helpful);
     renderDrift(summary.drift);
   }
 
-  function deltaCell(row, value, previous, cls) {
-    var td = cell(row, fmt(value), "num " + (cls || ""));
+  /** A metric's value and its change since the previous run, marked worse/better in the metric's own direction. */
+  function deltaCell(row, value, previous, digits, higherIsBetter) {
+    var td = cell(row, fmt(value, digits), "num");
     if (previous === null || previous === undefined || typeof value !== "number") return td;
-    var change = value - previous, small = el("span", " (" + signed(change) + ")", "delta");
-    if (change < -0.02) { small.classList.add("worse"); small.setAttribute("title", "dropped more than 0.02 since the previous run"); }
-    else if (change > 0.0005) small.classList.add("better");
+    var change = value - previous, small = el("span", " (" + signed(change, digits) + ")", "delta");
+    var gain = higherIsBetter === false ? -change : change;
+    if (gain < -0.02) { small.classList.add("worse"); small.setAttribute("title", "worse by more than 0.02 since the previous run"); }
+    else if (gain > 0.0005) small.classList.add("better");
     td.appendChild(small);
     return td;
   }
 
-  function renderScorecards(rows) {
+  /** One table per dataset and split; the metric columns are the server's metric registry, in its order. */
+  function renderScorecards(rows, metrics) {
     var box = $("scorecards");
     box.textContent = "";
     show($("scorecard-panel"), rows.length > 0);
@@ -1091,11 +1094,12 @@
       var caption = el("caption", key);
       table.appendChild(caption);
       var head = el("thead"), tr = el("tr");
-      [["Configuration"], ["Alpha", "num"], ["Fusion"], ["Reranker"], ["Queries", "num"], ["Recall@5 (change)", "num"],
-       ["nDCG@10 (change)", "num"], ["MRR@10", "num"], ["P@5", "num"], ["RAGAS recall@5", "num"], ["Grounding", "num"],
-       ["p95 ms", "num"], ["Run"]].forEach(function (c) {
+      [["Configuration"], ["Alpha", "num"], ["Fusion"], ["Reranker"], ["Queries", "num"]].concat(
+        metrics.map(function (m) { return [m.label + (m.headline ? " (change)" : ""), "num", m.description]; }),
+        [["Run"]]).forEach(function (c) {
         var th = el("th", c[0], c[1]);
         th.scope = "col";
+        if (c[2]) th.title = c[2];
         tr.appendChild(th);
       });
       head.appendChild(tr);
@@ -1109,14 +1113,11 @@
         cell(row, r.fusion || "\u2014");
         cell(row, r.reranker || "\u2014");
         cell(row, String(r.queries), "num");
-        var prev = r.previous || {};
-        deltaCell(row, r.recall_at_5, prev.recall_at_5);
-        deltaCell(row, r.ndcg_at_10, prev.ndcg_at_10);
-        cell(row, fmt(r.mrr_at_10), "num");
-        cell(row, fmt(r.precision_at_5), "num");
-        cell(row, fmt(r.ragas_recall_at_5), "num");
-        cell(row, fmt(r.grounding), "num");
-        cell(row, fmt(r.p95_ms, 1), "num");
+        var values = r.metrics || {}, before = (r.previous && r.previous.metrics) || null;
+        metrics.forEach(function (m) {
+          if (m.headline) deltaCell(row, values[m.name], before ? before[m.name] : null, m.digits, m.higher_is_better);
+          else cell(row, fmt(values[m.name], m.digits), "num");
+        });
         cell(row, when(r.created_at));
         body.appendChild(row);
       });
@@ -1251,7 +1252,7 @@
     $("helpful-summary").textContent = overall.rated ? percent(overall.helpful_rate) + " helpful" : "No thumbs yet";
     $("helpful-meta").textContent = (overall.rated ? overall.up + " of " + overall.rated + " judgements were thumbs up. " : "") +
       "feedback_eval run of " + when(helpful.created_at) + ": " + helpful.samples + " queries with thumbs, " +
-      helpful.samples_with_references + " with a helpful passage; today's engine finds " + fmt(helpful.recall_at_5, 2) +
+      helpful.samples_with_references + " with a helpful passage; today's engine finds " + fmt(helpful["recall@5"], 2) +
       " of those in its top 5 (Recall@5) and shows " + helpful.unhelpful_passages_in_top5 + " thumbs-down passages there.";
     var body = $("helpful-body");
     body.textContent = "";
