@@ -6,7 +6,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import tomllib
 import zipfile
+from fnmatch import fnmatch
+from importlib.resources import files
 from pathlib import Path
 
 import docx
@@ -21,9 +24,13 @@ from knowledge_store.sample_corpus import (
     INSTALLATION_MANUAL,
     PARAMETERS,
     RELEASE_NOTES,
+    TEXT_DOCUMENTS,
     TROUBLESHOOTING,
+    SampleDocumentMissingError,
     write_sample_corpus,
 )
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _collapse(text: str) -> str:
@@ -173,3 +180,37 @@ def test_cli_writes_corpus(tmp_path: Path) -> None:
 
     assert main([str(tmp_path / "cli")]) == 0
     assert sorted(os.listdir(tmp_path / "cli")) == sorted(CORPUS_FILES)
+
+
+def test_text_documents_are_copied_verbatim_from_package_data(corpus: Path) -> None:
+    packaged = files("knowledge_store") / "sample_docs"
+    # only the DOCX and the PDF are built by code; every other document is a data file
+    assert set(CORPUS_FILES) - set(TEXT_DOCUMENTS) == {RELEASE_NOTES, INSTALLATION_MANUAL}
+    assert sorted(entry.name for entry in packaged.iterdir()) == sorted(TEXT_DOCUMENTS)
+    for name in TEXT_DOCUMENTS:
+        assert (corpus / name).read_bytes() == (packaged / name).read_bytes(), name
+
+
+def test_missing_package_document_raises_typed_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import knowledge_store.sample_corpus as sample_corpus
+
+    empty_data = tmp_path / "no-package-data"
+    empty_data.mkdir()
+    monkeypatch.setattr(sample_corpus, "_SAMPLE_DOCS", empty_data)
+    target = tmp_path / "corpus"
+    with pytest.raises(SampleDocumentMissingError) as raised:
+        write_sample_corpus(target)
+    assert raised.value.name == CORPUS_FILES[0]
+    assert raised.value.location == str(empty_data / CORPUS_FILES[0])
+    assert CORPUS_FILES[0] in str(raised.value)
+    assert list(target.iterdir()) == []  # nothing half-written
+
+
+def test_package_data_patterns_cover_every_sample_document() -> None:
+    """A non-editable install (wheel) carries only files the package-data globs match."""
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["knowledge_store.sample_docs"]
+    for name in TEXT_DOCUMENTS:
+        assert any(fnmatch(name, pattern) for pattern in patterns), name
