@@ -214,3 +214,15 @@ def test_package_data_patterns_cover_every_sample_document() -> None:
     patterns = pyproject["tool"]["setuptools"]["package-data"]["knowledge_store.sample_docs"]
     for name in TEXT_DOCUMENTS:
         assert any(fnmatch(name, pattern) for pattern in patterns), name
+
+
+def test_console_and_widget_files_are_package_data() -> None:
+    """A non-editable install must carry what `groundwork serve` serves: every file in
+    knowledge_store/server/static matches a package-data pattern of pyproject.toml."""
+    import fnmatch
+
+    root = Path(__file__).resolve().parents[1]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "knowledge_store.server.static"]
+    files = [f.name for f in (root / "knowledge_store" / "server" / "static").iterdir() if f.is_file()]
+    assert files and all(any(fnmatch.fnmatch(name, p) for p in patterns) for name in files), files
