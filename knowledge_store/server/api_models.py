@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from knowledge_store.retrieval.answer import Answer
 from knowledge_store.retrieval.citations import Citation
+from knowledge_store.server.ingest_jobs import Job  # the job record's model lives beside the jobs
 
 
 class Open(BaseModel):
@@ -128,21 +129,6 @@ class FeedbackStored(BaseModel):
 class FeedbackList(BaseModel):
     feedback: list[dict[str, Any]]
     count: int
-
-
-class Job(Open):
-    """An ingestion job (upload, source sync, retry) with live progress."""
-
-    job_id: str
-    kind: str
-    status: Literal["queued", "running", "succeeded", "failed"]
-    created_at: str
-    started_at: str | None
-    finished_at: str | None
-    summary: Any = None
-    error: str | None
-    snapshot_version: int | None
-    progress: dict[str, Any]
 
 
 class JobAccepted(Job):

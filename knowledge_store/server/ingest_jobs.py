@@ -1,0 +1,149 @@
+"""Ingestion work started through the HTTP API: uploads, source syncs and failure retries.
+
+Why in the server process and one at a time: the store has one writer, and ``groundwork serve``
+alone (no Dagster daemon) must be able to ingest an upload.  Each job runs ``run_sync`` (or
+``retry_failure``), the code path of the Dagster ingestion assets, in a daemon thread; jobs queue
+on one run lock, and their record (``Job`` below, what ``GET /api/knowledge/jobs/{job_id}``
+answers) carries live progress per stage.  Records live in memory: a restart forgets them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from knowledge_store.settings import Settings
+
+JobStatus = Literal["queued", "running", "succeeded", "failed"]
+# what the job record says ran it (the Dagster assets' code path, not a Dagster run)
+RUNNER = "in-process (the code path of the Dagster ingestion assets)"
+
+ProgressReport = Callable[[str, dict[str, Any]], None]
+JobWork = Callable[[ProgressReport], dict[str, Any]]
+
+
+class Job(BaseModel):
+    """An ingestion job (upload, source sync, retry) with live progress."""
+
+    # the work's outcome adds fields per kind (counts of a sync, resolved of a retry): additions, never replacements
+    model_config = ConfigDict(extra="allow")
+
+    job_id: str
+    kind: str
+    status: JobStatus
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    summary: Any = None
+    error: str | None
+    snapshot_version: int | None
+    progress: dict[str, Any]
+
+
+def utc_now() -> str:
+    """Job timestamps: UTC, to the second, ``Z``-suffixed (what the console shows and compares)."""
+    return datetime.now(timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
+
+
+class IngestJobs:
+    """Ingestion work started through the API (uploads, source syncs, retries), in this process,
+    one at a time (the store has one writer), pollable by id with live progress."""
+
+    def __init__(self, settings: Settings, embedder: Any, on_published: Callable[[], None] | None = None) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self.on_published = on_published  # e.g. the engine switching to the new snapshot before the job says done
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._run_lock = threading.Lock()
+
+    def submit(self, files: list[str]) -> dict[str, Any]:
+        """An upload: sync the uploads source only (never a crawl of the web sources)."""
+        from knowledge_store.ingest.run import run_sync
+
+        def work(progress: ProgressReport) -> dict[str, Any]:
+            report = run_sync(self.settings, self.embedder, trigger="api-upload", kinds=["upload"], progress=progress)
+            return {"summary": report.summary, "snapshot_version": report.publish.snapshot_version,
+                    "documents_indexed": report.publish.document_count, "chunks_indexed": report.publish.chunk_count}
+
+        return self.submit_task("upload", work, files=files)
+
+    def submit_sync(self, name: str, refresh: bool = False) -> dict[str, Any]:
+        """Re-sync one registered source (scan or crawl, parse, chunk, embed, publish); ``refresh`` downloads
+        every page of a web source again.  The outcome carries the sync's counters and its crawl figures."""
+        from knowledge_store.ingest.run import run_sync
+
+        def work(progress: ProgressReport) -> dict[str, Any]:
+            report = run_sync(self.settings, self.embedder, trigger="api", names=[name], progress=progress,
+                              refresh=refresh)
+            raw = report.raw
+            return {"summary": report.summary, "snapshot_version": report.publish.snapshot_version,
+                    "added": raw.added, "updated": raw.updated, "removed": raw.removed, "unchanged": raw.unchanged,
+                    "excluded": raw.excluded, "failed": raw.failed + report.parse.failed,
+                    "crawl": {k: v for k, v in raw.crawls.get(name, {}).items() if k != "excluded_preview"} or None,
+                    "documents_indexed": report.publish.document_count, "chunks_indexed": report.publish.chunk_count}
+
+        return self.submit_task("sync", work, source=name)
+
+    def submit_retry(self, failure_id: str, path: str) -> dict[str, Any]:
+        """Run one failed item again (fetch the URL, parse the version, or re-scan its source)."""
+        from knowledge_store.ingest.source_actions import retry_failure
+
+        def work(progress: ProgressReport) -> dict[str, Any]:
+            outcome = retry_failure(self.settings, failure_id, self.embedder, progress=progress)
+            return {"summary": outcome["summary"], "snapshot_version": outcome["snapshot_version"],
+                    "resolved": outcome["resolved"], "still_failing": outcome["still_failing"]}
+
+        return self.submit_task("retry", work, failure_id=failure_id, path=path)
+
+    def submit_task(self, kind: str, work: JobWork, **fields: Any) -> dict[str, Any]:
+        """Queue ``work`` as a job of ``kind`` (``fields`` describe it in the record); returns the new record."""
+        job_id = uuid.uuid4().hex
+        job = {"job_id": job_id, "kind": kind, "status": "queued", **fields, "created_at": utc_now(), "started_at": None,
+               "finished_at": None, "summary": None, "error": None, "snapshot_version": None, "progress": {},
+               "runner": RUNNER}
+        with self._lock:
+            self.jobs[job_id] = job
+        threading.Thread(target=self._run, args=(job_id, work), daemon=True, name=f"ingest-{job_id[:8]}").start()
+        return dict(job)
+
+    def _progress(self, job_id: str) -> ProgressReport:
+        def report(name: str, progress: dict[str, Any]) -> None:
+            # a web source's crawl figures at the top level (fetched, queued, ...); each stage's counts
+            # (parse/chunk/embed: done, total, rate, ETA) under stages, the current one named by stage
+            with self._lock:
+                current = dict(self.jobs[job_id].get("progress") or {})
+                if "unit" in progress:
+                    current.update(stage=name, stages={**(current.get("stages") or {}), name: progress})
+                else:
+                    current.update({"source": name, **progress})
+                current["updated_at"] = utc_now()
+                self.jobs[job_id]["progress"] = current
+        return report
+
+    def _run(self, job_id: str, work: JobWork) -> None:
+        with self._run_lock:
+            job = self.jobs[job_id]
+            job.update(status="running", started_at=utc_now())
+            try:
+                outcome = work(self._progress(job_id))
+                if self.on_published is not None:
+                    self.on_published()
+                with self._lock:
+                    job.update(status="succeeded", **outcome)
+            except Exception as error:  # noqa: BLE001 - reported through the job, never raised into the server
+                job.update(status="failed", error=f"{type(error).__name__}: {error}")
+            finally:
+                job["finished_at"] = utc_now()
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        """A JSON-safe copy of the job's record, or None for an unknown id."""
+        with self._lock:
+            job = self.jobs.get(job_id)
+            return json.loads(json.dumps(job, default=str)) if job else None
