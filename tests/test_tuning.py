@@ -177,7 +177,7 @@ def test_fusion_vocabulary_comes_from_fusion_modes():
     from pydantic import ValidationError
 
     from knowledge_store.cli import build_parser
-    from knowledge_store.server.app import QueryBody
+    from knowledge_store.server.request_models import QueryBody
     from knowledge_store.server.mcp_server import FusionName
     from pipelines.evaluation import CONFIGURATIONS
 

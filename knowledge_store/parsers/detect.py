@@ -33,6 +33,22 @@ EXTENSION_TYPES: dict[str, str] = {
 
 SUPPORTED_EXTENSIONS: tuple[str, ...] = tuple(EXTENSION_TYPES)
 
+# The media type a file of each type is served as (the API's original-file route).  Markdown and
+# text as text/plain: browsers show that inline, where text/markdown would be downloaded.
+MEDIA_TYPES: dict[str, str] = {
+    "pdf": "application/pdf",
+    "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "html": "text/html",
+    "markdown": "text/plain",
+    "text": "text/plain",
+}
+
+
+def media_type_of(path: Path | str) -> str | None:
+    """The media type a supported file is served as, from its extension; None for other files."""
+    doc_type = EXTENSION_TYPES.get(Path(path).suffix.lower())
+    return MEDIA_TYPES[doc_type] if doc_type else None
+
 # Extensions we recognise but cannot parse, with the advice a user needs.
 _UNSUPPORTED_ADVICE: dict[str, str] = {
     ".doc": "legacy Word 97-2003 .doc files are not supported; re-save the file as .docx",

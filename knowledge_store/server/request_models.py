@@ -1,0 +1,247 @@
+"""Request models of the HTTP API: what every route accepts, in the OpenAPI schema and at run time.
+
+The schema states what the server enforces: strict JSON types (``false`` is not a number, ``"3"`` is
+not an integer), ISO-8601 date-times, and, in the *served* models that ``served_request_models`` derives
+per app from the settings, the configured length limits and only the rerankers and answer modes this
+server can run.  The base classes here are the vocabulary (every reranker, every answer mode); the
+served ones are what the routes declare, so ``/openapi.json`` and the 422s agree with each other.
+(``api_models.py`` holds the response models.)
+"""
+
+# no ``from __future__ import annotations``: pydantic and FastAPI must see these annotations as objects
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, create_model, field_validator, \
+    model_validator
+
+from knowledge_store.retrieval.filters import SearchFilters
+from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.rerankers import RERANKERS
+from knowledge_store.settings import Settings
+from knowledge_store.sources import NAME_PATTERN
+from knowledge_store.tuning import MANUAL_FIELDS
+
+SOURCE_NAME_PATTERN = NAME_PATTERN.pattern
+
+
+def _json_integer(value: object) -> object:
+    """An integer as JSON Schema means it: 3 or 3.0, never true or "3" (pydantic's lax mode takes both)."""
+    if isinstance(value, (bool, str)):
+        raise ValueError("must be an integer")
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+
+# the fusion vocabulary is retrieval.fusion.FUSION_MODES; a Literal built from it gives OpenAPI its enum
+FusionName = Literal[tuple(FUSION_MODES)]  # type: ignore[valid-type]
+
+
+def _iso_datetime(value: object) -> object:
+    """Query-string datetimes must be ISO-8601 (the schema says date-time): ``0.5`` is not a moment."""
+    if isinstance(value, str) and not re.match(r"^\d{4}-\d{2}-\d{2}", value):
+        raise ValueError("must be an ISO-8601 date-time, e.g. 2026-01-31T12:00:00Z")
+    return value
+
+
+IsoDatetime = Annotated[datetime, BeforeValidator(_iso_datetime)]
+
+
+def _text_field(description: str, **limits: Any) -> Any:
+    # minLength/pattern stated for clients; enforced by _not_blank with a message people understand
+    return Field(..., json_schema_extra={"minLength": 1, "pattern": r"\S"}, description=description, **limits)
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty or only whitespace")
+    return value
+
+
+# ------------------------------------------------------------------ knowledge
+
+class QueryBody(BaseModel):
+    """The query request; ``served_request_models`` derives the served model, whose schema also states the configured
+    length limit and only the rerankers / answer modes the server can run (others get a 422 naming the setting)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # minLength/pattern stated for clients; enforced by _not_blank with a message people understand
+    query: str = Field(..., json_schema_extra={"minLength": 1, "pattern": r"\S"},
+                       description="Free text: a question, a prompt fragment, a parameter name (not only whitespace).")
+    k: JsonInt = Field(5, ge=1, le=100)
+    alpha: float | None = Field(None, ge=0.0, le=1.0, strict=True, description="0 = pure BM25, 1 = pure vector; default: the "
+                                "corpus's effective default (GET /api/knowledge/config).")
+    fusion: FusionName | None = Field(None, description="How BM25 and vector scores are combined: " + "; ".join(
+        f"{k}: {v}" for k, v in FUSION_MODES.items()) + ". Default: the corpus's effective default.")
+    section_weight: float | None = Field(None, ge=0.0, le=1.0, strict=True, description="Share of a passage's BM25 evidence taken "
+                                         "from its whole section (0 = the passage alone); default: effective default.")
+    lead_weight: float | None = Field(None, ge=0.0, le=1.0, strict=True, description="Share of a passage's vector evidence taken "
+                                      "from its section's first passage (0 = the passage alone); default: effective default.")
+    reranker: Literal[RERANKERS] | None = None  # type: ignore[valid-type]
+    filters: SearchFilters | None = None
+    answer: Literal["extractive", "llm", "none"] = "extractive"
+    min_relevance: float | None = Field(None, ge=0.0, le=1.0, strict=True)
+
+    @field_validator("query")
+    @classmethod
+    def _query_not_blank(cls, value: str) -> str:
+        return _not_blank(value)
+
+
+class FeedbackBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    retrieval_request_id: str = Field(..., min_length=1, max_length=64)
+    chunk_id: str | None = Field(None, min_length=1, max_length=64)
+    rating: Literal["up", "down"]
+    note: str | None = None
+
+
+class AskBody(BaseModel):
+    """``POST /api/ask`` (seed 002); ``served_request_models`` derives the served model (length limit, answer modes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = _text_field("The question.")
+    top_k: JsonInt = Field(10, ge=1, le=100, description="Passages retrieved and ranked by descending score.")
+    max_sources: JsonInt = Field(3, ge=1, le=10, description="How many of the best of them the answer is made from "
+                                                              "and returns as sources.")
+    answer: Literal["extractive", "llm"] = "extractive"
+
+    @field_validator("query")
+    @classmethod
+    def _query_not_blank(cls, value: str) -> str:
+        return _not_blank(value)
+
+
+class AskLocalBody(AskBody):
+    """``POST /api/ask-local`` (seed 002): a question about text the reader selected in one document."""
+
+    context: str = _text_field("The text the reader selected (searched together with the question).",
+                               max_length=20000)
+    source_file: str = _text_field("The document the selection is from: its path relative to its source (as in "
+                                   "GET /api/kb/articles), an absolute path, a file name or a glob; the page URL "
+                                   "for web sources. Retrieval is restricted to it.", max_length=2000)
+
+    @field_validator("context", "source_file")
+    @classmethod
+    def _selection_not_blank(cls, value: str) -> str:
+        return _not_blank(value)
+
+
+class RankingUpdate(BaseModel):
+    """``PUT /api/knowledge/ranking``: the values to set; ``null`` forgets the console's value (back to the tuned
+    or built-in one); absent = unchanged.  The served model narrows ``reranker`` to those this server runs."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+
+    alpha: float | None = Field(None, ge=0.0, le=1.0, strict=True,
+                                description="Corpus default alpha: 0 = pure BM25, 1 = pure vector.")
+    fusion: FusionName | None = Field(None, description="Corpus default fusion: " + "; ".join(
+        f"{k}: {v}" for k, v in FUSION_MODES.items()) + ".")
+    reranker: Literal[RERANKERS] | None = None  # type: ignore[valid-type]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _something_to_change(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data:
+            raise ValueError(f"nothing to change: send one or more of {', '.join(MANUAL_FIELDS)}")
+        return data
+
+
+# ------------------------------------------------------------------ sources
+
+class WebOptions(BaseModel):
+    """Crawl options of a web source (absent = the stored value, or the default for a new source; null is not a value)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    depth: JsonInt = Field(None, ge=0, le=5, description="Link hops followed from the base URL, 0-5 (default 2).")
+    include: list[str] = Field(None, description="Only URLs matching one of these regexes (re.search on the full URL).")
+    exclude: list[str] = Field(None, description="Skip URLs matching any of these regexes.")
+    respect_robots: bool = Field(None, strict=True)
+    requests_per_second: float = Field(None, ge=0.01, strict=True, description="Politeness limit per host (default 5).")
+    max_pages: JsonInt = Field(None, ge=1, description="Page cap (default 500).")
+    use_llms_txt: bool = Field(None, strict=True)
+    use_sitemap: bool = Field(None, strict=True)
+    llms_full_max_mb: float = Field(None, ge=0.01, strict=True)
+
+
+class SourceBody(WebOptions):
+    name: str = Field(..., pattern=SOURCE_NAME_PATTERN,
+                      description="Unique name: letters, digits, '.', '_', '-' (also the Dagster partition key).")
+    kind: Literal["web", "folder"] = "web"
+    url: str | None = Field(None, description="Base URL of the site (kind web).")
+    folder: str | None = Field(None, description="Folder on this machine (kind folder).")
+    enabled: bool = Field(True, strict=True)
+    sync: bool = Field(False, strict=True, description="Start a sync job right away (202 with its status URL).")
+
+
+class SourceUpdateBody(WebOptions):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+
+    name: str = Field(None, pattern=SOURCE_NAME_PATTERN)
+    enabled: bool = Field(None, strict=True)
+
+
+WEB_OPTION_FIELDS = tuple(WebOptions.model_fields)
+
+
+# ------------------------------------------------------------------ the served models of one app
+
+@dataclass(frozen=True)
+class RequestModels:
+    """The request bodies one app serves, derived from its settings (limits) and what it can run."""
+
+    query: type[QueryBody]
+    ask: type[AskBody]
+    ask_local: type[AskLocalBody]
+    feedback: type[FeedbackBody]
+    ranking_update: type[RankingUpdate]
+
+
+def _enum(values: tuple[str, ...]) -> WithJsonSchema:
+    """The schema of a vocabulary narrowed to ``values`` (validation still knows the whole vocabulary, so an
+    unavailable value gets a 422 that names the missing setting rather than a bare 'not one of')."""
+    return WithJsonSchema({"type": "string", "enum": list(values)})
+
+
+def served_request_models(settings: Settings, rerankers: tuple[str, ...], answer_modes: tuple[str, ...],
+                          ask_modes: tuple[str, ...]) -> RequestModels:
+    """The served request models: the configured query and note length limits, and only the ``rerankers``,
+    query ``answer_modes`` and ``ask_modes`` this server can run, stated in the schema."""
+    query = create_model(
+        "QueryBody", __base__=QueryBody,
+        query=(str, Field(..., max_length=settings.max_query_chars, json_schema_extra={"minLength": 1, "pattern": r"\S"},
+                          description="Free text: a question, a prompt fragment, a parameter name (not only whitespace).")),
+        reranker=(Annotated[Literal[RERANKERS], _enum(rerankers)] | None,  # type: ignore[valid-type]
+                  Field(None, description="Reorders the fused candidates; the rerankers this server can run "
+                                          "(cross-encoder needs GROUNDWORK_CROSS_ENCODER_PATH). Default: default_reranker.")),
+        answer=(Annotated[Literal["extractive", "llm", "none"], _enum(answer_modes)],
+                Field("extractive", description="extractive (sentences of the passages, cited), none, or llm when an "
+                                                "OpenAI-compatible endpoint is configured.")),
+    )
+    ask_overrides: dict[str, Any] = dict(
+        query=(str, Field(..., max_length=settings.max_query_chars, json_schema_extra={"minLength": 1, "pattern": r"\S"},
+                          description="The question.")),
+        answer=(Annotated[Literal["extractive", "llm"], _enum(ask_modes)],
+                Field("extractive", description="extractive (sentences of the sources, cited [n]) or llm when an "
+                                                "OpenAI-compatible endpoint is configured.")),
+    )
+    return RequestModels(
+        query=query,
+        ask=create_model("AskBody", __base__=AskBody, **ask_overrides),
+        ask_local=create_model("AskLocalBody", __base__=AskLocalBody, **ask_overrides),
+        feedback=create_model("FeedbackBody", __base__=FeedbackBody,
+                              note=(str | None, Field(None, max_length=settings.max_note_chars))),
+        ranking_update=create_model(
+            "RankingUpdate", __base__=RankingUpdate,
+            reranker=(Annotated[Literal[RERANKERS], _enum(rerankers)] | None,  # type: ignore[valid-type]
+                      Field(None, description="Corpus default reranker; only the rerankers this server can run "
+                                              "(GET /api/knowledge/config lists them).")),
+        ),
+    )
