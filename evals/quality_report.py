@@ -21,6 +21,7 @@ from pathlib import Path
 from evals.baselines import evaluate_plain, plain_label, plain_scores
 from evals.beir import load_beir
 from evals.retrieval_eval import EvalConfig, evaluate, open_engine
+from knowledge_store.retrieval.fusion import FUSION_REGISTRY
 
 
 def configurations(settings) -> list[tuple[str, EvalConfig]]:
@@ -34,8 +35,9 @@ def configurations(settings) -> list[tuple[str, EvalConfig]]:
         ("BM25 only (section-aware)", config(0.0, "weighted", s, l)),
         ("vector only (section-aware)", config(1.0, "weighted", s, l)),
         *((f"alpha {x:g}", config(x, "weighted", s, l)) for x in (0.5, 0.6, 0.8, 0.9)),
-        ("dbsf", config(a, "dbsf", s, l)),
-        ("rrf", config(0.5, "rrf", s, l)),
+        # every other registered fusion mode, at its textbook alpha (rrf: 0.5) or the default alpha
+        *((name, config(a if mode.textbook_alpha is None else mode.textbook_alpha, name, s, l))
+          for name, mode in FUSION_REGISTRY.items() if name != "weighted"),
         ("previous default (alpha 0.5, chunk evidence)", config(0.5, "weighted", 0.0, 0.0)),
         ("chunk evidence, alpha 0.7", config(a, "weighted", 0.0, 0.0)),
         ("+ section BM25 only", config(a, "weighted", s, 0.0)),

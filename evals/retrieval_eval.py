@@ -18,7 +18,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,10 +26,11 @@ from evals.beir import BeirDataset, beir_ids_by_doc_id, beir_settings, ingest_be
 from evals.metrics import QueryOutcome, dedupe_ranking, metric_order, score_outcomes
 from knowledge_store.embeddings import Embedder
 from knowledge_store.retrieval.fusion import FUSION_MODES
-from knowledge_store.retrieval.rerankers import RERANKERS
+from knowledge_store.retrieval.reranker_registry import RERANKERS
 
-FusionName = Literal[tuple(FUSION_MODES)]  # type: ignore[valid-type]
-RerankerName = Literal[RERANKERS]  # type: ignore[valid-type]
+# the registries' names (retrieval/fusion.py, retrieval/reranker_registry.py) as pydantic types
+FusionName = FUSION_MODES.literal()
+RerankerName = RERANKERS.literal()
 
 
 class CachingEmbedder:

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from knowledge_store.errors import GroundworkError
 from knowledge_store.progress import terminal_progress
 from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.reranker_registry import RERANKERS
 from knowledge_store.settings import Settings
 
 
@@ -680,6 +681,7 @@ def cmd_sample_corpus(args: argparse.Namespace) -> int:
 
 
 _FUSION_HELP = "how BM25 and vector scores are combined (default: the tuned value or GROUNDWORK_DEFAULT_FUSION)"
+_RERANKER_HELP = "how the fused candidates are reordered (default: the console's value or GROUNDWORK_DEFAULT_RERANKER)"
 
 
 def _positive_int(text: str) -> int:
@@ -783,7 +785,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="0-1: share of the BM25 evidence taken from the chunk's whole section (default: tuned or settings)")
     query.add_argument("--lead-weight", type=float, default=None,
                        help="0-1: share of the vector evidence taken from the section's first chunk (default: tuned or settings)")
-    query.add_argument("--reranker", choices=["none", "mmr", "feedback", "cross-encoder"], default=None)
+    query.add_argument("--reranker", choices=list(RERANKERS), default=None, help=_RERANKER_HELP)
     query.add_argument("--source", action="append", help="only this source (name or id); repeatable")
     query.add_argument("--path", action="append", help="only this file (path, relative path or glob); repeatable")
     query.add_argument("--doc", action="append", help="only this document id; repeatable")
@@ -800,7 +802,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("dataset", help="folder with corpus.jsonl, queries.jsonl, qrels.tsv")
     ev.add_argument("--alpha", type=float, default=None, help="fusion weight (default: settings)")
     ev.add_argument("--fusion", choices=list(FUSION_MODES), default=None, help=_FUSION_HELP)
-    ev.add_argument("--reranker", choices=["none", "mmr", "feedback", "cross-encoder"], default=None)
+    ev.add_argument("--reranker", choices=list(RERANKERS), default=None, help=_RERANKER_HELP)
     ev.add_argument("--k", type=int, default=10, help="depth for nDCG and MRR (default 10)")
     ev.add_argument("--split", default="test", help="test (default) or train")
     ev.add_argument("--json", action="store_true", help="machine-readable output")

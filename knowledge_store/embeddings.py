@@ -280,6 +280,8 @@ ONNX_EXPORT_REVISION = "eager1"
 # activations quantised per call) for every weight MatMul except each layer's feed-forward output
 # projection, whose post-GELU inputs have the outliers int8 handles worst (kept fp32).
 QUANTIZATION_RECIPES = {"none": "", "int8": "onnx-int8-dyn-pc2"}
+# the embedding backends (settings document_encoder / query_encoder): name -> what runs the model
+EMBEDDING_BACKENDS = {"onnx": "ONNX Runtime, exported once from the local weights", "torch": "sentence-transformers"}
 _FP32_IN_INT8 = re.compile(r"/layer\.\d+/output/dense/MatMul$")
 
 

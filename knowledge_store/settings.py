@@ -11,12 +11,13 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from knowledge_store.entities import EntityVocabulary, vocabulary_from_json
 from knowledge_store.errors import ConfigError
 from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.reranker_registry import RERANKERS
 from knowledge_store.revisions import DEFAULT_FAMILY_ID_PATTERN
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -64,8 +65,8 @@ class Settings(BaseSettings):
     family_id_pattern: str = Field(DEFAULT_FAMILY_ID_PATTERN, description="Regular expression (matched case-insensitively) for a document id in a title or file name that makes files revisions of one document: SOP-42-RevB.pdf and SOP-42 Rev C.docx share SOP-42.")
     embed_batch_size: int = Field(32, ge=1, description="Texts per batch when documents are embedded with torch (document_encoder=torch).")
     torch_threads: int = Field(min(2, os.cpu_count() or 1), ge=1, description="Cores document embedding may use: torch threads, or ONNX batches run at once (one thread each).")
-    document_encoder: str = Field("onnx", pattern="^(onnx|torch)$", description="Document (chunk) embedding backend in ingestion: onnx (ONNX Runtime, exported once from the local weights; fp32 vectors equal torch's to |1-cos| < 1e-6 and share its model id, ~2x the chunks/s, docs/BENCHMARKS.md) or torch (sentence-transformers).")
-    document_quantization: str = Field("none", pattern="^(none|int8)$", description="Document vectors in fp32 (none) or from a dynamically int8-quantised ONNX graph (int8: faster, cosine ~0.998 to fp32, its own model id so the two are never mixed; quality in docs/EVALUATION.md). Queries are always fp32. int8 needs document_encoder=onnx.")
+    document_encoder: str = Field("onnx", description="Document (chunk) embedding backend in ingestion: onnx (ONNX Runtime, exported once from the local weights; fp32 vectors equal torch's to |1-cos| < 1e-6 and share its model id, ~2x the chunks/s, docs/BENCHMARKS.md) or torch (sentence-transformers).")
+    document_quantization: str = Field("none", description="Document vectors in fp32 (none) or from a dynamically int8-quantised ONNX graph (int8: faster, cosine ~0.998 to fp32, its own model id so the two are never mixed; quality in docs/EVALUATION.md). Queries are always fp32. int8 needs document_encoder=onnx.")
     onnx_batch_size: int = Field(8, ge=1, description="Texts per ONNX Runtime call when embedding documents; texts are length-sorted first, so a batch carries almost no padding. 8 measured fastest on a 2-core EPYC (2.4x plain encode; 1: 1.9x, 32: 1.7x; docs/BENCHMARKS.md).")
     deleted_retention_days: float = Field(30.0, ge=0, description="Soft-deleted documents are purged after this.")
     snapshots_to_keep: int = Field(3, ge=1, description="Published index snapshots kept on disk (newest first).")
@@ -102,7 +103,8 @@ class Settings(BaseSettings):
     use_tuned_ranking: bool = Field(True, description="Use the corpus's self-tuned ranking (index/tuned.json, `groundwork tune`) for values not set explicitly.")
     rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
     candidate_pool: int = Field(100, ge=10, le=2000, description="Top hits taken from each of BM25 and vector before fusion.")
-    default_reranker: str = Field("none", pattern="^(none|mmr|feedback|cross-encoder)$")
+    default_reranker: str = Field("none", description="Reranker of queries that do not name one: " + RERANKERS.described()
+                                  + ". A value set in the console applies when this is not set explicitly.")
     reranker_timeout_s: float = Field(3.0, gt=0, description="A reranker slower than this falls back to the fused order.")
     min_relevance: float = Field(0.35, ge=0, le=1, description="Best relevance under this = 'no relevant content found'.")
     mmr_lambda: float = Field(0.7, ge=0, le=1, description="MMR trade-off: 1 = relevance only, 0 = diversity only.")
@@ -111,7 +113,7 @@ class Settings(BaseSettings):
     cross_encoder_path: Path | None = Field(None, description="Local sentence-transformers CrossEncoder folder for the cross-encoder reranker.")
     snippet_chars: int = Field(150, ge=40, le=1000)
     query_torch_threads: int = Field(1, ge=1, description="Threads for query embedding in the serving process.")
-    query_encoder: str = Field("onnx", pattern="^(onnx|torch)$", description="Query embedding backend: onnx (ONNX Runtime, exported once from the local weights, ~2x faster, same vectors) or torch.")
+    query_encoder: str = Field("onnx", description="Query embedding backend: onnx (ONNX Runtime, exported once from the local weights, ~2x faster, same vectors) or torch.")
     search_threads: int = Field(1, ge=1, description="BLAS threads for vector search (1 is fastest under load).")
     ann_min_chunks: int = Field(200_000, ge=1, description="Snapshots with at least this many chunks get an approximate (HNSW) vector index, built in the background from the stored vectors; smaller ones, and filters allowing fewer rows, are searched exactly. See docs/BENCHMARKS.md (1M chunks).")
     ann_ef_search: int = Field(512, ge=10, le=4096, description="HNSW beam width per query (more = higher recall, slower); at least candidate_pool is searched. 512 with connectivity 32: recall@10 0.995 at 1M chunks, 2.5 ms p50 (docs/BENCHMARKS.md).")
@@ -191,11 +193,24 @@ class Settings(BaseSettings):
                 raise ValueError(f"{origin!r} is not an origin: use scheme://host[:port] (no path, no '*' alone)")
         return [origin.rstrip("/") for origin in value]
 
-    @field_validator("default_fusion")
+    @field_validator("default_fusion", "default_reranker")
     @classmethod
-    def _known_fusion(cls, value: str) -> str:
-        if value not in FUSION_MODES:
-            raise ValueError(f"must be one of {', '.join(FUSION_MODES)} (got {value!r})")
+    def _in_vocabulary(cls, value: str, info: ValidationInfo) -> str:
+        # the registries (retrieval/fusion.py, retrieval/reranker_registry.py) are read now, not copied at import
+        vocabulary = {"default_fusion": FUSION_MODES, "default_reranker": RERANKERS}[info.field_name]
+        if value not in vocabulary:
+            raise ValueError(f"{vocabulary.one_of()} (got {value!r})")
+        return value
+
+    @field_validator("document_encoder", "query_encoder", "document_quantization")
+    @classmethod
+    def _known_embedding_option(cls, value: str, info: ValidationInfo) -> str:
+        # imported here: embeddings.py imports this module (its vocabularies live beside the code using them)
+        from knowledge_store.embeddings import EMBEDDING_BACKENDS, QUANTIZATION_RECIPES
+
+        known = QUANTIZATION_RECIPES if info.field_name == "document_quantization" else EMBEDDING_BACKENDS
+        if value not in known:
+            raise ValueError(f"must be one of {', '.join(known)} (got {value!r})")
         return value
 
     @field_validator("family_id_pattern")
@@ -256,6 +271,11 @@ class Settings(BaseSettings):
     @property
     def sample_corpus_dir(self) -> Path:
         return self.data_dir / "sample_corpus"
+
+    @property
+    def llm_configured(self) -> bool:
+        """An OpenAI-compatible endpoint and model are set: generated (``llm``) answers can run."""
+        return bool(self.llm_base_url and self.llm_model)
 
     @property
     def max_file_bytes(self) -> int:

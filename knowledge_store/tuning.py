@@ -60,11 +60,11 @@ from knowledge_store.retrieval.snapshot_reader import _FTS_SPLIT, LoadedSnapshot
 TUNED_FILE = "tuned.json"
 PSEUDO_QUERY_KINDS = ("question", "heading", "title", "feedback")
 
-# the grid: every value here is tried with every other one
+# the grid: every value here is tried with every other one, and with every fusion mode registered when
+# default_grid() is called (retrieval/fusion.py FUSION_REGISTRY)
 ALPHAS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 SECTION_WEIGHTS = (0.0, 0.5, 1.0)
 LEAD_WEIGHTS = (0.0, 0.3, 0.6, 0.8)
-FUSIONS = tuple(FUSION_MODES)
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_'-]*")
 
@@ -289,7 +289,7 @@ def strip_query_from_targets(snapshot: LoadedSnapshot, pq: PseudoQuery, evidence
 
 
 def default_grid() -> list[RankingParams]:
-    return [RankingParams(a, f, s, lw) for f in FUSIONS for a in ALPHAS for s in SECTION_WEIGHTS for lw in LEAD_WEIGHTS]
+    return [RankingParams(a, f, s, lw) for f in FUSION_MODES for a in ALPHAS for s in SECTION_WEIGHTS for lw in LEAD_WEIGHTS]
 
 
 def units_of(snapshot: LoadedSnapshot, rows: np.ndarray, unit: str) -> list[int]:
@@ -402,7 +402,7 @@ class ManualRanking:
 
 def check_manual_value(field_name: str, value: object) -> object:
     """The value as stored, or InvalidRankingError: the vocabulary is the settings' own (fusion modes, rerankers)."""
-    from knowledge_store.retrieval.rerankers import RERANKERS
+    from knowledge_store.retrieval.reranker_registry import RERANKERS
 
     if field_name == "alpha":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
@@ -410,11 +410,11 @@ def check_manual_value(field_name: str, value: object) -> object:
         return float(value)
     if field_name == "fusion":
         if value not in FUSION_MODES:
-            raise InvalidRankingError("fusion", value, f"must be one of {', '.join(FUSION_MODES)}")
+            raise InvalidRankingError("fusion", value, FUSION_MODES.one_of())
         return value
     if field_name == "reranker":
         if value not in RERANKERS:
-            raise InvalidRankingError("reranker", value, f"must be one of {', '.join(RERANKERS)}")
+            raise InvalidRankingError("reranker", value, RERANKERS.one_of())
         return value
     raise InvalidRankingError(field_name, value, f"not a ranking value the console sets; known: {', '.join(MANUAL_FIELDS)}")
 

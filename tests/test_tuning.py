@@ -174,11 +174,13 @@ def test_a_damaged_tuned_file_is_ignored_not_a_crash(tmp_path, content):
 
 
 def test_fusion_vocabulary_comes_from_fusion_modes():
+    from typing import get_args
+
     from pydantic import ValidationError
 
     from knowledge_store.cli import build_parser
     from knowledge_store.server.request_models import QueryBody
-    from knowledge_store.server.mcp_server import FusionName
+    from knowledge_store.server.mcp_server import vocabulary_parameters
     from pipelines.evaluation import CONFIGURATIONS
 
     parser = build_parser()
@@ -194,7 +196,8 @@ def test_fusion_vocabulary_comes_from_fusion_modes():
     assert (body.section_weight, body.lead_weight) == (0.25, 1.0)
     with pytest.raises(ValidationError):
         QueryBody(query="x", lead_weight=1.5)
-    assert set(FusionName.__args__) == set(FUSION_MODES)
+    mcp_fusion = get_args(get_args(get_args(vocabulary_parameters()["fusion"])[0])[0])  # Annotated[Literal | None]
+    assert set(mcp_fusion) == set(FUSION_MODES)
     assert {c.fusion for c in CONFIGURATIONS if c.alpha is None} == set(FUSION_MODES)
 
 

@@ -20,7 +20,8 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 from pydantic import BaseModel, Field
@@ -30,10 +31,50 @@ from knowledge_store.errors import GroundworkError
 from knowledge_store.retrieval.snippets import collapse_ws, segments, snippet_around, term_weights, unit_term_sets
 from knowledge_store.retrieval.terms import normalize, query_terms, term_spans
 from knowledge_store.retrieval.types import SearchHit
+from knowledge_store.vocabulary import Vocabulary
+
+if TYPE_CHECKING:
+    from knowledge_store.settings import Settings
 
 log = logging.getLogger(__name__)
 
 NO_ANSWER = "No relevant content found."
+
+
+@dataclass(frozen=True)
+class AnswerMode:
+    """One value of a query's ``answer`` parameter: what it gives and what it needs to run."""
+
+    name: str  # what the engine, the HTTP API (query and ask bodies) and the console accept
+    description: str  # what it gives, in one line (schema descriptions)
+    writes_answer: bool = True  # False: passages only (POST /api/ask always writes an answer, so not offered there)
+    needs: str | None = None  # what it cannot run without, said in the schema
+    needs_llm: bool = False  # runs only with an OpenAI-compatible endpoint configured (Settings.llm_configured)
+
+    def available(self, settings: Settings) -> bool:
+        """Whether these settings let it run."""
+        return not self.needs_llm or settings.llm_configured
+
+    def schema_text(self) -> str:
+        """``name: what it gives (needs ...)``, for schema descriptions."""
+        return f"{self.name}: {self.description}" + (f" (needs {self.needs})" if self.needs else "")
+
+
+# the one place an answer mode is named (in the order the API's schema lists them)
+ANSWER_REGISTRY: dict[str, AnswerMode] = {mode.name: mode for mode in (
+    AnswerMode("extractive", "sentences of the passages, each cited [n], no model needed"),
+    AnswerMode("none", "passages only, no answer", writes_answer=False),
+    AnswerMode("llm", "written from the passages, cited [n], by the configured OpenAI-compatible endpoint",
+               needs="GROUNDWORK_LLM_BASE_URL and GROUNDWORK_LLM_MODEL", needs_llm=True),
+)}
+ANSWER_MODES = Vocabulary("answer", ANSWER_REGISTRY)
+
+
+def available_answer_modes(settings: Settings, writing_only: bool = False) -> tuple[str, ...]:
+    """The answer modes these settings can run, in registry order; ``writing_only``: those that write an
+    answer (what ``POST /api/ask`` offers)."""
+    return tuple(name for name, mode in ANSWER_REGISTRY.items()
+                 if mode.available(settings) and (mode.writes_answer or not writing_only))
 
 
 class GenerationError(GroundworkError):

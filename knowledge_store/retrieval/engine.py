@@ -21,7 +21,7 @@ from llama_index.core.schema import QueryBundle
 from knowledge_store.embeddings import BatchingEmbedder, Embedder, query_embedder
 from knowledge_store.query_log import redact
 from knowledge_store.errors import GroundworkError, QueryValidationError
-from knowledge_store.retrieval.answer import Answer, LLMAnswerer, extractive_answer
+from knowledge_store.retrieval.answer import ANSWER_MODES, Answer, LLMAnswerer, extractive_answer
 from knowledge_store.retrieval.citations import Citation, build_citations
 from knowledge_store.retrieval.filters import MaskCache, SearchFilters
 from knowledge_store.retrieval.llama import hit_to_node
@@ -37,14 +37,13 @@ from knowledge_store.retrieval.evidence import (
     vector_evidence,
 )
 from knowledge_store.retrieval.fusion import FUSION_MODES, relevance
-from knowledge_store.retrieval.rerankers import (
+from knowledge_store.retrieval.reranker_registry import (
+    RERANKER_REGISTRY,
     RERANKERS,
-    CrossEncoderReranker,
-    FeedbackReranker,
-    MMRReranker,
     RerankerUnavailable,
-    run_reranker,
+    available_rerankers,
 )
+from knowledge_store.retrieval.rerankers import run_reranker
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, SnapshotManager
 from knowledge_store.retrieval.types import SearchHit
 from knowledge_store.settings import Settings
@@ -178,31 +177,24 @@ class RetrievalEngine:
 
     def available_rerankers(self) -> list[str]:
         """The rerankers this configuration can run (what clients should offer)."""
-        return [name for name in RERANKERS if name != "cross-encoder" or self.settings.cross_encoder_path]
+        return list(available_rerankers(self.settings))
 
     def reranker(self, name: str):
-        if name == "none":
-            return None
+        """The reranker registered as ``name`` (``reranker_registry``), built on first use and kept;
+        None keeps the fused order.  RerankerUnavailable when these settings cannot run it."""
+        spec = RERANKER_REGISTRY.get(name)
+        if spec is None:
+            raise QueryValidationError("reranker", name, RERANKERS.one_of())
         if name in self._rerankers:
             return self._rerankers[name]
-        if name == "mmr":
-            reranker = MMRReranker(lambda_mult=self.settings.mmr_lambda)
-        elif name == "feedback":
-            reranker = FeedbackReranker(
-                feedback_source=self._feedback_rows, embed=self.embedder.embed,
-                similarity=self.settings.feedback_similarity, weight=self.settings.feedback_weight,
-            )
-        elif name == "cross-encoder":
-            if not self.settings.cross_encoder_path:
-                raise RerankerUnavailable(name, "the cross-encoder reranker needs GROUNDWORK_CROSS_ENCODER_PATH (a local "
-                                                f"CrossEncoder folder); available here: {', '.join(self.available_rerankers())}")
-            reranker = CrossEncoderReranker(model_path=str(self.settings.cross_encoder_path))
-        else:
-            raise QueryValidationError("reranker", name, f"must be one of {', '.join(RERANKERS)}")
-        self._rerankers[name] = reranker
+        if not spec.available(self.settings):
+            raise RerankerUnavailable(name, f"{spec.unavailable_reason()}; available here: {', '.join(self.available_rerankers())}")
+        reranker = spec.build(self)
+        if reranker is not None:
+            self._rerankers[name] = reranker
         return reranker
 
-    def _feedback_rows(self) -> list[dict[str, Any]]:
+    def feedback_rows(self) -> list[dict[str, Any]]:
         """Feedback joined with its query, with each rated chunk's content hash; cached for 2 s."""
         now = time.monotonic()
         cached = getattr(self, "_feedback_cache", None)
@@ -247,7 +239,7 @@ class RetrievalEngine:
             raise QueryValidationError("alpha", alpha, "must be between 0 (pure BM25) and 1 (pure vector)")
         fusion = fusion or defaults.fusion
         if fusion not in FUSION_MODES:
-            raise QueryValidationError("fusion", fusion, f"must be one of {', '.join(FUSION_MODES)}")
+            raise QueryValidationError("fusion", fusion, FUSION_MODES.one_of())
         section_weight = defaults.section_weight if section_weight is None else section_weight
         lead_weight = defaults.lead_weight if lead_weight is None else lead_weight
         for name, value in (("section_weight", section_weight), ("lead_weight", lead_weight)):
@@ -255,9 +247,9 @@ class RetrievalEngine:
                 raise QueryValidationError(name, value, "must be between 0 and 1")
         reranker = reranker or self.default_reranker()
         if reranker not in RERANKERS:
-            raise QueryValidationError("reranker", reranker, f"must be one of {', '.join(RERANKERS)}")
-        if answer not in ("extractive", "llm", "none"):
-            raise QueryValidationError("answer", answer, "must be 'extractive', 'llm' or 'none'")
+            raise QueryValidationError("reranker", reranker, RERANKERS.one_of())
+        if answer not in ANSWER_MODES:
+            raise QueryValidationError("answer", answer, ANSWER_MODES.one_of())
         if isinstance(filters, dict):
             try:
                 filters = SearchFilters(**filters)
@@ -391,7 +383,7 @@ class RetrievalEngine:
             return None
         if request.answer == "llm":
             s = self.settings
-            if not (s.llm_base_url and s.llm_model):
+            if not s.llm_configured:
                 raise QueryValidationError("answer", "llm", "no LLM configured (set GROUNDWORK_LLM_BASE_URL and GROUNDWORK_LLM_MODEL)")
             answerer = LLMAnswerer(s.llm_base_url, s.llm_model, s.llm_api_key.get_secret_value() if s.llm_api_key else None)
             return answerer.answer(request.query, hits)

@@ -1,6 +1,9 @@
 """Score fusion for hybrid retrieval, as plain functions over NumPy arrays.
 
-Three methods (the vocabulary is ``FUSION_MODES``; settings, CLI, API, MCP and console derive from it):
+Three methods, registered in ``FUSION_REGISTRY`` (name -> ``FusionMode``: what it does and the function
+that does it; ``fuse_scores`` dispatches on it).  ``FUSION_MODES`` is the live name -> description view
+that settings, CLI, API, MCP, the console, the tuning grid and the evaluations read, so a mode added
+to the registry is accepted and offered everywhere:
 - ``weighted``: min-max normalise each method's scores over the candidate pool,
   then ``alpha * vector + (1 - alpha) * bm25`` (alpha 0 = pure BM25, 1 = pure vector).
   Every candidate has *both* raw scores (both are computed for all rows), so a
@@ -16,16 +19,12 @@ Three methods (the vocabulary is ``FUSION_MODES``; settings, CLI, API, MCP and c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-
-FUSION_MODES: dict[str, str] = {
-    "weighted": "min-max normalised scores, alpha * vector + (1 - alpha) * BM25",
-    "dbsf": "distribution-based: each method scaled by mean +- 3 sd of its own top pool, then weighted by alpha",
-    "rrf": "reciprocal-rank fusion, alpha-weighted sum of 1 / (rrf_k + rank)",
-}
+from knowledge_store.vocabulary import Vocabulary
 
 
 @dataclass
@@ -37,6 +36,55 @@ class Fused:
     bm25_rank: np.ndarray  # 1-based rank in the BM25 list, 0 = not in its pool
     vector_rank: np.ndarray  # 1-based rank in the vector list, 0 = not in its pool
     boost: np.ndarray | None = None  # what the query's entities added to ``fused`` (evidence.apply_entity_boost)
+
+
+@dataclass(frozen=True)
+class FusionInputs:
+    """What a fusion function sees of one query's candidate pool (every array in the pool's row order)."""
+
+    alpha: float  # weight of the vector method, 0-1
+    bm25: np.ndarray  # raw BM25 per candidate
+    vector: np.ndarray  # raw cosine per candidate
+    bm25_pool: np.ndarray  # raw BM25 of the BM25 method's own top pool
+    vector_pool: np.ndarray  # raw cosine of the vector method's own top pool
+    bm25_rank: np.ndarray  # 1-based rank in the BM25 pool, 0 = not in it
+    vector_rank: np.ndarray  # 1-based rank in the vector pool, 0 = not in it
+    rrf_k: int  # reciprocal-rank-fusion constant
+
+
+@dataclass(frozen=True)
+class FusionMode:
+    """One way of combining the BM25 and vector scores of a candidate pool into one score per candidate."""
+
+    name: str  # what settings, CLI, API, MCP and the console accept
+    description: str  # what it does, in one line (help texts, schema, console)
+    fuse: Callable[[FusionInputs], np.ndarray]
+    # the alpha at which this mode is the published method (rrf: 0.5 = unweighted RRF, halved); None = any alpha.
+    # evals/quality_report.py measures each mode at it, or at the corpus default alpha when None
+    textbook_alpha: float | None = None
+
+
+def _weighted(x: FusionInputs) -> np.ndarray:
+    return x.alpha * minmax(x.vector) + (1.0 - x.alpha) * minmax(x.bm25)
+
+
+def _dbsf(x: FusionInputs) -> np.ndarray:
+    return x.alpha * distribution_scaled(x.vector, x.vector_pool) + (1.0 - x.alpha) * distribution_scaled(x.bm25, x.bm25_pool)
+
+
+def _rrf(x: FusionInputs) -> np.ndarray:
+    return ((1.0 - x.alpha) * np.where(x.bm25_rank > 0, 1.0 / (x.rrf_k + x.bm25_rank), 0.0)
+            + x.alpha * np.where(x.vector_rank > 0, 1.0 / (x.rrf_k + x.vector_rank), 0.0))
+
+
+# the one place a fusion mode is named (in the order clients list them)
+FUSION_REGISTRY: dict[str, FusionMode] = {mode.name: mode for mode in (
+    FusionMode("weighted", "min-max normalised scores, alpha * vector + (1 - alpha) * BM25", _weighted),
+    FusionMode("dbsf", "distribution-based: each method scaled by mean +- 3 sd of its own top pool, then weighted by alpha",
+               _dbsf),
+    FusionMode("rrf", "reciprocal-rank fusion, alpha-weighted sum of 1 / (rrf_k + rank)", _rrf, textbook_alpha=0.5),
+)}
+FUSION_MODES = Vocabulary("fusion", FUSION_REGISTRY)
 
 
 def top_rows(scores: np.ndarray, mask: np.ndarray | None, n: int, positive_only: bool = False,
@@ -105,7 +153,7 @@ def fuse_scores(
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha={alpha!r}: must be between 0 and 1")
     if method not in FUSION_MODES:
-        raise ValueError(f"fusion={method!r}: must be one of {', '.join(FUSION_MODES)}")
+        raise ValueError(f"fusion={method!r}: {FUSION_MODES.one_of()}")
     if alpha >= 1.0:
         bm25_top = np.zeros(0, dtype=np.int64)
     elif bm25_top is None:
@@ -115,13 +163,9 @@ def fuse_scores(
     br, vr = ranks_in(rows, bm25_top), ranks_in(rows, vector_top)
     b = bm25_scores[rows].astype(np.float64)
     v = vector_scores[rows].astype(np.float64)
-    if method == "weighted":
-        fused = alpha * minmax(v) + (1.0 - alpha) * minmax(b)
-    elif method == "dbsf":
-        fused = alpha * distribution_scaled(v, vector_scores[vector_top]) + (1.0 - alpha) * distribution_scaled(
-            b, bm25_scores[bm25_top])
-    else:
-        fused = (1.0 - alpha) * np.where(br > 0, 1.0 / (rrf_k + br), 0.0) + alpha * np.where(vr > 0, 1.0 / (rrf_k + vr), 0.0)
+    fused = FUSION_REGISTRY[method].fuse(FusionInputs(
+        alpha=alpha, bm25=b, vector=v, bm25_pool=bm25_scores[bm25_top], vector_pool=vector_scores[vector_top],
+        bm25_rank=br, vector_rank=vr, rrf_k=rrf_k))
     order = np.lexsort((rows, -fused))
     rows = rows[order]
     return Fused(

@@ -4,7 +4,8 @@ Each takes the fused candidates (``NodeWithScore`` whose node metadata carries
 ``chunk_id``, ``content_hash`` and the scores) and returns them reordered with
 ``score`` set to the reranker's score.  The engine runs every reranker under a
 time limit and falls back to the fused order when it fails or is slow
-(``run_reranker``), and says so in the response and the query log.
+(``run_reranker``), and says so in the response and the query log.  Which name builds which
+reranker is ``reranker_registry.RERANKER_REGISTRY``.
 """
 
 from __future__ import annotations
@@ -20,19 +21,11 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from knowledge_store.errors import QueryValidationError
+# the names, descriptions and factories are in reranker_registry (importable without LlamaIndex)
+from knowledge_store.retrieval.reranker_registry import RERANKER_REGISTRY, RERANKERS, RerankerUnavailable
 
-RERANKERS = ("none", "mmr", "feedback", "cross-encoder")
-
-
-class RerankerUnavailable(QueryValidationError):
-    """The reranker cannot run with the current configuration (e.g. no model path).
-
-    A field error on ``reranker`` carrying the requested name, so the HTTP API answers 422
-    naming the field and the CLI prints one ``error:`` line."""
-
-    def __init__(self, name: str, reason: str) -> None:
-        super().__init__("reranker", name, reason)
+__all__ = ["RERANKER_REGISTRY", "RERANKERS", "RerankerUnavailable", "MMRReranker", "FeedbackReranker",
+           "CrossEncoderReranker", "run_reranker"]
 
 
 def _node_vectors(nodes: list[NodeWithScore]) -> np.ndarray:

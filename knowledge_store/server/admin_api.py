@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.reranker_registry import RERANKER_REGISTRY, reranker_labels
 from knowledge_store.server import api_models as out
 from knowledge_store.server.request_models import RankingUpdate, RequestModels
 from knowledge_store.server.state import State, with_body_model
@@ -65,6 +66,7 @@ def ranking_settings(settings: Settings, index_dir, available: tuple[str, ...]) 
         notes.append(f"reranker {values['reranker'][0]!r} cannot run on this server; queries that do not name a "
                      "reranker will report it as unavailable")
     return {**body, "fusion_modes": dict(FUSION_MODES), "rerankers": list(available),
+            "reranker_labels": reranker_labels(available),
             "use_tuned_ranking": settings.use_tuned_ranking, "stored_in": str(tuned_path(index_dir)),
             "updated_at": manual.updated_at if manual else None, "notes": notes}
 
@@ -81,9 +83,8 @@ def ranking_put(body: RankingUpdate, state: State) -> dict[str, Any]:
     changes = {name: getattr(body, name) for name in body.model_fields_set}
     reranker = changes.get("reranker")
     if reranker is not None and reranker not in state.rerankers:
-        raise InvalidRankingError("reranker", reranker, "this server cannot run it (cross-encoder needs "
-                                                        "GROUNDWORK_CROSS_ENCODER_PATH); available: "
-                                                        + ", ".join(state.rerankers))
+        raise InvalidRankingError("reranker", reranker, f"this server cannot run it: "
+                                  f"{RERANKER_REGISTRY[reranker].unavailable_reason()}; available: {', '.join(state.rerankers)}")
     index_dir = state.engine.snapshots.index_dir
     save_manual(index_dir, changes)
     return ranking_settings(state.engine.settings, index_dir, state.rerankers)

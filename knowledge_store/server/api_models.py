@@ -265,6 +265,8 @@ class ConfigResponse(Open):
     fusion_modes: dict[str, str]
     default_reranker: str
     rerankers: list[str] = Field(..., description="The rerankers this server can run now (the console offers only these).")
+    reranker_labels: dict[str, str] = Field(..., description="The console's text for each of rerankers, e.g. "
+                                                             "mmr (diversity).")
     max_query_chars: int
     max_note_chars: int
     max_upload_mb: float
@@ -300,6 +302,7 @@ class RankingSettings(BaseModel):
     reranker: RankingValue
     fusion_modes: dict[str, str] = Field(..., description="The fusion vocabulary, each with what it does.")
     rerankers: list[str] = Field(..., description="The rerankers this server can run (the only ones PUT accepts).")
+    reranker_labels: dict[str, str] = Field(..., description="The console's text for each of rerankers.")
     use_tuned_ranking: bool = Field(..., description="False (GROUNDWORK_USE_TUNED_RANKING=false): tuned.json, "
                                                      "console values included, is ignored.")
     stored_in: str = Field(..., description="The file holding the tuned and the console-set ranking.")

@@ -46,7 +46,7 @@ import json
 import logging
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -63,7 +63,7 @@ from knowledge_store.retrieval.citations import Citation, citation_url
 from knowledge_store.retrieval.engine import NO_RESULTS, QueryValidationError, RetrievalEngine
 from knowledge_store.retrieval.filters import SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES
-from knowledge_store.retrieval.rerankers import RERANKERS, RerankerUnavailable
+from knowledge_store.retrieval.reranker_registry import RERANKER_REGISTRY, RERANKERS, RerankerUnavailable
 from knowledge_store.settings import Settings
 
 SERVER_NAME = "groundwork"
@@ -80,7 +80,7 @@ extractive `answer`. Cite passages as [n] with their url. If it says "No relevan
 `filters` restricts the search, e.g. {"paths": ["manuals/*.pdf"]}, {"sources": ["docs"]}, \
 {"metadata": {"product": "aurora-hub"}}, {"entities": ["SOP-42"]} (passages mentioning an identifier or standard; \
 each result lists the `entities` it mentions). `alpha` weights keywords (0) against meaning (1). \
-`reranker`: "mmr" for more diverse passages, "feedback" to use past ratings. \
+`reranker` re-orders the passages: {rerankers}. \
 `fusion`, `section_weight` and `lead_weight` fine-tune the ranking; usually leave them unset: the corpus's (self-tuned) defaults apply.
 - `get_document(chunk_id, neighbours=1)`: the full text of a passage returned by `search` \
 (by its `chunk_id`) with the passages around it in the same document version, for more context.
@@ -88,6 +88,9 @@ each result lists the `entities` it mentions). `alpha` weights keywords (0) agai
 documentation website) with its kind, location and document and passage counts; use a name in \
 `search(filters={"sources": [name]})`.\
 """
+# the reranker choices worth explaining, from the registry (reranker_registry.RERANKER_REGISTRY)
+INSTRUCTIONS = INSTRUCTIONS.replace("{rerankers}", "; ".join(
+    f'"{spec.name}" ({spec.hint})' for spec in RERANKER_REGISTRY.values() if spec.hint))
 
 # ---------------------------------------------------------------------------
 # structured output
@@ -318,10 +321,23 @@ class InvalidParamsMiddleware:
 # the server
 
 
-RerankerName = Literal["none", "mmr", "feedback", "cross-encoder"]
-assert set(get_args(RerankerName)) == set(RERANKERS), "update RerankerName to match retrieval.rerankers.RERANKERS"
-# built from the one vocabulary (retrieval.fusion.FUSION_MODES) so a new mode appears in the tool schema by itself
-FusionName = Literal[tuple(FUSION_MODES)]  # type: ignore[valid-type]
+def vocabulary_parameters() -> dict[str, Any]:
+    """The ``search`` tool's ``reranker`` and ``fusion`` parameter types, built from the registries now
+    (``reranker_registry.RERANKER_REGISTRY``, ``fusion.FUSION_REGISTRY``), so a reranker or fusion mode
+    registered there is in the tool schema by itself.  Every registered reranker is listed: one these
+    settings cannot run is a readable tool error naming what it needs, not an unknown value."""
+    return {
+        "reranker": Annotated[
+            RERANKERS.literal() | None,
+            Field(description="Re-order the candidates: "
+                  + ", ".join(spec.label for spec in RERANKER_REGISTRY.values()) + "."),
+        ],
+        "fusion": Annotated[
+            FUSION_MODES.literal() | None,
+            Field(description="How keyword and meaning scores are combined: " + ", ".join(FUSION_MODES)
+                  + "; default: the corpus's (self-tuned) default."),
+        ],
+    }
 
 
 def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
@@ -340,14 +356,8 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
         alpha: Annotated[
             float | None, Field(ge=0.0, le=1.0, description="0 = keywords only (BM25), 1 = meaning only (vectors).")
         ] = None,
-        reranker: Annotated[
-            RerankerName | None, Field(description="Re-order the candidates: none, mmr (diversity), feedback, cross-encoder.")
-        ] = None,
-        fusion: Annotated[
-            FusionName | None,
-            Field(description="How keyword and meaning scores are combined: " + ", ".join(FUSION_MODES)
-                  + "; default: the corpus's (self-tuned) default."),
-        ] = None,
+        reranker: str | None = None,  # typed from the registry below (vocabulary_parameters)
+        fusion: str | None = None,  # typed from the registry below (vocabulary_parameters)
         section_weight: Annotated[
             float | None,
             Field(ge=0.0, le=1.0, description="0-1: how much a passage's whole section counts for keywords; default: the corpus's."),
@@ -459,6 +469,8 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
             structured_content=output.model_dump(mode="json"),
         )
 
+    # the tool schema is read from the annotations: these two come from the registries as they are now
+    search.__annotations__.update(vocabulary_parameters())
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
     tools = {
         "search": Tool.from_function(search, name="search", title="Search the knowledge base", annotations=read_only),

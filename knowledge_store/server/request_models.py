@@ -5,7 +5,9 @@ not an integer), ISO-8601 date-times, and, in the *served* models that ``served_
 per app from the settings, the configured length limits and only the rerankers and answer modes this
 server can run.  The base classes here are the vocabulary (every reranker, every answer mode); the
 served ones are what the routes declare, so ``/openapi.json`` and the 422s agree with each other.
-(``api_models.py`` holds the response models.)
+The vocabularies are the registries (``fusion.FUSION_REGISTRY``, ``reranker_registry.RERANKER_REGISTRY``,
+``answer.ANSWER_REGISTRY``), read when an app's models are built: a name registered there is in the
+served schema without an edit here.  (``api_models.py`` holds the response models.)
 """
 
 # no ``from __future__ import annotations``: pydantic and FastAPI must see these annotations as objects
@@ -17,9 +19,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, create_model, field_validator, \
     model_validator
 
+from knowledge_store.retrieval.answer import ANSWER_MODES, ANSWER_REGISTRY
 from knowledge_store.retrieval.filters import SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES
-from knowledge_store.retrieval.rerankers import RERANKERS
+from knowledge_store.retrieval.reranker_registry import RERANKERS, unavailable_requirements
 from knowledge_store.settings import Settings
 from knowledge_store.sources import NAME_PATTERN
 from knowledge_store.tuning import MANUAL_FIELDS
@@ -36,8 +39,24 @@ def _json_integer(value: object) -> object:
 
 JsonInt = Annotated[int, BeforeValidator(_json_integer)]
 
-# the fusion vocabulary is retrieval.fusion.FUSION_MODES; a Literal built from it gives OpenAPI its enum
-FusionName = Literal[tuple(FUSION_MODES)]  # type: ignore[valid-type]
+def _writing_answer_modes() -> Any:
+    """``Literal`` of the answer modes that write an answer (what /api/ask takes), from the registry now."""
+    return Literal[tuple(name for name, mode in ANSWER_REGISTRY.items() if mode.writes_answer)]  # type: ignore[valid-type]
+
+
+def _fusion_text(prefix: str, suffix: str = "") -> str:
+    return prefix + FUSION_MODES.described() + "." + suffix
+
+
+def _answer_text(writing_only: bool) -> str:
+    return "; ".join(mode.schema_text() for mode in ANSWER_REGISTRY.values() if mode.writes_answer or not writing_only) + "."
+
+
+# the base classes' vocabularies as registered at import; the served models rebuild them per app
+FusionName = FUSION_MODES.literal()
+RerankerName = RERANKERS.literal()
+AnswerName = ANSWER_MODES.literal()
+WritingAnswerName = _writing_answer_modes()
 
 
 def _iso_datetime(value: object) -> object:
@@ -75,15 +94,15 @@ class QueryBody(BaseModel):
     k: JsonInt = Field(5, ge=1, le=100)
     alpha: float | None = Field(None, ge=0.0, le=1.0, strict=True, description="0 = pure BM25, 1 = pure vector; default: the "
                                 "corpus's effective default (GET /api/knowledge/config).")
-    fusion: FusionName | None = Field(None, description="How BM25 and vector scores are combined: " + "; ".join(
-        f"{k}: {v}" for k, v in FUSION_MODES.items()) + ". Default: the corpus's effective default.")
+    fusion: FusionName | None = Field(None, description=_fusion_text("How BM25 and vector scores are combined: ",  # type: ignore[valid-type]
+                                                                     " Default: the corpus's effective default."))
     section_weight: float | None = Field(None, ge=0.0, le=1.0, strict=True, description="Share of a passage's BM25 evidence taken "
                                          "from its whole section (0 = the passage alone); default: effective default.")
     lead_weight: float | None = Field(None, ge=0.0, le=1.0, strict=True, description="Share of a passage's vector evidence taken "
                                       "from its section's first passage (0 = the passage alone); default: effective default.")
-    reranker: Literal[RERANKERS] | None = None  # type: ignore[valid-type]
+    reranker: RerankerName | None = None  # type: ignore[valid-type]
     filters: SearchFilters | None = None
-    answer: Literal["extractive", "llm", "none"] = "extractive"
+    answer: AnswerName = "extractive"  # type: ignore[valid-type]
     min_relevance: float | None = Field(None, ge=0.0, le=1.0, strict=True)
 
     @field_validator("query")
@@ -110,7 +129,7 @@ class AskBody(BaseModel):
     top_k: JsonInt = Field(10, ge=1, le=100, description="Passages retrieved and ranked by descending score.")
     max_sources: JsonInt = Field(3, ge=1, le=10, description="How many of the best of them the answer is made from "
                                                               "and returns as sources.")
-    answer: Literal["extractive", "llm"] = "extractive"
+    answer: WritingAnswerName = "extractive"  # type: ignore[valid-type]
 
     @field_validator("query")
     @classmethod
@@ -141,9 +160,8 @@ class RankingUpdate(BaseModel):
 
     alpha: float | None = Field(None, ge=0.0, le=1.0, strict=True,
                                 description="Corpus default alpha: 0 = pure BM25, 1 = pure vector.")
-    fusion: FusionName | None = Field(None, description="Corpus default fusion: " + "; ".join(
-        f"{k}: {v}" for k, v in FUSION_MODES.items()) + ".")
-    reranker: Literal[RERANKERS] | None = None  # type: ignore[valid-type]
+    fusion: FusionName | None = Field(None, description=_fusion_text("Corpus default fusion: "))  # type: ignore[valid-type]
+    reranker: RerankerName | None = None  # type: ignore[valid-type]
 
     @model_validator(mode="before")
     @classmethod
@@ -213,24 +231,27 @@ def _enum(values: tuple[str, ...]) -> WithJsonSchema:
 def served_request_models(settings: Settings, rerankers: tuple[str, ...], answer_modes: tuple[str, ...],
                           ask_modes: tuple[str, ...]) -> RequestModels:
     """The served request models: the configured query and note length limits, and only the ``rerankers``,
-    query ``answer_modes`` and ``ask_modes`` this server can run, stated in the schema."""
+    query ``answer_modes`` and ``ask_modes`` this server can run, stated in the schema.  The vocabularies
+    (every registered fusion mode, reranker and answer mode) are read from their registries now."""
+    fusion, reranker = FUSION_MODES.literal(), RERANKERS.literal()
+    needs = unavailable_requirements()
     query = create_model(
         "QueryBody", __base__=QueryBody,
         query=(str, Field(..., max_length=settings.max_query_chars, json_schema_extra={"minLength": 1, "pattern": r"\S"},
                           description="Free text: a question, a prompt fragment, a parameter name (not only whitespace).")),
-        reranker=(Annotated[Literal[RERANKERS], _enum(rerankers)] | None,  # type: ignore[valid-type]
-                  Field(None, description="Reorders the fused candidates; the rerankers this server can run "
-                                          "(cross-encoder needs GROUNDWORK_CROSS_ENCODER_PATH). Default: default_reranker.")),
-        answer=(Annotated[Literal["extractive", "llm", "none"], _enum(answer_modes)],
-                Field("extractive", description="extractive (sentences of the passages, cited), none, or llm when an "
-                                                "OpenAI-compatible endpoint is configured.")),
+        fusion=(fusion | None, Field(None, description=_fusion_text("How BM25 and vector scores are combined: ",
+                                                                    " Default: the corpus's effective default."))),
+        reranker=(Annotated[reranker, _enum(rerankers)] | None,
+                  Field(None, description="Reorders the fused candidates; the rerankers this server can run"
+                                          + (f"; {needs}" if needs else "") + ". Default: default_reranker.")),
+        answer=(Annotated[ANSWER_MODES.literal(), _enum(answer_modes)],
+                Field("extractive", description=_answer_text(writing_only=False))),
     )
     ask_overrides: dict[str, Any] = dict(
         query=(str, Field(..., max_length=settings.max_query_chars, json_schema_extra={"minLength": 1, "pattern": r"\S"},
                           description="The question.")),
-        answer=(Annotated[Literal["extractive", "llm"], _enum(ask_modes)],
-                Field("extractive", description="extractive (sentences of the sources, cited [n]) or llm when an "
-                                                "OpenAI-compatible endpoint is configured.")),
+        answer=(Annotated[_writing_answer_modes(), _enum(ask_modes)],
+                Field("extractive", description=_answer_text(writing_only=True))),
     )
     return RequestModels(
         query=query,
@@ -240,7 +261,8 @@ def served_request_models(settings: Settings, rerankers: tuple[str, ...], answer
                               note=(str | None, Field(None, max_length=settings.max_note_chars))),
         ranking_update=create_model(
             "RankingUpdate", __base__=RankingUpdate,
-            reranker=(Annotated[Literal[RERANKERS], _enum(rerankers)] | None,  # type: ignore[valid-type]
+            fusion=(fusion | None, Field(None, description=_fusion_text("Corpus default fusion: "))),
+            reranker=(Annotated[reranker, _enum(rerankers)] | None,
                       Field(None, description="Corpus default reranker; only the rerankers this server can run "
                                               "(GET /api/knowledge/config lists them).")),
         ),

@@ -27,6 +27,7 @@ from fastapi import Depends, FastAPI, Request
 
 from knowledge_store.errors import IndexNotBuiltError
 from knowledge_store.query_log import QueryLines, QueryLog
+from knowledge_store.retrieval.answer import available_answer_modes
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server.ingest_jobs import IngestJobs
 from knowledge_store.server.metrics import Metrics
@@ -70,9 +71,8 @@ class ServerState:
                                          keep_days=settings.query_log_keep_days)
         # the configured limits are part of the contract: the schema states them
         rerankers = tuple(engine.available_rerankers())
-        llm = bool(settings.llm_base_url and settings.llm_model)
-        answer_modes = ("extractive", "none") + (("llm",) if llm else ())
-        ask_modes = ("extractive",) + (("llm",) if llm else ())
+        answer_modes = available_answer_modes(settings)
+        ask_modes = available_answer_modes(settings, writing_only=True)
         return cls(
             settings=settings, engine=engine, query_log=query_log,
             jobs=IngestJobs(settings, engine.embedder, on_published=lambda: refresh_quietly(engine)),

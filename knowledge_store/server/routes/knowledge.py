@@ -15,6 +15,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from knowledge_store.errors import QueryValidationError
 from knowledge_store.parsers.detect import EXTENSION_TYPES
 from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.reranker_registry import reranker_labels
 from knowledge_store.server import api_models as out
 from knowledge_store.server.api_models import error_responses
 from knowledge_store.server.request_models import AskBody, AskLocalBody, FeedbackBody, IsoDatetime, QueryBody, \
@@ -120,10 +121,11 @@ def config(state: State) -> dict[str, Any]:
             "seconds": tuned.seconds, "in_use": engine.settings.use_tuned_ranking,
         },
         "default_reranker": engine.default_reranker(), "reranker_source": reranker_source(engine.settings, index_dir),
-        "rerankers": list(state.rerankers), "answer_modes": list(state.answer_modes),
+        "rerankers": list(state.rerankers), "reranker_labels": reranker_labels(state.rerankers),
+        "answer_modes": list(state.answer_modes),
         "min_relevance": settings.min_relevance, "max_query_chars": settings.max_query_chars,
         "max_note_chars": settings.max_note_chars, "max_upload_mb": settings.max_file_mb,
-        "upload_types": sorted(EXTENSION_TYPES), "llm_answers": bool(settings.llm_base_url and settings.llm_model),
+        "upload_types": sorted(EXTENSION_TYPES), "llm_answers": settings.llm_configured,
     }
 
 

@@ -929,8 +929,6 @@
   var RANKING_CONTROLS = { alpha: rankingAlpha, fusion: rankingFusion, reranker: rankingReranker };
   var SOURCE_TEXT = { setting: "set explicitly in the server's environment", console: "set here",
                       tuned: "chosen by groundwork tune", "default": "built-in default" };
-  var RERANKER_LABELS = { none: "none", mmr: "mmr (diversity)", feedback: "feedback (thumbs from similar queries)",
-                          "cross-encoder": "cross-encoder" };
   var ranking = null, dirty = {};
 
   function rankingValueText(name, value) {
@@ -955,7 +953,7 @@
     var fusionLabels = {};
     Object.keys(data.fusion_modes).forEach(function (mode) { fusionLabels[mode] = mode + " \u2014 " + data.fusion_modes[mode]; });
     options(rankingFusion, Object.keys(data.fusion_modes), fusionLabels, data.fusion.effective);
-    options(rankingReranker, data.rerankers, RERANKER_LABELS, data.reranker.effective);
+    options(rankingReranker, data.rerankers, data.reranker_labels || {}, data.reranker.effective);
     ["alpha", "fusion", "reranker"].forEach(function (name) {
       var v = data[name], note = $("ranking-" + name + "-source");
       var text = "In use: " + rankingValueText(name, v.effective) + " (" + SOURCE_TEXT[v.source] + ")";

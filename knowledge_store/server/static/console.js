@@ -184,7 +184,8 @@
       kInput.focus();
       return;
     }
-    var body = { query: q.value, k: k, reranker: reranker.value, answer: "extractive" };
+    var body = { query: q.value, k: k, answer: "extractive" };
+    if (reranker.value) body.reranker = reranker.value;  // "" until the config loads: the server's default
     if (alphaTouched) body.alpha = Number(alpha.value);
     if (fusion.value) body.fusion = fusion.value;
     if (entityFilters.length) body.filters = { entities: entityFilters.slice() };
@@ -325,7 +326,7 @@
 
     var rs = String(data.reranker_status || "");
     rerankerNote.textContent = rs.indexOf("fallback") === 0
-      ? "Reranker " + body.reranker + " was not applied (" + rs + "); results are in fused order."
+      ? "Reranker " + (body.reranker || (data.params && data.params.reranker) || "") + " was not applied (" + rs + "); results are in fused order."
       : "";
     show(rerankerNote, rs.indexOf("fallback") === 0);
     show(answerPanel, true);
@@ -508,20 +509,21 @@
     return "Server ranking defaults: " + text + (same ? " (" + (SOURCE_WORDS[kinds[0]] || kinds[0]) + ")" : "") + ".";
   }
 
-  var RERANKER_LABELS = { mmr: "mmr (diversity)" };
   var rerankerTouched = false;
   reranker.addEventListener("change", function () { rerankerTouched = true; });
 
-  /** Offer only the rerankers the server can run (config.rerankers): cross-encoder needs a model path. */
+  /** Offer only the rerankers the server can run (config.rerankers, labelled by config.reranker_labels): the
+   *  server's registry is the one list; until it answers the only choice is "server default". */
   function fillRerankers(config) {
     var offered = Array.isArray(config.rerankers) ? config.rerankers.map(String) : null;
-    if (!offered || !offered.length) return;  // an older server: keep the built-in choices
+    if (!offered || !offered.length) return;  // keep "server default"
+    var labels = config.reranker_labels || {};
     var chosen = reranker.value;
     reranker.textContent = "";
     offered.forEach(function (name) {
       var option = document.createElement("option");
       option.value = name;
-      option.textContent = RERANKER_LABELS[name] || name;
+      option.textContent = labels[name] || name;
       reranker.appendChild(option);
     });
     var preferred = rerankerTouched ? chosen : String(config.default_reranker || chosen);

@@ -1,0 +1,116 @@
+"""The rerankers by name: the one place a reranker is named, described and built.
+
+``RERANKER_REGISTRY`` maps each name to a ``RerankerSpec``: a label and description for clients, the
+factory the engine calls to build it (``RetrievalEngine.reranker`` dispatches here, no if/elif), and
+what it needs to run (the cross-encoder needs a local model folder).  ``RERANKERS`` is the live
+name -> description view that settings validation, CLI choices, the HTTP API's request models, the
+MCP tool schema, the console (``GET /api/knowledge/config`` lists ``rerankers`` and
+``reranker_labels``), the tuning store and the evaluations read, so a reranker added here is
+accepted and offered everywhere without another edit.
+
+Kept apart from ``rerankers.py`` (the implementations) because ``settings.py`` validates
+``default_reranker`` against it: this module must not import LlamaIndex (seconds at start-up);
+each factory imports its implementation when the engine first builds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from knowledge_store.errors import QueryValidationError
+from knowledge_store.vocabulary import Vocabulary
+
+if TYPE_CHECKING:
+    from knowledge_store.retrieval.engine import RetrievalEngine
+    from knowledge_store.settings import Settings
+
+
+class RerankerUnavailable(QueryValidationError):
+    """The reranker cannot run with the current configuration (e.g. no model path).
+
+    A field error on ``reranker`` carrying the requested name, so the HTTP API answers 422
+    naming the field and the CLI prints one ``error:`` line."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__("reranker", name, reason)
+
+
+def _always(settings: Settings) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class RerankerSpec:
+    """One reranker: how clients show it, how the engine builds it, and what it needs to run."""
+
+    name: str  # what settings, CLI, API, MCP and the console accept
+    description: str  # what it does, in one line (help texts, schema descriptions, the console's tooltip)
+    # the engine's factory: a LlamaIndex BaseNodePostprocessor, or None for "keep the fused order"
+    build: Callable[[RetrievalEngine], Any]
+    hint: str = ""  # a few words after the name in choice lists ("mmr (diversity)"); "" = the name says it
+    needs: str | None = None  # what it cannot run without, said when it is unavailable
+    available: Callable[[Settings], bool] = _always  # whether these settings let it run
+
+    @property
+    def label(self) -> str:
+        """The text of its choice in the console: ``mmr (diversity)``."""
+        return f"{self.name} ({self.hint})" if self.hint else self.name
+
+    def unavailable_reason(self) -> str:
+        """Why it cannot run here: ``the cross-encoder reranker needs GROUNDWORK_CROSS_ENCODER_PATH, ...``."""
+        return f"the {self.name} reranker needs {self.needs or 'a configuration this server does not have'}"
+
+
+def _keep_fused_order(engine: RetrievalEngine) -> None:
+    return None
+
+
+def _mmr(engine: RetrievalEngine) -> Any:
+    from knowledge_store.retrieval.rerankers import MMRReranker
+
+    return MMRReranker(lambda_mult=engine.settings.mmr_lambda)
+
+
+def _feedback(engine: RetrievalEngine) -> Any:
+    from knowledge_store.retrieval.rerankers import FeedbackReranker
+
+    return FeedbackReranker(feedback_source=engine.feedback_rows, embed=engine.embedder.embed,
+                            similarity=engine.settings.feedback_similarity, weight=engine.settings.feedback_weight)
+
+
+def _cross_encoder(engine: RetrievalEngine) -> Any:
+    from knowledge_store.retrieval.rerankers import CrossEncoderReranker
+
+    return CrossEncoderReranker(model_path=str(engine.settings.cross_encoder_path))
+
+
+# the one place a reranker is named (in the order clients list them)
+RERANKER_REGISTRY: dict[str, RerankerSpec] = {spec.name: spec for spec in (
+    RerankerSpec("none", "keep the fused order", _keep_fused_order),
+    RerankerSpec("mmr", "maximal marginal relevance: trade relevance against similarity to passages already chosen "
+                        "(mmr_lambda)", _mmr, hint="diversity"),
+    RerankerSpec("feedback", "move passages by the thumbs up/down people gave them for similar past queries",
+                 _feedback, hint="thumbs from similar queries"),
+    RerankerSpec("cross-encoder", "score each (query, passage) pair with a local sentence-transformers CrossEncoder",
+                 _cross_encoder, needs="GROUNDWORK_CROSS_ENCODER_PATH (a local CrossEncoder folder)",
+                 available=lambda settings: bool(settings.cross_encoder_path)),
+)}
+RERANKERS = Vocabulary("reranker", RERANKER_REGISTRY)
+
+
+def available_rerankers(settings: Settings) -> tuple[str, ...]:
+    """The rerankers these settings can run, in registry order (what clients should offer)."""
+    return tuple(name for name, spec in RERANKER_REGISTRY.items() if spec.available(settings))
+
+
+def reranker_labels(names: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``name -> label`` for ``names`` (the console's option texts)."""
+    return {name: RERANKER_REGISTRY[name].label for name in names}
+
+
+def unavailable_requirements() -> str:
+    """What the rerankers that may be unavailable need, for schema descriptions:
+    ``cross-encoder needs GROUNDWORK_CROSS_ENCODER_PATH (a local CrossEncoder folder)``."""
+    return "; ".join(f"{spec.name} needs {spec.needs}" for spec in RERANKER_REGISTRY.values() if spec.needs)
