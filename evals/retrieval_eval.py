@@ -28,9 +28,10 @@ from knowledge_store.embeddings import Embedder
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.reranker_registry import RERANKERS
 
-# the registries' names (retrieval/fusion.py, retrieval/reranker_registry.py) as pydantic types
-FusionName = FUSION_MODES.literal()
-RerankerName = RERANKERS.literal()
+# the registries' names (retrieval/fusion.py, retrieval/reranker_registry.py), checked when a configuration is
+# made (a name registered after this import is accepted, as everywhere else)
+FusionName = FUSION_MODES.member()
+RerankerName = RERANKERS.member()
 
 
 class CachingEmbedder:

@@ -197,10 +197,7 @@ class Settings(BaseSettings):
     @classmethod
     def _in_vocabulary(cls, value: str, info: ValidationInfo) -> str:
         # the registries (retrieval/fusion.py, retrieval/reranker_registry.py) are read now, not copied at import
-        vocabulary = {"default_fusion": FUSION_MODES, "default_reranker": RERANKERS}[info.field_name]
-        if value not in vocabulary:
-            raise ValueError(f"{vocabulary.one_of()} (got {value!r})")
-        return value
+        return {"default_fusion": FUSION_MODES, "default_reranker": RERANKERS}[info.field_name].check(value)
 
     @field_validator("document_encoder", "query_encoder", "document_quantization")
     @classmethod

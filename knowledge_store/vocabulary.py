@@ -8,13 +8,15 @@ the tuning grid and the evaluation configurations read the names through a ``Voc
 need them*, never a copy taken at import, so an entry added to the registry is accepted and offered
 everywhere without another edit (tests/test_vocabularies.py registers one at test time to prove it).
 
-Deliberately tiny and dependency-free: ``settings.py`` imports vocabularies, and must stay cheap to import.
+Deliberately tiny (pydantic is its only import): ``settings.py`` imports vocabularies, and must stay cheap to import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
+
+from pydantic import AfterValidator
 
 
 class Described(Protocol):
@@ -53,6 +55,18 @@ class Vocabulary(Mapping[str, str]):
         """``Literal[<every name now>]``: a pydantic/FastAPI/MCP type whose JSON schema is the enum of names.
         Build it where the schema is built (per app, per MCP server), not at import."""
         return Literal[self.names()]  # type: ignore[valid-type]
+
+    def member(self) -> Any:
+        """``str`` checked against the names *at validation time*: a field type for models built at import
+        (``EvalConfig``, settings) that must still accept a name registered later.  ``literal()`` is for
+        schemas, which list the names; this is for values, which must be one of them."""
+        return Annotated[str, AfterValidator(self.check)]
+
+    def check(self, value: str) -> str:
+        """``value`` if it is a name now, else ``ValueError`` naming the vocabulary and the value."""
+        if value not in self._registry:
+            raise ValueError(f"{self.one_of()} (got {value!r})")
+        return value
 
     def one_of(self) -> str:
         """The reason a value outside the vocabulary is refused: ``must be one of a, b, c``."""
