@@ -11,7 +11,6 @@ import threading
 import numpy as np
 import pytest
 
-
 # ------------------------------------------------------------------ through the engine
 
 @pytest.fixture(scope="module")

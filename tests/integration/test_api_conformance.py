@@ -22,8 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import build_sample_index
-from tests.helpers import free_port
+from tests.helpers import build_sample_index, free_port
 
 pytestmark = pytest.mark.slow
 CONFIG = Path(__file__).resolve().parents[1] / "schemathesis" / "schemathesis.toml"

@@ -6,9 +6,9 @@ Over a real index of the sample corpus; every test here failed on the code befor
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient

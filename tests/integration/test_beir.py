@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from evals.beir import (
-    chunk_to_beir_id,
     beir_ids_by_doc_id,
+    chunk_to_beir_id,
     ingest_beir,
     load_beir,
 )
 from knowledge_store.index import open_snapshot
 from knowledge_store.store import store_connection
+
 
 @pytest.mark.slow
 def test_ingest_beir_end_to_end(tiny_beir: Path, tmp_path: Path, embedder) -> None:

@@ -22,7 +22,6 @@ from knowledge_store.retrieval.answer import (
 )
 from tests.helpers import hits_for_answer
 
-
 # ---------------------------------------------------------------------------
 # LLM client against a local fake OpenAI-compatible server
 

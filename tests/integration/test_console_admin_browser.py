@@ -111,7 +111,7 @@ def page(browser, live):
 
 def go(page, route: str) -> None:
     page.get_by_role("navigation", name="Console pages").get_by_role("link", name=route, exact=True).click()
-    expect(page.locator(f'.console-nav a[aria-current="page"]')).to_have_text(route)
+    expect(page.locator('.console-nav a[aria-current="page"]')).to_have_text(route)
 
 
 def labelled(page, view: str) -> None:

@@ -330,9 +330,8 @@ def test_api_and_mcp_citations_carry_rev_label_validity_and_relations(tmp_path: 
 
 @pytest.mark.slow
 def test_web_page_links_and_links_to_web_pages_become_see_also(tmp_path: Path, embedder) -> None:
-    from tests.doc_site import DocSite
-
     from knowledge_store.sources import add_source
+    from tests.doc_site import DocSite
 
     site = DocSite()
     site.page("/docs/", "Pump docs", [("intro", "Intro", "Welcome to the pump documentation.")],

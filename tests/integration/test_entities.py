@@ -8,7 +8,6 @@ The parts that need no model, store or server are in tests/unit/test_entities.py
 
 from __future__ import annotations
 
-
 import anyio
 import pytest
 from fastapi.testclient import TestClient
@@ -23,7 +22,6 @@ from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.sample_corpus import EXAMPLE_QUESTIONS, MAINTENANCE_SOP
 from knowledge_store.settings import Settings
 from knowledge_store.store import store_connection
-
 
 # ------------------------------------------------------------------ the sample corpus, end to end
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.helpers import REPO_ROOT as ROOT
 from tests.helpers import write_tiny_beir
 

@@ -58,11 +58,11 @@ def test_evaluation_assets_write_a_scorecard_and_gate_regressions(tmp_path, monk
 
 
 def test_a_failed_run_is_reported_in_a_file_and_in_status(tmp_path):
+    from knowledge_store.settings import Settings
+    from knowledge_store.status import store_status
     from pipelines.definitions import evaluate_job
     from pipelines.resources import KnowledgeStoreResource
     from pipelines.sensors import build_failure_sensor
-    from knowledge_store.status import store_status
-    from knowledge_store.settings import Settings
 
     sensor = build_failure_sensor([evaluate_job])
     store = KnowledgeStoreResource(data_dir=str(tmp_path / "data"))

@@ -38,7 +38,7 @@ def world(sample_index, embedder):
     engine.search(CWIRE, k=5, client="eval")  # never replayed
     for response in (children, firmware, cwire):
         assert len(response.hits) == 5 and response.retrieval_request_id
-    c, f, w = children.hits, firmware.hits, cwire.hits
+    c, f = children.hits, firmware.hits
     # children: up on #1, down on #2 (then changed to up), down on #4, request-level up
     log.add_feedback(children.retrieval_request_id, "up", chunk_id=c[0].chunk_id)
     log.add_feedback(children.retrieval_request_id, "down", chunk_id=c[1].chunk_id)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from knowledge_store.ingest.run import record_sources
 from knowledge_store.ingest.sync_runs import get_sync_run
 from knowledge_store.settings import Settings

@@ -21,8 +21,8 @@ from knowledge_store.server import kb_articles
 from knowledge_store.server.app import create_app
 from knowledge_store.sources import add_source
 from knowledge_store.store import store_connection
-from tests.helpers import build_sample_index
 from tests.doc_site import DocSite, Reply
+from tests.helpers import build_sample_index
 
 pytestmark = pytest.mark.slow
 BASE = "http://127.0.0.1:8080"

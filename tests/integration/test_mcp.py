@@ -24,9 +24,9 @@ from mcp.shared.exceptions import MCPError
 
 from knowledge_store.query_log import QueryLog
 from knowledge_store.retrieval.engine import NO_RESULTS, RetrievalEngine
-from tests.helpers import free_port
 from knowledge_store.server.mcp_server import build_mcp_server, mount_mcp
 from knowledge_store.settings import Settings
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.slow
 

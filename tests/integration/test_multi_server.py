@@ -18,8 +18,7 @@ import httpx
 import pytest
 
 from knowledge_store.query_log import QueryLog
-from tests.helpers import build_sample_index
-from tests.helpers import free_port
+from tests.helpers import build_sample_index, free_port
 
 pytestmark = pytest.mark.slow
 QUESTION = "how do I reset the Aurora to factory settings"

@@ -11,8 +11,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.helpers import write_tiny_beir
 from tests.helpers import REPO_ROOT as ROOT
+from tests.helpers import write_tiny_beir
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,6 @@ The parts that need no model, store or server are in tests/unit/test_query_cache
 
 from __future__ import annotations
 
-
 import pytest
 
 

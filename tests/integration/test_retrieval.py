@@ -154,10 +154,9 @@ def test_feedback_reranker_raises_helpful_and_sinks_unhelpful_passages(sample_in
 
 
 def make_tiny_cross_encoder(path, model_path):
+    import torch
     from sentence_transformers import CrossEncoder
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    import torch
 
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))

@@ -19,10 +19,10 @@ from knowledge_store.index import open_snapshot, read_pointer
 from knowledge_store.ingest.run import run_sync
 from knowledge_store.settings import Settings
 from knowledge_store.store import store_connection
+from pipelines.definitions import ingest_job
 from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource
 from pipelines.sensors import build_sensor
-from pipelines.definitions import ingest_job
 
 pytestmark = pytest.mark.slow
 

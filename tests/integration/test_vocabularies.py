@@ -21,6 +21,7 @@ from knowledge_store.retrieval.reranker_registry import (
     RerankerUnavailable,
 )
 from knowledge_store.settings import Settings
+
 GUIDES = {  # one short document each, so the index has several candidates to reorder
     "reset.md": "# Reset\n\nHold the reset button for ten seconds to restore the hub to factory settings.\n",
     "pairing.md": "# Pairing\n\nPress the pair button once; the light blinks blue while the hub looks for sensors.\n",

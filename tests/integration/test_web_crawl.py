@@ -33,8 +33,7 @@ from tests.doc_site import (
     markdown,
     redirect,
 )
-from tests.helpers import free_port
-from tests.helpers import FakeTime
+from tests.helpers import FakeTime, free_port
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.doc_site import default_site, doc_page, Reply
 from knowledge_store.cli import main
 from knowledge_store.index import read_pointer
 from knowledge_store.ingest.run import run_sync
@@ -18,6 +17,7 @@ from knowledge_store.ingest.source_actions import retry_failure
 from knowledge_store.settings import Settings
 from knowledge_store.sources import add_source
 from knowledge_store.store import store_connection
+from tests.doc_site import Reply, default_site, doc_page
 
 pytestmark = pytest.mark.slow
 

@@ -226,7 +226,7 @@ def test_an_allowed_site_asks_and_gets_cited_sources_with_page_links(visit, live
     hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
     manual = [h for h in hrefs if h.startswith(live["api"] + "/api/knowledge/sources/")]
     assert manual and any(h.endswith("#page=4") for h in manual), hrefs  # the PDF opens at its page
-    first_pdf = answer.locator(f'.sources a[href$="#page=4"]').first
+    first_pdf = answer.locator('.sources a[href$="#page=4"]').first
     assert first_pdf.get_attribute("target") == "_blank" and "noopener" in first_pdf.get_attribute("rel")
     expect(answer.locator(".sources")).to_contain_text("p. 4")
     assert answer.locator("a.cite").count() >= 1  # the answer's [n] markers link to their sources

@@ -21,6 +21,7 @@ from knowledge_store.errors import GroundworkError
 from knowledge_store.parsers.markdown import parse_markdown
 from tests.helpers import BEIR_DOCS as DOCS
 
+
 def test_load_beir_test_split(tiny_beir: Path) -> None:
     ds = load_beir(tiny_beir)
     assert ds.name == "tinybeir" and ds.split == "test"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import tomllib
+
 from tests.helpers import REPO_ROOT as ROOT
 
 STORE_MODULE = "llama_index.vector_stores.duckdb"

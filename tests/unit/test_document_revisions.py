@@ -24,7 +24,6 @@ from knowledge_store.revisions import (
 )
 from knowledge_store.settings import Settings
 
-
 # ------------------------------------------------------------------ revision labels (no model)
 
 @pytest.mark.parametrize("front_matter, label, source", [
@@ -133,9 +132,9 @@ def test_rev_label_from_title_when_metadata_and_file_name_have_none() -> None:
 
 
 def test_revision_labels_order_letters_numbers_and_versions() -> None:
-    assert sorted(["Rev C", "Rev A", "Rev AA", "Rev B", "Rev Z"], key=lambda l: revision_order(l)[1]) == \
+    assert sorted(["Rev C", "Rev A", "Rev AA", "Rev B", "Rev Z"], key=lambda label: revision_order(label)[1]) == \
         ["Rev A", "Rev B", "Rev C", "Rev Z", "Rev AA"]
-    assert sorted(["v10", "v2.1", "v2.0", "v2.10"], key=lambda l: revision_order(l)[1]) == ["v2.0", "v2.1", "v2.10", "v10"]
+    assert sorted(["v10", "v2.1", "v2.0", "v2.10"], key=lambda label: revision_order(label)[1]) == ["v2.0", "v2.1", "v2.10", "v10"]
     assert revision_order("v2") == revision_order("v2.0")
     assert revision_order("draft 7") is None
     assert revision_order("Rev 3")[0] != revision_order("Rev C")[0]  # different schemes do not compare

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-
 from knowledge_store.retrieval.engine import NO_RESULTS
 from knowledge_store.server.mcp_server import format_results
+
 
 def test_format_results_pages_and_sections():
     from knowledge_store.retrieval.citations import Citation

@@ -4,7 +4,6 @@ and the CLI/API: tests/integration/test_metric_registry.py)."""
 
 from __future__ import annotations
 
-
 import pytest
 from pydantic import ValidationError
 

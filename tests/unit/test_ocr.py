@@ -3,7 +3,6 @@ are averaged, a chunk's OCR mark (Tesseract itself and the pipeline: tests/integ
 
 from __future__ import annotations
 
-
 import pytest
 
 from knowledge_store.chunking import ChunkDraft
@@ -14,6 +13,7 @@ from knowledge_store.parsers import OcrOptions, parse_file
 from knowledge_store.parsers.ocr import mean_word_confidence
 from knowledge_store.parsers.pdf import parse_pdf
 from tests.helpers import make_pdf
+
 
 def test_without_tesseract_an_all_scanned_pdf_says_ocr_is_unavailable_and_how_to_install(tmp_path, no_tesseract):
     path = make_pdf(tmp_path / "scan.pdf", ["scanned"])

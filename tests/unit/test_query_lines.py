@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 
-
 from knowledge_store.query_log import _DailyAndSizeRotatingHandler
 
 

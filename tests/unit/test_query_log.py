@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from knowledge_store.query_log import redact
-
 
 # ---------------------------------------------------------------------------
 # redaction

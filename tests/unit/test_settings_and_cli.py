@@ -3,7 +3,6 @@ tests/integration/test_settings_and_cli.py)."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from knowledge_store.errors import ConfigError

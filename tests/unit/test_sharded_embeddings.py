@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-
 from knowledge_store.ingest.embed import shard_of
 
 

@@ -92,8 +92,8 @@ def test_fusion_vocabulary_comes_from_fusion_modes():
     from pydantic import ValidationError
 
     from knowledge_store.cli import build_parser
-    from knowledge_store.server.request_models import QueryBody
     from knowledge_store.server.mcp_server import vocabulary_parameters
+    from knowledge_store.server.request_models import QueryBody
     from pipelines.evaluation import CONFIGURATIONS
 
     parser = build_parser()

@@ -21,7 +21,6 @@ from knowledge_store.retrieval.reranker_registry import (
 from knowledge_store.settings import Settings
 from tests.helpers import REPO_ROOT as ROOT
 
-
 # ------------------------------------------------------------------ registered once, accepted everywhere
 
 def test_registered_names_are_accepted_by_settings_and_offered_by_the_cli(registered):

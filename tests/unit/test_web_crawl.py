@@ -29,7 +29,6 @@ from tests.doc_site import (
 )
 from tests.helpers import FakeTime
 
-
 # -- URL identity and scope --------------------------------------------------------------------
 
 
@@ -127,7 +126,7 @@ def test_llms_txt_parser_reads_the_link_list_and_resolves_relative_links():
         "## Optional\n\n- [Mail](mailto:a@b.c)\n- [Far](https://other.example/x): elsewhere\n",
         "https://h/docs/llms.txt",
     )
-    assert [(l.url, l.title, l.notes, l.section) for l in links] == [
+    assert [(link.url, link.title, link.notes, link.section) for link in links] == [
         ("https://h/docs/start.md", "Start", "begin here", "Docs"),
         ("https://h/docs/api.html", "API", "", "Docs"),
         ("https://other.example/x", "Far", "elsewhere", "Optional"),

@@ -3,12 +3,10 @@ tests/integration/test_widget.py)."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from knowledge_store.retrieval.filters import SearchFilters, document_matches
 from knowledge_store.server.ask import source_file_patterns
-
 
 # ------------------------------------------------------------------ ask-local: a page URL names its document
 
