@@ -15,11 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from knowledge_store.errors import GroundworkError
-from knowledge_store.retrieval.answer import (
-    NO_ANSWER,
-    GenerationError,
-    LLMAnswerer,
-)
+from knowledge_store.retrieval.answer import NO_ANSWER, GenerationError, LLMAnswerer
 from tests.helpers import hits_for_answer
 
 # ---------------------------------------------------------------------------

@@ -15,9 +15,7 @@ from fastapi.testclient import TestClient
 from knowledge_store.query_log import QueryLog
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server.app import create_app
-from knowledge_store.tuning import (
-    tuned_path,
-)
+from knowledge_store.tuning import tuned_path
 from tests.helpers import build_sample_index
 
 RESET = "how do I reset the Aurora to factory settings"

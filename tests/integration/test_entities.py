@@ -12,10 +12,7 @@ import anyio
 import pytest
 from fastapi.testclient import TestClient
 
-from knowledge_store.entities import (
-    DEFAULT_VOCABULARY,
-    EntityRef,
-)
+from knowledge_store.entities import DEFAULT_VOCABULARY, EntityRef
 from knowledge_store.index import read_pointer
 from knowledge_store.ingest.run import run_sync
 from knowledge_store.retrieval.engine import RetrievalEngine

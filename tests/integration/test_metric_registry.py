@@ -14,13 +14,7 @@ import duckdb
 import pytest
 
 from evals import results_store
-from evals.metrics import (
-    METRICS,
-    MetricError,
-    MetricSpec,
-    UnknownMetricError,
-    each_query,
-)
+from evals.metrics import METRICS, MetricError, MetricSpec, UnknownMetricError, each_query
 from evals.results_store import EvalRun, evaluation_summary, read_scorecard, record_eval_results, results_path
 from knowledge_store.errors import ConfigError
 

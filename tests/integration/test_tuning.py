@@ -18,12 +18,7 @@ import pytest
 
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.settings import Settings
-from knowledge_store.tuning import (
-    builtin_ranking,
-    effective_ranking,
-    load_tuned,
-    tuned_path,
-)
+from knowledge_store.tuning import builtin_ranking, effective_ranking, load_tuned, tuned_path
 
 DOCS = {
     "greenhouse.md": ("Greenhouse Irrigation Handbook", [

@@ -17,9 +17,7 @@ import asyncio
 import pytest
 from fastapi.testclient import TestClient
 
-from knowledge_store.retrieval.reranker_registry import (
-    RerankerUnavailable,
-)
+from knowledge_store.retrieval.reranker_registry import RerankerUnavailable
 from knowledge_store.settings import Settings
 
 GUIDES = {  # one short document each, so the index has several candidates to reorder

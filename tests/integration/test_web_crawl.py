@@ -15,24 +15,8 @@ from email.utils import formatdate
 import httpx
 import pytest
 
-from knowledge_store.web import (
-    CrawlConfig,
-    CrawlProgress,
-    CrawlResult,
-    PriorPage,
-    crawl,
-)
-from tests.doc_site import (
-    DocSite,
-    Reply,
-    Request,
-    default_site,
-    doc_page,
-    endless,
-    etagged,
-    markdown,
-    redirect,
-)
+from knowledge_store.web import CrawlConfig, CrawlProgress, CrawlResult, PriorPage, crawl
+from tests.doc_site import DocSite, Reply, Request, default_site, doc_page, endless, etagged, markdown, redirect
 from tests.helpers import FakeTime, free_port
 
 

@@ -10,13 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evals.beir import (
-    DatasetError,
-    chunk_to_beir_id,
-    load_beir,
-    materialise_corpus,
-    safe_file_stem,
-)
+from evals.beir import DatasetError, chunk_to_beir_id, load_beir, materialise_corpus, safe_file_stem
 from knowledge_store.errors import GroundworkError
 from knowledge_store.parsers.markdown import parse_markdown
 from tests.helpers import BEIR_DOCS as DOCS

@@ -8,11 +8,7 @@ import random
 
 import pytest
 
-from knowledge_store.retrieval.answer import (
-    NO_ANSWER,
-    Answer,
-    extractive_answer,
-)
+from knowledge_store.retrieval.answer import NO_ANSWER, Answer, extractive_answer
 from knowledge_store.retrieval.citations import Citation, build_citation, build_citations
 from knowledge_store.retrieval.snippets import ELLIPSIS, best_snippet, collapse_ws, segments
 from knowledge_store.retrieval.terms import query_terms, term_spans

@@ -15,9 +15,7 @@ import pytest
 
 from knowledge_store.retrieval.answer import ANSWER_REGISTRY, available_answer_modes
 from knowledge_store.retrieval.fusion import FUSION_MODES, FUSION_REGISTRY, fuse_scores
-from knowledge_store.retrieval.reranker_registry import (
-    RERANKERS,
-)
+from knowledge_store.retrieval.reranker_registry import RERANKERS
 from knowledge_store.settings import Settings
 from tests.helpers import REPO_ROOT as ROOT
 

@@ -9,13 +9,7 @@ import gzip
 import pytest
 
 from knowledge_store.errors import GroundworkError
-from knowledge_store.web import (
-    CrawlConfig,
-    InvalidCrawlConfig,
-    InvalidUrlError,
-    Scope,
-    canonical_url,
-)
+from knowledge_store.web import CrawlConfig, InvalidCrawlConfig, InvalidUrlError, Scope, canonical_url
 from knowledge_store.web.content_types import content_kind
 from knowledge_store.web.fetch import parse_retry_after
 from knowledge_store.web.links import canonical_from_link_header, html_links, markdown_links
@@ -23,10 +17,7 @@ from knowledge_store.web.llms_txt import parse_llms_txt
 from knowledge_store.web.politeness import RateLimiter
 from knowledge_store.web.robots import parse_robots
 from knowledge_store.web.sitemaps import is_newer, parse_lastmod, parse_sitemap
-from tests.doc_site import (
-    doc_page,
-    sitemap_xml,
-)
+from tests.doc_site import doc_page, sitemap_xml
 from tests.helpers import FakeTime
 
 # -- URL identity and scope --------------------------------------------------------------------
