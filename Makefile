@@ -1,6 +1,7 @@
 # Groundwork: two commands do everything on a fresh machine with Python 3.11, pip and make.
-#   make run   - create .venv, install, ingest the default corpus, start the Dagster UI
-#   make test  - create .venv if needed, install, run the whole test suite
+#   make run        - create .venv, install, ingest the default corpus, start the Dagster UI
+#   make test       - create .venv if needed, install, run ruff and the whole test suite (tests/unit + tests/integration)
+#   make test-fast  - ruff and tests/unit only (no model, store, server, browser or network): under a minute
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
@@ -14,7 +15,7 @@ export DAGSTER_DISABLE_TELEMETRY := 1
 DAGSTER_HOST ?= 127.0.0.1
 DAGSTER_PORT ?= 3000
 
-.PHONY: run test install ingest dagster status clean bench serve browser tesseract devset
+.PHONY: run test test-fast lint install ingest dagster status clean bench serve browser tesseract devset
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 2; }
@@ -75,8 +76,17 @@ tesseract:
 	  else echo "WARNING: tesseract is missing and cannot be installed here (needs root and apt-get); scanned PDF pages" \
 	    "will not be OCR'd. Install it with: sudo apt-get install $(TESSERACT_PACKAGES)"; fi; }
 
+lint: $(STAMP)
+	$(BIN)/python -m ruff check .
+
+# ruff first, then both layers: tests/unit (pure functions) and tests/integration (model, store, servers, browser)
 test: $(STAMP) browser tesseract
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m ruff check .
+	$(BIN)/python -m pytest -q tests
+
+test-fast: $(STAMP)
+	$(BIN)/python -m ruff check .
+	$(BIN)/python -m pytest -q tests/unit
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest_throughput.py

@@ -153,12 +153,11 @@ def int8_all_matmul(model_path: Path, cache_dir: Path, threads: int):
 
 def configurations(model_path: Path, cache_dir: Path, threads: int) -> list[tuple[str, str, object]]:
     """(key, description, embedder) in report order; (a) first."""
+    import torch
     from sentence_transformers import SentenceTransformer
 
     from knowledge_store.embeddings import Embedder, OnnxEmbedder, document_embedder
     from knowledge_store.settings import Settings
-
-    import torch
 
     torch.set_num_threads(threads)
 

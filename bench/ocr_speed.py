@@ -3,7 +3,7 @@
     .venv/bin/python bench/ocr_speed.py [--pdf ../shared/datasets/pdfs/R-intro.pdf] [--page 11]
         [--repeats 5] [--out docs/benchmarks/ocr.md]
 
-Two image-only pages are made the way tests/test_ocr.py makes them (a page
+Two image-only pages are made the way tests/helpers.py (make_pdf) makes them (a page
 rendered to a pixmap, placed alone on a new page): the test's short text page
 (rendered at 200 dpi) and one page of a real shared manual (rendered at 300 dpi,
 like an office scanner).  Each is parsed by ``parse_pdf`` — the pipeline's code

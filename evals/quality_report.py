@@ -25,23 +25,23 @@ from knowledge_store.retrieval.fusion import FUSION_REGISTRY
 
 
 def configurations(settings) -> list[tuple[str, EvalConfig]]:
-    a, s, l = settings.default_alpha, settings.section_weight, settings.lead_weight
+    a, s, lw = settings.default_alpha, settings.section_weight, settings.lead_weight
 
     def config(alpha: float, fusion: str, section_weight: float, lead_weight: float) -> EvalConfig:
         return EvalConfig(alpha=alpha, fusion=fusion, section_weight=section_weight, lead_weight=lead_weight)
 
     return [
-        ("default", config(a, settings.default_fusion, s, l)),
-        ("BM25 only (section-aware)", config(0.0, "weighted", s, l)),
-        ("vector only (section-aware)", config(1.0, "weighted", s, l)),
-        *((f"alpha {x:g}", config(x, "weighted", s, l)) for x in (0.5, 0.6, 0.8, 0.9)),
+        ("default", config(a, settings.default_fusion, s, lw)),
+        ("BM25 only (section-aware)", config(0.0, "weighted", s, lw)),
+        ("vector only (section-aware)", config(1.0, "weighted", s, lw)),
+        *((f"alpha {x:g}", config(x, "weighted", s, lw)) for x in (0.5, 0.6, 0.8, 0.9)),
         # every other registered fusion mode, at its textbook alpha (rrf: 0.5) or the default alpha
-        *((name, config(a if mode.textbook_alpha is None else mode.textbook_alpha, name, s, l))
+        *((name, config(a if mode.textbook_alpha is None else mode.textbook_alpha, name, s, lw))
           for name, mode in FUSION_REGISTRY.items() if name != "weighted"),
         ("previous default (alpha 0.5, chunk evidence)", config(0.5, "weighted", 0.0, 0.0)),
         ("chunk evidence, alpha 0.7", config(a, "weighted", 0.0, 0.0)),
         ("+ section BM25 only", config(a, "weighted", s, 0.0)),
-        ("+ section lead only", config(a, "weighted", 0.0, l)),
+        ("+ section lead only", config(a, "weighted", 0.0, lw)),
         ("BM25 only (chunk)", config(0.0, "weighted", 0.0, 0.0)),
         ("vector only (chunk)", config(1.0, "weighted", 0.0, 0.0)),
     ]

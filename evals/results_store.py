@@ -36,7 +36,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evals.metrics import METRICS, PRIMARY_METRIC, MetricError, check_metric_value, metric_label, metric_order, metric_spec
+from evals.metrics import (
+    METRICS,
+    PRIMARY_METRIC,
+    MetricError,
+    check_metric_value,
+    metric_label,
+    metric_order,
+    metric_spec,
+)
 
 if TYPE_CHECKING:
     from evals.retrieval_eval import EvalResult

@@ -208,7 +208,13 @@ def _print_source(detail: dict[str, object]) -> None:
 
 def cmd_sources(args: argparse.Namespace) -> int:
     from knowledge_store.ingest.source_actions import delete_source_now, describe_source
-    from knowledge_store.sources import add_source, list_sources, register_configured_sources, source_statistics, update_source
+    from knowledge_store.sources import (
+        add_source,
+        list_sources,
+        register_configured_sources,
+        source_statistics,
+        update_source,
+    )
     from knowledge_store.store import store_connection
 
     settings = _settings(args)

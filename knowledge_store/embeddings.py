@@ -290,7 +290,7 @@ def document_model_id(model_path: Path, quantization: str = "none") -> str:
 
     fp32 ONNX Runtime and torch share the model's id: their vectors agree to
     |1 - cosine| < 1e-6 (measured in bench/embed_throughput.py and
-    tests/test_document_embedding.py), far below any ranking effect.  Each
+    tests/integration/test_document_embedding.py), far below any ranking effect.  Each
     quantisation gets its own id (``<model id>+<recipe>``).
     """
     if quantization not in QUANTIZATION_RECIPES:

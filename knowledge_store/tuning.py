@@ -50,9 +50,9 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from evals.metrics import ndcg_at_k, recall_at_k
-from knowledge_store.progress import stage_progress
 from knowledge_store.chunking import SECTION_SEPARATOR
 from knowledge_store.errors import GroundworkError
+from knowledge_store.progress import stage_progress
 from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, gather_evidence, rank_rows
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.snapshot_reader import _FTS_SPLIT, LoadedSnapshot, bm25_norm, bm25_term

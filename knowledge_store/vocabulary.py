@@ -6,7 +6,7 @@ A vocabulary (the fusion modes, the rerankers, the answer modes) is defined once
 HTTP API's request models, the MCP tool schema, the console (through ``GET /api/knowledge/config``),
 the tuning grid and the evaluation configurations read the names through a ``Vocabulary`` *when they
 need them*, never a copy taken at import, so an entry added to the registry is accepted and offered
-everywhere without another edit (tests/test_vocabularies.py registers one at test time to prove it).
+everywhere without another edit (tests/unit/test_vocabularies.py and tests/integration/test_vocabularies.py register one at test time to prove it).
 
 Deliberately tiny (pydantic is its only import): ``settings.py`` imports vocabularies, and must stay cheap to import.
 """

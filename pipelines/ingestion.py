@@ -10,10 +10,10 @@ they check.
 import dagster as dg
 
 from knowledge_store.index import open_snapshot
-from knowledge_store.ingest.failures import open_failures
 from knowledge_store.ingest.chunk import chunk_parsed, chunking_config
 from knowledge_store.ingest.embed import embed_missing
 from knowledge_store.ingest.embed_handoff import embed_shard_to_parts, import_parts
+from knowledge_store.ingest.failures import open_failures
 from knowledge_store.ingest.parse import parse_pending
 from knowledge_store.ingest.publish import publish_index
 from knowledge_store.ingest.run import record_sources

@@ -1,4 +1,9 @@
-"""Shared fixtures: the real model (loaded once), temp stores, and the shared datasets."""
+"""Fixtures of both layers: the offline environment, the model's files and the shared datasets.
+
+tests/unit needs no embedding model, store, server, browser, network or Dagster run (the chunking tests
+read the model's tokenizer file, never its weights); tests/integration/conftest.py adds the loaded
+model and the sample index built once per session.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import SHARED_DATASETS
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
-
-SHARED_DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 
 
 @pytest.fixture(scope="session")
@@ -39,46 +44,40 @@ def model_path() -> Path:
 
 @pytest.fixture(scope="session")
 def token_counter(model_path: Path):
+    """The model's own WordPiece tokenizer (the ``tokenizers`` file; torch and the weights are never loaded)."""
     from knowledge_store.embeddings import token_counter
 
     return token_counter(str(model_path))
 
 
-@pytest.fixture(scope="session")
-def embedder(model_path: Path):
-    from knowledge_store.embeddings import Embedder
+@pytest.fixture()
+def tiny_beir(tmp_path: Path) -> Path:
+    """A five-document BEIR folder with test and train splits (tests.helpers.BEIR_DOCS)."""
+    from tests.helpers import write_beir_splits
 
-    return Embedder(model_path, batch_size=32, torch_threads=2)
-
-
-class CountingEmbedder:
-    """The real embedder, counting every text it is asked to embed."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.model_id = inner.model_id
-        self.dim = inner.dim
-        self.torch_threads = inner.torch_threads
-        self.texts: list[str] = []
-
-    def embed(self, texts: list[str]):
-        self.texts.extend(texts)
-        return self.inner.embed(texts)
+    return write_beir_splits(tmp_path / "tinybeir")
 
 
 @pytest.fixture()
-def counting_embedder(embedder) -> CountingEmbedder:
-    return CountingEmbedder(embedder)
+def no_tesseract(monkeypatch) -> None:
+    """This process sees no Tesseract: no TESSDATA_PREFIX, no system tessdata, no command."""
+    from knowledge_store.parsers import ocr as ocr_module
+
+    monkeypatch.delenv("TESSDATA_PREFIX", raising=False)
+    monkeypatch.setattr(ocr_module, "TESSDATA_GLOBS", ())
+    monkeypatch.setattr(ocr_module.shutil, "which", lambda name, *a, **k: None)
 
 
-def build_sample_index(root: Path, embedder, **overrides):
-    """Write the generated sample corpus under ``root/docs``, ingest it into ``root/data`` and
-    return the Settings (one real index per test module that needs one; ~15 s)."""
-    from knowledge_store.ingest.run import run_sync
-    from knowledge_store.sample_corpus import write_sample_corpus
-    from knowledge_store.settings import Settings
+@pytest.fixture()
+def registered(monkeypatch):
+    """A fusion mode ``bm25max``, a reranker ``reverse`` and a reranker ``oracle`` that needs a setting
+    these tests never have: added to the registries and nowhere else."""
+    from knowledge_store.retrieval.fusion import FUSION_REGISTRY, FusionMode
+    from knowledge_store.retrieval.reranker_registry import RERANKER_REGISTRY, RerankerSpec
+    from tests.helpers import bm25_only, reverse_reranker
 
-    write_sample_corpus(root / "docs")
-    settings = Settings(data_dir=root / "data", sources=[root / "docs"], **overrides)
-    run_sync(settings, embedder)
-    return settings
+    monkeypatch.setitem(FUSION_REGISTRY, "bm25max", FusionMode("bm25max", "raw BM25 only (test mode)", bm25_only))
+    monkeypatch.setitem(RERANKER_REGISTRY, "reverse", RerankerSpec("reverse", "the fused order reversed (test)",
+                                                                   reverse_reranker, hint="upside down"))
+    monkeypatch.setitem(RERANKER_REGISTRY, "oracle", RerankerSpec(
+        "oracle", "never available (test)", reverse_reranker, needs="GROUNDWORK_ORACLE_PATH", available=lambda s: False))

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from knowledge_store.errors import IndexNotBuiltError, StoreError
 from knowledge_store.index import (
     FTS_CONFIG_ID,
     SnapshotInfo,
@@ -23,10 +24,14 @@ from knowledge_store.index import (
     snapshot_file_name,
     write_pointer,
 )
-from knowledge_store.errors import IndexNotBuiltError, StoreError
 from knowledge_store.ingest.entities import delete_mentions_of_chunks, delete_orphans
 from knowledge_store.ingest.relations import apply_document_model, document_model_digest
-from knowledge_store.ingest.sync_runs import STOPPED_RUN_STATUSES, add_counts, finish_sync_run, unpublished_active_versions
+from knowledge_store.ingest.sync_runs import (
+    STOPPED_RUN_STATUSES,
+    add_counts,
+    finish_sync_run,
+    unpublished_active_versions,
+)
 from knowledge_store.ingest.web_sources import cache_dir
 from knowledge_store.settings import Settings
 from knowledge_store.store import store_connection, transaction, utcnow

@@ -26,8 +26,8 @@ import json
 import os
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 

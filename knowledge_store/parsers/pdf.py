@@ -336,7 +336,8 @@ def _drop_band(band: list[tuple[float, int, _Line]], needed: float, drop: set[in
 
 
 def _bbox(lines: list[_Line]) -> tuple[float, float, float, float]:
-    return (min(l.x0 for l in lines), min(l.y0 for l in lines), max(l.x1 for l in lines), max(l.y1 for l in lines))
+    return (min(line.x0 for line in lines), min(line.y0 for line in lines), max(line.x1 for line in lines),
+            max(line.y1 for line in lines))
 
 
 def order_blocks(blocks: list[list[_Line]], width: float) -> list[tuple[str, list[_Line]]]:
@@ -370,7 +371,7 @@ def order_blocks(blocks: list[list[_Line]], width: float) -> list[tuple[str, lis
     def flush() -> None:
         lefts = [entry for entry in band if entry[0] == "left"]
         rights = [entry for entry in band if entry[0] == "right"]
-        aligned = sum(1 for r in rights if any(abs(r[1][1] - l[1][1]) <= 2 for l in lefts))
+        aligned = sum(1 for r in rights if any(abs(r[1][1] - left[1][1]) <= 2 for left in lefts))
         line_counts = sorted(len(lines) for _, _, lines in band)
         short_blocks = bool(line_counts) and line_counts[len(line_counts) // 2] <= 2
         table_like = aligned >= 2 and aligned >= 0.5 * len(rights) and short_blocks

@@ -14,13 +14,12 @@ Two ways:
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import logging
 import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx

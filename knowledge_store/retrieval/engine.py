@@ -19,14 +19,11 @@ import numpy as np
 from llama_index.core.schema import QueryBundle
 
 from knowledge_store.embeddings import BatchingEmbedder, Embedder, query_embedder
+from knowledge_store.errors import QueryValidationError
 from knowledge_store.query_log import redact
-from knowledge_store.errors import GroundworkError, QueryValidationError
+from knowledge_store.retrieval.ann import AnnConfig
 from knowledge_store.retrieval.answer import ANSWER_MODES, Answer, LLMAnswerer, extractive_answer
 from knowledge_store.retrieval.citations import Citation, build_citations
-from knowledge_store.retrieval.filters import MaskCache, SearchFilters
-from knowledge_store.retrieval.llama import hit_to_node
-from knowledge_store.retrieval.ann import AnnConfig
-from knowledge_store.retrieval.query_cache import QueryEmbeddingCache
 from knowledge_store.retrieval.evidence import (
     QueryEvidence,
     RankingParams,
@@ -36,7 +33,10 @@ from knowledge_store.retrieval.evidence import (
     rank_rows,
     vector_evidence,
 )
+from knowledge_store.retrieval.filters import MaskCache, SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES, relevance
+from knowledge_store.retrieval.llama import hit_to_node
+from knowledge_store.retrieval.query_cache import QueryEmbeddingCache
 from knowledge_store.retrieval.reranker_registry import (
     RERANKER_REGISTRY,
     RERANKERS,

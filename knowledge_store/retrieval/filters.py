@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validat
 
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 
-
 # a single value is taken as a one-item list (``_listify``); the schema says so
 OneOrMany = Annotated[list[str], WithJsonSchema(
     {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})]

@@ -207,7 +207,7 @@ def relevance(cosine: np.ndarray, coverage: np.ndarray, cos_floor: float = 0.2, 
     similarity alone must not reach the 0.7 floor of the support tool; an
     answering passage also shares the question's rare words.  Measured on the
     sample corpus: answering passages 0.71-1.00, same-topic non-answers
-    0.46-0.68, off-topic questions <= 0.25 (tests/test_retrieval.py).
+    0.46-0.68, off-topic questions <= 0.25 (tests/integration/test_retrieval.py).
     """
     semantic = np.clip((cosine - cos_floor) / (cos_ceiling - cos_floor), 0.0, 1.0)
     return 0.5 * semantic + 0.5 * np.clip(coverage, 0.0, 1.0)

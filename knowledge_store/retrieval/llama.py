@@ -16,17 +16,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from llama_index.core.base.response.schema import Response
 from llama_index.core.llms.mock import MockLLM
 from llama_index.core.response_synthesizers import BaseSynthesizer
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
-import numpy as np
 
 from knowledge_store.retrieval.answer import extractive_answer
 from knowledge_store.retrieval.citations import build_citations
 from knowledge_store.retrieval.types import SearchHit
-
 
 SEARCH_PARAMS = ("k", "alpha", "fusion", "reranker", "filters", "min_relevance", "section_weight", "lead_weight")
 

@@ -7,7 +7,7 @@ does the work that defines BM25 here - tokenising, stemming, stopwords, the
 term dictionary, document frequencies and lengths - and the snapshot stores its
 term index aggregated (``bm25_postings``).  The reader scores with exactly the
 fts formula (k1 = 1.2, b = 0.75, idf = log10((N - df + 0.5) / (df + 0.5) + 1)) in
-NumPy; ``tests/test_retrieval.py`` checks the scores equal ``match_bm25``'s.
+NumPy; ``tests/integration/test_retrieval.py`` checks the scores equal ``match_bm25``'s.
 
 Vectors: exact cosine by one matrix-vector product over L2-normalised float32
 rows (see docs/ARCHITECTURE.md for the measurements behind this choice).

@@ -4,7 +4,7 @@ Why generated: the routes, their parameters and every field of every request and
 response model already carry types and descriptions (they are what `/docs` shows
 and what the schemathesis run checks).  A hand-written reference went stale with
 each added field; this one is rebuilt from the same schema and
-``tests/test_api_reference.py`` fails when docs/API.md differs from it.
+``tests/integration/test_api_reference.py`` fails when docs/API.md differs from it.
 
     python -m knowledge_store.server.api_reference [--write] [--check]
 """
@@ -23,7 +23,7 @@ METHODS = ("get", "post", "put", "patch", "delete")
 HEADER = """# HTTP API reference
 
 Generated from the served OpenAPI schema by `python -m knowledge_store.server.api_reference --write`
-(`tests/test_api_reference.py` fails when this file is stale). The live schema is at
+(`tests/integration/test_api_reference.py` fails when this file is stale). The live schema is at
 `/openapi.json` and browsable at `/docs` on a running `groundwork serve`. The MCP tools are
 in docs/MCP.md.
 

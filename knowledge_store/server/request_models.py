@@ -16,8 +16,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, create_model, field_validator, \
-    model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from knowledge_store.retrieval.answer import ANSWER_MODES, ANSWER_REGISTRY
 from knowledge_store.retrieval.filters import SearchFilters

@@ -22,10 +22,10 @@ previous links in play, so pages only reachable through it are not lost.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections import deque
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 import httpx
@@ -33,7 +33,7 @@ import httpx
 from knowledge_store.web.config import CrawlConfig
 from knowledge_store.web.content_types import charset_of, content_kind, decode_text, is_refused, media_type
 from knowledge_store.web.errors import BadSitemapError, InvalidUrlError
-from knowledge_store.web.fetch import FetchError, Fetcher, Response, status_error
+from knowledge_store.web.fetch import Fetcher, FetchError, Response, status_error
 from knowledge_store.web.links import canonical_from_link_header, html_links, markdown_links
 from knowledge_store.web.llms_txt import parse_llms_txt
 from knowledge_store.web.politeness import RateLimiter, SharedRateLimiter

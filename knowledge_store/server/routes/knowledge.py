@@ -18,8 +18,14 @@ from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.reranker_registry import reranker_labels
 from knowledge_store.server import api_models as out
 from knowledge_store.server.api_models import error_responses
-from knowledge_store.server.request_models import AskBody, AskLocalBody, FeedbackBody, IsoDatetime, QueryBody, \
-    RequestModels
+from knowledge_store.server.request_models import (
+    AskBody,
+    AskLocalBody,
+    FeedbackBody,
+    IsoDatetime,
+    QueryBody,
+    RequestModels,
+)
 from knowledge_store.server.state import State, with_body_model
 
 

@@ -1,0 +1,274 @@
+"""Helpers shared by test modules of both layers (tests/unit, tests/integration).
+
+A test module imports what it shares with other modules from here (or from ``tests.doc_site``), never from
+another test module: importing a test module runs its module-level code (skips, fixtures, marks) too.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATASETS = REPO_ROOT.parent / "shared" / "datasets"
+
+# The system Chromium the browser tests drive through Playwright (never a browser download by a test tool)
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+TIMEOUT_MS = 30_000
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class CountingEmbedder:
+    """The real embedder, counting every text it is asked to embed."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.torch_threads = inner.torch_threads
+        self.texts: list[str] = []
+
+    def embed(self, texts: list[str]):
+        self.texts.extend(texts)
+        return self.inner.embed(texts)
+
+
+def build_sample_index(root: Path, embedder, **overrides):
+    """Write the generated sample corpus under ``root/docs``, ingest it into ``root/data`` and
+    return the Settings (~15 s).  Modules that only read the sample index use the session's
+    ``shared_sample_index`` fixture (tests/integration/conftest.py) instead; this is for modules
+    that change their index (sync, upload, delete, edit a document, write tuned.json)."""
+    from knowledge_store.ingest.run import run_sync
+    from knowledge_store.sample_corpus import write_sample_corpus
+    from knowledge_store.settings import Settings
+
+    write_sample_corpus(root / "docs")
+    settings = Settings(data_dir=root / "data", sources=[root / "docs"], **overrides)
+    run_sync(settings, embedder)
+    return settings
+
+
+def write_tiny_beir(folder: Path) -> None:
+    """A four-document BEIR-format dataset with three judged queries."""
+    folder.mkdir(parents=True)
+    docs = [
+        ("d1", "Thermostat reset", "Hold the dial for ten seconds to reset the thermostat to factory settings."),
+        ("d2", "Hub pairing", "Press the blue button on the hub to pair a new sensor within two minutes."),
+        ("d3", "Error E42", "Error E42 means the remote sensor circuit is open; check the wiring on S1 and S2."),
+        ("d4", "Battery", "The sensor battery lasts two years; replace it with a CR2032 cell."),
+    ]
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, t, x in docs))
+    queries = [("q1", "how do I reset the thermostat"), ("q2", "pair a sensor with the hub"), ("q3", "what is error E42")]
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in queries))
+    (folder / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\nq3\td3\t1\n")
+
+
+# ------------------------------------------------------------------ a tiny BEIR folder with a train split
+
+BEIR_DOCS = [
+    {"_id": "101", "title": "Aspirin and platelets", "text": "Aspirin irreversibly inhibits cyclooxygenase in platelets. The effect lasts for the platelet lifetime."},
+    {"_id": "102", "title": "Yes: a title with a colon", "text": "Statins lower LDL cholesterol by inhibiting HMG-CoA reductase in the liver."},
+    {"_id": "doc/3", "title": "Vitamin D", "text": "Vitamin D deficiency is associated with bone loss.\nSupplementation restores serum levels."},
+    {"_id": "104", "title": "Sleep", "text": "Sleep deprivation impairs memory consolidation in young adults."},
+    {"_id": "105", "title": "007", "text": "Exercise improves insulin sensitivity in skeletal muscle."},
+]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def write_beir_splits(folder: Path) -> Path:
+    """``BEIR_DOCS`` as a BEIR folder: a test split (one query without judgements, one judged 0) and a train split."""
+    folder.mkdir()
+    write_jsonl(folder / "corpus.jsonl", BEIR_DOCS)
+    write_jsonl(
+        folder / "queries.jsonl",
+        [
+            {"_id": "q1", "text": "does aspirin affect platelets"},
+            {"_id": "q2", "text": "statins and cholesterol"},
+            {"_id": "q3", "text": "vitamin d and bones"},
+            {"_id": "q4", "text": "a query nobody judged"},
+        ],
+    )
+    (folder / "qrels.tsv").write_text(
+        "query-id\tcorpus-id\tscore\nq1\t101\t1\nq2\t102\t2\nq2\t104\t0\nq3\tdoc/3\t1\nq3\t105\t1\n"
+    )
+    write_jsonl(folder / "queries_train.jsonl", [{"_id": "t1", "text": "sleep and memory"}, {"_id": "t2", "text": "exercise"}])
+    (folder / "qrels_train.tsv").write_text("query-id\tcorpus-id\tscore\nt1\t104\t1\nt2\t105\t0\n")
+    return folder
+
+
+# ------------------------------------------------------------------ search hits for citations and answers
+
+def make_hit(text: str, n: int = 1, **kw):
+    """A SearchHit of ``text`` numbered ``n`` (its ids, title, section, page and URL say ``n``)."""
+    from knowledge_store.retrieval.types import SearchHit
+
+    fields = dict(
+        chunk_id=f"c{n}",
+        doc_id=f"d{n}",
+        version=1,
+        title=f"Doc {n}",
+        section=f"Section {n}",
+        section_path=(f"Doc {n}", f"Section {n}"),
+        page_start=n,
+        page_end=n,
+        url=f"file:///docs/doc{n}.pdf#page={n}",
+        source_path=f"/docs/doc{n}.pdf",
+        source_id="src",
+        text=text,
+        doc_type="pdf",
+        score=1.0 / n,
+        bm25_score=3.0,
+        vector_score=0.5,
+        relevance=0.8,
+    )
+    fields.update(kw)
+    return SearchHit(**fields)
+
+
+HITS_TEXT = [
+    "Reset\n\nThe controller keeps its schedule during a power cut. "
+    "To reset the controller, hold the MODE button for ten seconds.   The display blinks twice\nwhen the reset is done.",
+    "Error codes are shown on the display. Error E42 means the outdoor sensor is disconnected. "
+    "To reset the controller, hold the MODE button for ten seconds.",
+    "The warranty covers parts for five years and labour for one year.",
+]
+
+
+def hits_for_answer() -> list:
+    return [
+        make_hit(HITS_TEXT[0], 1, section="Reset", section_path=("Manual", "Reset")),
+        make_hit(HITS_TEXT[1], 2, section="Errors", section_path=("Manual", "Errors")),
+        make_hit(HITS_TEXT[2], 3, section="Warranty", section_path=("Manual", "Warranty")),
+    ]
+
+
+# ------------------------------------------------------------------ rerankers that are slow or a test's own
+
+def slow_reranker(delay_s: float = 1.0):
+    """A LlamaIndex postprocessor that takes ``delay_s`` and then reverses the order."""
+    import time
+
+    from llama_index.core.postprocessor.types import BaseNodePostprocessor
+
+    class SlowReranker(BaseNodePostprocessor):
+        def _postprocess_nodes(self, nodes, query_bundle=None):
+            time.sleep(delay_s)
+            return list(reversed(nodes))
+
+    return SlowReranker()
+
+
+def bm25_only(inputs):
+    """A fusion mode the code base does not have: raw BM25, whatever alpha says."""
+    import numpy as np
+
+    return inputs.bm25.astype(np.float64)
+
+
+def reverse_reranker(engine):
+    """A reranker the code base does not have: the fused order reversed."""
+    from llama_index.core.postprocessor.types import BaseNodePostprocessor
+
+    class ReverseReranker(BaseNodePostprocessor):
+        @classmethod
+        def class_name(cls) -> str:
+            return "ReverseReranker"
+
+        def _postprocess_nodes(self, nodes, query_bundle=None):
+            return list(reversed(nodes))
+
+    return ReverseReranker()
+
+
+# ------------------------------------------------------------------ scanned PDFs (OCR)
+
+SCANNED_LINES = (
+    "Quarterly Maintenance Report",
+    "The heat exchanger was inspected on Tuesday morning.",
+    "Pressure readings stayed within the safe range.",
+    "Replace the gasket before the winter season begins.",
+)
+DIGITAL_TEXT = "The digital page explains how the boiler thermostat schedule is programmed each week."
+
+
+def _text_page(doc, lines: tuple[str, ...]):
+    page = doc.new_page()
+    page.insert_text((72, 100), lines[0], fontsize=20)
+    for row, line in enumerate(lines[1:]):
+        page.insert_text((72, 140 + 20 * row), line, fontsize=12)
+    return page
+
+
+def _add_scanned_page(doc, lines: tuple[str, ...], dpi: int = 200) -> None:
+    """A page whose only content is a picture of a text page, like a scanner makes."""
+    import pymupdf
+
+    source = pymupdf.open()
+    pixmap = _text_page(source, lines).get_pixmap(dpi=dpi)
+    page = doc.new_page(width=source[0].rect.width, height=source[0].rect.height)
+    page.insert_image(page.rect, pixmap=pixmap)
+
+
+def make_pdf(path: Path, kinds: list[str], lines: tuple[str, ...] = SCANNED_LINES) -> Path:
+    """A PDF with one page per kind: "digital" (text layer) or "scanned" (image only)."""
+    import pymupdf
+
+    doc = pymupdf.open()
+    for kind in kinds:
+        if kind == "digital":
+            page = doc.new_page()
+            page.insert_textbox(pymupdf.Rect(72, 72, 520, 300), DIGITAL_TEXT, fontsize=11)
+        else:
+            _add_scanned_page(doc, lines)
+    doc.save(path)
+    check = pymupdf.open(path)
+    for kind, page in zip(kinds, check):
+        assert (page.get_text().strip() == "") == (kind == "scanned")  # image-only pages have no text layer
+    return path
+
+
+# ------------------------------------------------------------------ folder sources with symbolic links
+
+def symlink_layout(tmp_path: Path) -> tuple[Path, Path]:
+    """A source folder with a real document, an outside folder with a secret, and links."""
+    docs = tmp_path / "docs"
+    (docs / "guides").mkdir(parents=True)
+    (docs / "guides" / "install.md").write_text("# Install\n\nMount the hub on the wall.\n")
+    outside = tmp_path / "outside"
+    (outside / "private").mkdir(parents=True)
+    (outside / "secret.txt").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    (outside / "private" / "keys.md").write_text("# Keys\n\nnot for the index\n")
+    (docs / "passwd.txt").symlink_to(outside / "secret.txt")          # file link leaving the folder
+    (docs / "more").symlink_to(outside / "private", target_is_directory=True)  # folder link leaving it
+    (docs / "setup.md").symlink_to(docs / "guides" / "install.md")    # file link inside: kept
+    (docs / "latest").symlink_to(docs / "guides", target_is_directory=True)  # folder link inside
+    return docs, outside
+
+
+# ------------------------------------------------------------------ a clock for the crawler
+
+class FakeTime:
+    """clock()/sleep() pair: sleeping advances the clock instantly and is recorded."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds

@@ -1,0 +1,150 @@
+"""Document embedding with ONNX Runtime (issue 12): same vectors as torch in fp32, its own
+model id when quantised, and cached vectors of another encoder are never reused.
+
+Throughput is measured by bench/embed_throughput.py, never here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from knowledge_store.embeddings import (
+    Embedder,
+    OnnxEmbedder,
+    document_embedder,
+    document_model_id,
+    model_id_for,
+)
+from knowledge_store.errors import ConfigError
+from knowledge_store.settings import Settings
+
+pytestmark = pytest.mark.slow
+
+TEXTS = [
+    "Aspirin reduces the risk of myocardial infarction in men over fifty.",
+    "x",
+    "Title › Methods\n\nWe measured serum cholesterol in 1,203 adults over ten years; "
+    "LDL fell by 12% (95% CI 8-16) in the treated arm.",
+    "Zebrafish heart regeneration depends on cardiomyocyte proliferation. " * 40,  # > 256 word-pieces: truncated
+    "Ünïcödé, emoji 🚀 and CJK 漢字 still embed.",
+    "Short one.",
+    "A medium-length sentence about retrieval, chunking and embeddings that has a few more words in it.",
+]
+
+
+@pytest.fixture(scope="module")
+def onnx_cache(tmp_path_factory) -> Path:
+    """One export (and one int8 quantisation) for the whole module."""
+    return tmp_path_factory.mktemp("models")
+
+
+def _max_cos_gap(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(1.0 - (a * b).sum(axis=1)).max())
+
+
+def test_model_id_changes_with_quantisation_but_not_with_the_fp32_runtime(model_path, onnx_cache):
+    base = model_id_for(model_path)
+    assert document_model_id(model_path, "none") == base == Embedder(model_path).model_id
+    assert OnnxEmbedder(model_path, onnx_cache).model_id == base  # fp32 ONNX: same vectors, same id
+    int8 = document_model_id(model_path, "int8")
+    assert int8 != base and int8.startswith(base + "+")
+    assert OnnxEmbedder(model_path, onnx_cache, quantization="int8").model_id == int8
+    with pytest.raises(ConfigError):
+        document_model_id(model_path, "int4")
+
+
+def test_settings_choose_the_document_embedder(model_path, tmp_path):
+    onnx = document_embedder(Settings(data_dir=tmp_path, torch_threads=2))
+    assert isinstance(onnx, OnnxEmbedder) and onnx.parallel == 2 and onnx.threads == 1
+    assert onnx.cache_dir == tmp_path / "models" and not onnx.loaded  # lazy: a no-change sync never loads it
+    assert onnx.model_id == model_id_for(model_path)
+    int8 = document_embedder(Settings(data_dir=tmp_path, document_quantization="int8"))
+    assert int8.model_id == document_model_id(model_path, "int8")
+    torch = document_embedder(Settings(data_dir=tmp_path, document_encoder="torch", embed_batch_size=16))
+    assert isinstance(torch, Embedder) and torch.batch_size == 16 and torch.model_id == onnx.model_id
+    assert document_embedder(Settings(data_dir=tmp_path, torch_threads=2), workers=2).parallel == 1
+    with pytest.raises(ConfigError):
+        Settings(data_dir=tmp_path, document_encoder="torch", document_quantization="int8")
+
+
+@pytest.mark.parametrize("batch_size,parallel", [(1, 2), (4, 1), (32, 2)])
+def test_onnx_document_vectors_equal_the_torch_vectors_in_input_order(embedder, model_path, onnx_cache, batch_size, parallel):
+    onnx = OnnxEmbedder(model_path, onnx_cache, threads=1, batch_size=batch_size, parallel=parallel)
+    got, want = onnx.embed(TEXTS), embedder.embed(TEXTS)
+    assert got.shape == want.shape == (len(TEXTS), 384) and got.dtype == np.float32
+    assert _max_cos_gap(got, want) < 1e-5  # length sorting never reorders the output
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert onnx.embed([]).shape == (0, 384)
+
+
+def test_int8_vectors_are_close_to_fp32_but_not_the_same(embedder, model_path, onnx_cache):
+    int8 = OnnxEmbedder(model_path, onnx_cache, threads=1, batch_size=1, parallel=2, quantization="int8")
+    got, want = int8.embed(TEXTS), embedder.embed(TEXTS)
+    cosine = (got * want).sum(axis=1)
+    assert cosine.min() > 0.97  # close: the ranking effect is measured in docs/EVALUATION.md
+    assert _max_cos_gap(got, want) > 1e-4  # but not the fp32 vectors: hence their own model id
+    assert int8.onnx_path != OnnxEmbedder(model_path, onnx_cache).onnx_path and int8.onnx_path.is_file()
+
+
+def test_an_fp32_graph_that_cannot_load_falls_back_to_torch_but_int8_fails_loudly(model_path, tmp_path, monkeypatch):
+    def broken(self):
+        raise RuntimeError("no onnx here")
+
+    monkeypatch.setattr(OnnxEmbedder, "_load_onnx", broken)
+    fp32 = OnnxEmbedder(model_path, tmp_path, torch_fallback=True).load()
+    assert fp32.backend == "torch" and fp32.embed(["hello"]).shape == (1, 384)
+    with pytest.raises(RuntimeError):
+        OnnxEmbedder(model_path, tmp_path, quantization="int8", torch_fallback=True).load()
+
+
+def _write_docs(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "a.md").write_text("# Pumps\n\nThe heat pump defrosts every ninety minutes in cold weather.\n")
+    (folder / "b.md").write_text("# Boilers\n\nCondensing boilers need a drain for the acidic condensate.\n\n"
+                                 "## Service\n\nA yearly service checks the flue and the gas pressure.\n")
+
+
+def _rows_per_model(settings: Settings) -> dict[str, int]:
+    from knowledge_store.store import store_connection
+
+    with store_connection(settings.store_path, read_only=True) as conn:
+        return dict(conn.execute("SELECT model_id, count(*) FROM embeddings GROUP BY 1").fetchall())
+
+
+def test_changing_the_document_encoder_re_embeds_instead_of_reusing_cached_vectors(tmp_path, onnx_cache, monkeypatch):
+    import knowledge_store.ingest.run as run_module
+    from knowledge_store.index import read_pointer
+    from tests.helpers import CountingEmbedder
+
+    monkeypatch.setattr(Settings, "models_cache_dir", property(lambda self: onnx_cache))  # share the module's export
+    made = []
+
+    def counting(settings, workers=1, cache_dir=None):  # the embedder run_sync builds from the settings, counted
+        made.append(CountingEmbedder(document_embedder(settings, workers, cache_dir)))
+        return made[-1]
+
+    monkeypatch.setattr(run_module, "document_embedder", counting)
+    _write_docs(tmp_path / "docs")
+    fp32 = Settings(data_dir=tmp_path / "data", sources=[tmp_path / "docs"])
+    int8 = fp32.model_copy(update={"document_quantization": "int8"})
+    torch = fp32.model_copy(update={"document_encoder": "torch"})
+
+    run_module.run_sync(fp32)
+    chunks = len(made[-1].texts)
+    assert chunks > 0 and isinstance(made[-1].inner, OnnxEmbedder)
+    fp32_id = document_model_id(fp32.model_path)
+    assert _rows_per_model(fp32) == {fp32_id: chunks}
+
+    run_module.run_sync(int8)  # another encoder: every text embedded again, under its own id
+    assert len(made[-1].texts) == chunks
+    int8_id = document_model_id(fp32.model_path, "int8")
+    assert _rows_per_model(fp32) == {fp32_id: chunks, int8_id: chunks}
+    assert read_pointer(fp32.index_dir).model_id == int8_id  # the index serves the int8 vectors only
+
+    run_module.run_sync(torch)  # torch fp32 = ONNX fp32 vectors: the cached ones are reused
+    assert made[-1].texts == [] and isinstance(made[-1].inner, Embedder)
+    assert read_pointer(fp32.index_dir).model_id == fp32_id
+    assert _rows_per_model(fp32) == {fp32_id: chunks, int8_id: chunks}

@@ -1,0 +1,316 @@
+"""Self-tuning plumbing: pseudo-queries and query-text stripping on a real tiny index, the stored
+choice and its precedence, ``groundwork tune``, the Dagster asset and ``/api/knowledge/config``.
+
+The tiny corpus: 8 Markdown documents, each a title, an introduction and three sections (one an
+FAQ-style "How do I ...?" question), with distinct vocabulary and sections long enough not to be
+merged by the chunker: 8 titles + 8 questions + 16 headings = 32 pseudo-queries (tuning needs 20).
+
+The parts that need no model, store or server are in tests/unit/test_tuning.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.settings import Settings
+from knowledge_store.tuning import builtin_ranking, effective_ranking, load_tuned, tuned_path
+
+DOCS = {
+    "greenhouse.md": ("Greenhouse Irrigation Handbook", [
+        ("Drip Line Layout", "Run the drip tubing along each bench and keep emitters thirty centimetres apart so every tray "
+         "receives water. Anchor the tubing with wire pins so it does not creep when the plastic warms up during the afternoon."),
+        ("How do I flush clogged emitters?", "Open the end caps, raise the pressure for two minutes and soak blocked nozzles "
+         "in diluted vinegar overnight. Rinse them in clean water before refitting, and check that each one drips evenly again."),
+        ("Seasonal Watering Schedule", "Water tomatoes every morning in summer, every second day in spring, and twice weekly "
+         "through winter months. Seedlings dry out faster than mature plants, so inspect the trays by hand at noon."),
+    ]),
+    "beekeeping.md": ("Backyard Beekeeping Primer", [
+        ("Hive Inspection Routine", "Open the brood box on warm calm afternoons, lift frames gently and look for eggs, larvae "
+         "and capped cells. Use a little smoke at the entrance first and keep every frame over the open box while you look at it."),
+        ("How do I prevent swarming colonies?", "Give the queen more room early, split strong colonies in late spring and "
+         "remove queen cells weekly. A crowded brood nest in May is the clearest warning sign that the workers are preparing to leave."),
+        ("Honey Harvest Timing", "Take honey supers off once eighty percent of the comb is capped and the nectar flow has "
+         "ended. Uncapped nectar ferments in the jar, so test a frame by shaking it gently over the open hive."),
+    ]),
+    "bicycle.md": ("Bicycle Maintenance Guide", [
+        ("Chain Lubrication Steps", "Wipe the chain with a rag, apply one drop of oil per roller and spin the pedals "
+         "backwards for a minute. Wipe off the excess afterwards because surplus oil collects grit that wears the cassette quickly."),
+        ("How do I adjust rim brakes?", "Loosen the pad bolt, centre the pad on the braking surface, and tighten the cable "
+         "until the lever feels firm. Toe the front of each pad inwards by a millimetre so the stop is quiet and does not squeal."),
+        ("Tyre Pressure Table", "Road tyres need about seven bar, gravel tyres three, and mountain tyres under two for loose "
+         "trails. Heavier riders add a little, and wet days call for slightly less to keep the contact patch wide."),
+    ]),
+    "sourdough.md": ("Sourdough Baking Notes", [
+        ("Starter Feeding Ratio", "Mix one part starter with equal weights of flour and water and keep the jar at room "
+         "temperature. A lively culture doubles within six hours and smells pleasantly sour rather than sharp like acetone."),
+        ("How do I shape a tight boule?", "Pre-shape the dough into a round, rest twenty minutes, then drag it across the "
+         "bench to build surface tension. Dust the basket with rice flour so the loaf releases cleanly after the cold overnight proof."),
+        ("Oven Spring Problems", "Bake inside a preheated cast iron pot with the lid on for the first twenty minutes to trap "
+         "steam. Flat loaves usually mean an overproofed dough or a score that was too shallow to open."),
+    ]),
+    "aquarium.md": ("Freshwater Aquarium Care", [
+        ("Nitrogen Cycle Basics", "Beneficial bacteria turn ammonia from fish waste into nitrite and then into far less "
+         "harmful nitrate. A new tank needs about four weeks before those colonies are strong enough to handle a full stock."),
+        ("How do I acclimate new fish?", "Float the sealed bag for fifteen minutes, add tank water gradually, then net the "
+         "fish into the tank. Keep the lights off for the rest of the day so the newcomers can settle without stress."),
+        ("Filter Sponge Cleaning", "Squeeze the sponge in a bucket of old tank water; tap water would kill the useful "
+         "bacteria colonies. Clean only half of the media at a time so the biological balance is never lost completely."),
+    ]),
+    "telescope.md": ("Amateur Telescope Setup", [
+        # the heading's words appear nowhere else in the corpus (the strip test relies on it)
+        ("Collimating Newtonian Mirrors", "Use a laser tool to centre the secondary, then tilt the primary until the dot "
+         "returns to the centre ring. Repeat the check after transport because bumpy roads shift the optics out of line."),
+        ("How do I polar align the mount?", "Level the tripod, point the axis at the celestial pole and refine the position "
+         "with the adjustment knobs. Accurate alignment lets the motor track objects for long exposures without drifting stars."),
+        ("Eyepiece Magnification Formula", "Divide the focal length of the instrument by the focal length of the eyepiece "
+         "to get the power. Useful power rarely exceeds twice the aperture in millimetres, whatever the box promises."),
+    ]),
+    "pottery.md": ("Studio Pottery Techniques", [
+        ("Wedging Clay Properly", "Knead the clay in a spiral motion about fifty times to remove air pockets and align the "
+         "particles. Trapped air expands in the kiln and can crack or even burst a finished piece."),
+        ("How do I centre clay on the wheel?", "Wet your hands, brace your elbows on your thighs and push the lump down and "
+         "inwards while spinning fast. Cone it up and down two or three times until it runs true without wobbling under your palms."),
+        ("Glaze Firing Temperatures", "Stoneware glazes mature around cone six, while earthenware glazes melt at much lower "
+         "kiln temperatures. Always fire a test tile first because thickness and clay body change the final colour."),
+    ]),
+    "kayak.md": ("Sea Kayak Safety Manual", [
+        ("Wet Exit Practice", "Lean forward, pull the spray skirt loop, push the boat away with both hands and surface "
+         "beside it. Practise in warm shallow water with a partner standing by until the movement becomes automatic."),
+        ("How do I read marine forecasts?", "Check wind speed, swell period and tide times, and stay ashore when gusts "
+         "exceed fifteen knots. Offshore winds are the most dangerous because they push a tired paddler away from land."),
+        ("Paddle Float Rescue", "Attach the float to one blade, lay the shaft across the rear deck and climb back in using it "
+         "as an outrigger. Pump the cockpit dry before paddling on, since a swamped boat is unstable in chop."),
+    ]),
+}
+TITLES = {title for title, _ in DOCS.values()}
+HEADINGS = {heading for _, sections in DOCS.values() for heading, _ in sections}
+UNIQUE_HEADING = "Collimating Newtonian Mirrors"
+
+
+def write_tiny_corpus(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, (title, sections) in DOCS.items():
+        lines = [f"# {title}", "", f"This page belongs to the {title.lower()} series of short reference notes, "
+                 "written for beginners who want one page per topic and nothing more.", ""]
+        for heading, text in sections:
+            lines += [f"## {heading}", "", text, ""]
+        (folder / name).write_text("\n".join(lines))
+
+
+# ------------------------------------------------------------------ on a real tiny index
+
+
+@pytest.fixture(scope="module")
+def tiny_embedder(model_path):
+    from knowledge_store.embeddings import Embedder
+
+    return Embedder(model_path, batch_size=32, torch_threads=1)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, tiny_embedder):
+    """The tiny corpus ingested through the normal sync path (real model, real index)."""
+    from knowledge_store.ingest.run import run_sync
+
+    root = tmp_path_factory.mktemp("tuning")
+    write_tiny_corpus(root / "docs")
+    settings = Settings(data_dir=root / "data", sources=[root / "docs"], torch_threads=1)
+    run_sync(settings, tiny_embedder)
+    return settings
+
+
+@pytest.fixture()
+def snapshot(tiny):
+    from knowledge_store.retrieval.snapshot_reader import load_snapshot
+
+    snap = load_snapshot(tiny.index_dir)
+    yield snap
+    snap.close()
+
+
+def untuned(settings: Settings) -> Settings:
+    tuned_path(settings.index_dir).unlink(missing_ok=True)
+    return settings
+
+
+@pytest.mark.slow
+def test_pseudo_queries_have_question_heading_and_title_kinds_with_real_targets(snapshot):
+    from knowledge_store.tuning import build_pseudo_queries
+
+    queries = build_pseudo_queries(snapshot)
+    kinds = {q.kind for q in queries}
+    assert kinds == {"question", "heading", "title"}
+    assert len(queries) == len(TITLES) + len(HEADINGS) == 32
+    section_paths = snapshot.records.column("section_path").to_pylist()
+    for q in queries:
+        assert q.targets and q.strip == q.query
+        if q.kind == "title":
+            assert q.unit == "document" and q.strip_field == "title" and q.query in TITLES
+            assert {snapshot.documents[d]["title"] for d in q.targets} == {q.query}
+        else:
+            assert q.unit == "section" and q.strip_field == "section" and q.query in HEADINGS
+            assert q.query.endswith("?") == (q.kind == "question")
+            for group in q.targets:  # the target section exists and is the one under that heading
+                rows = np.flatnonzero(snapshot.sections.group == group)
+                assert len(rows) and all(section_paths[r][-1] == q.query for r in rows)
+
+
+@pytest.mark.slow
+def test_the_query_text_is_removed_from_its_target(snapshot, tiny_embedder):
+    from knowledge_store.retrieval.evidence import gather_evidence
+    from knowledge_store.tuning import _TermCounter, build_pseudo_queries, strip_query_from_targets
+
+    pq = next(q for q in build_pseudo_queries(snapshot) if q.query == UNIQUE_HEADING)
+    vector = tiny_embedder.embed([pq.query])[0]
+    evidence = gather_evidence(snapshot, pq.query, vector)
+    stripped = strip_query_from_targets(snapshot, pq, evidence, tiny_embedder.embed, _TermCounter(snapshot), vector)
+    target = np.flatnonzero(np.isin(snapshot.sections.group, list(pq.targets)))
+    others = np.setdiff1d(np.arange(snapshot.size), target)
+    assert len(target) >= 1
+    # the heading's words occur only in that heading: without it the target's BM25 and cosine drop
+    assert np.all(evidence.bm25_chunk[target] > 0)
+    assert np.all(stripped.bm25_chunk[target] < evidence.bm25_chunk[target])
+    assert np.all(stripped.bm25_section[target] < evidence.bm25_section[target])
+    assert np.all(stripped.vector_chunk[target] < evidence.vector_chunk[target])
+    # every other row keeps its real scores: the competition is the real one
+    assert np.array_equal(stripped.bm25_chunk[others], evidence.bm25_chunk[others])
+    assert np.array_equal(stripped.vector_chunk[others], evidence.vector_chunk[others])
+
+
+@pytest.mark.slow
+def test_tune_corpus_saves_a_choice_on_the_grid_not_worse_than_builtin(tiny, tiny_embedder):
+    from knowledge_store.tuning import default_grid, tune_corpus
+
+    settings = untuned(tiny)
+    tuned = tune_corpus(settings, embedder=tiny_embedder, feedback=[], save=True)
+    assert tuned_path(settings.index_dir).is_file()
+    stored = load_tuned(settings.index_dir)
+    assert stored is not None and stored.to_dict() == tuned.to_dict()
+    grid = default_grid()
+    assert stored.params in grid
+    assert stored.after["ndcg@10"] >= stored.before["ndcg@10"]
+    assert stored.before["params"] == builtin_ranking(settings).to_dict()
+    assert stored.pseudo_queries == {"question": 8, "heading": 16, "title": 8}
+    assert len(stored.table) == len(grid)  # the built-in default is on the grid
+    assert stored.table[0]["ndcg@10"] == stored.after["ndcg@10"]
+    assert effective_ranking(settings, settings.index_dir) == stored.params
+
+
+@pytest.mark.slow
+def test_cli_tune_dry_run_does_not_write_and_json_and_too_few_queries(tiny, capsys, monkeypatch):
+    from knowledge_store.cli import main
+
+    monkeypatch.setenv("GROUNDWORK_TORCH_THREADS", "1")
+    settings = untuned(tiny)
+    data = str(settings.data_dir)
+    assert main(["tune", "--dry-run", "--data-dir", data]) == 0
+    out = capsys.readouterr().out
+    assert not tuned_path(settings.index_dir).exists()
+    for text in ("pseudo-queries: 32 (question 8, heading 16, title 8)", "built-in", "chosen", "nDCG@10", "Recall@5",
+                 "top 5 of", "dry run: nothing saved"):
+        assert text in out, text
+
+    assert main(["tune", "--json", "--data-dir", data]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {"params", "created_at", "snapshot_version", "pseudo_queries", "before", "after", "table", "seconds"} <= set(report)
+    assert load_tuned(settings.index_dir).params.to_dict() == report["params"]
+
+    untuned(settings)
+    assert main(["tune", "--limit", "5", "--data-dir", data]) == 2  # TuningError: one line, exit code 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: only") and "pseudo-queries" in err and "\n" not in err
+    assert not tuned_path(settings.index_dir).exists()
+
+
+@pytest.mark.slow
+def test_dagster_asset_materialises_with_metadata_and_check(tiny):
+    import dagster as dg
+
+    from pipelines.resources import EmbeddingModelResource, RetrievalResource
+    from pipelines.tuning import TUNING_ASSETS, TUNING_CHECKS
+
+    settings = untuned(tiny)
+    resources = {"retrieval": RetrievalResource(data_dir=str(settings.data_dir)),
+                 "model": EmbeddingModelResource(torch_threads=1)}
+    result = dg.materialize([*TUNING_ASSETS, *TUNING_CHECKS], resources=resources, raise_on_error=False)
+    assert result.success
+    metadata = result.asset_materializations_for_node("corpus_tuning")[0].metadata
+    for key in ("pseudo_queries", "pseudo_queries_question", "pseudo_queries_heading", "pseudo_queries_title",
+                "chosen", "alpha", "fusion", "section_weight", "lead_weight", "ndcg_at_10_before", "ndcg_at_10_after",
+                "ndcg_at_10_delta", "recall_at_5_before", "recall_at_5_after", "recall_at_5_delta", "duration_s",
+                "before_after", "top_configurations", "plot", "plot_path", "tuned_path"):
+        assert key in metadata, key
+    assert metadata["pseudo_queries_question"].value == 8 and metadata["pseudo_queries_heading"].value == 16
+    assert isinstance(metadata["ndcg_at_10_after"].value, float)
+    assert metadata["ndcg_at_10_after"].value >= metadata["ndcg_at_10_before"].value
+    assert "built-in" in metadata["before_after"].value and "chosen" in metadata["before_after"].value
+    assert metadata["top_configurations"].value.count("\n| ") == 15  # header row aside: the best 15
+    assert "data:image/png;base64," in metadata["plot"].value
+    assert Path(metadata["plot_path"].value).stat().st_size > 1000
+    assert load_tuned(settings.index_dir).params.alpha == metadata["alpha"].value
+    checks = result.get_asset_check_evaluations()
+    assert [(c.check_name, c.passed) for c in checks] == [("tuning_not_worse_than_builtin", True)]
+
+    # a corpus that cannot be tuned: the run fails with the reason and no tuned.json is made up
+    untuned(settings)
+    failed = dg.materialize([*TUNING_ASSETS, *TUNING_CHECKS], resources=resources, raise_on_error=False,
+                            run_config={"ops": {"corpus_tuning": {"config": {"limit": 5}}}})
+    assert not failed.success
+    failure = next(e for e in failed.all_events if e.is_step_failure)
+    assert "pseudo-queries could be built" in str(failure.event_specific_data.error.message)
+    assert not tuned_path(settings.index_dir).exists()
+
+
+@pytest.mark.slow
+def test_config_endpoint_reports_tuned_and_effective_defaults(tiny, tiny_embedder, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from knowledge_store.query_log import QueryLog
+    from knowledge_store.retrieval.engine import RetrievalEngine
+    from knowledge_store.server.app import create_app
+    from knowledge_store.tuning import tune_corpus
+
+    settings = untuned(tiny)
+    log = QueryLog(tmp_path / "logs.duckdb")
+    engine = RetrievalEngine(settings, embedder=tiny_embedder, query_log=log)
+    try:
+        with TestClient(create_app(settings, engine, mount_mcp=False), base_url="http://127.0.0.1:8080") as client:
+            before = client.get("/api/knowledge/config").json()
+            assert before["tuned"] is None
+            assert before["fusion_modes"] == FUSION_MODES
+            assert set(before["ranking_sources"].values()) == {"default"}
+            builtin = builtin_ranking(settings)
+            assert (before["default_alpha"], before["default_fusion"], before["section_weight"], before["lead_weight"]) == (
+                builtin.alpha, builtin.fusion, builtin.section_weight, builtin.lead_weight)
+
+            tuned = tune_corpus(settings, embedder=tiny_embedder, feedback=[])
+            after = client.get("/api/knowledge/config").json()  # no restart: the file is read when it changes
+            assert set(after["tuned"]) >= {"created_at", "snapshot_version", "pseudo_queries", "before", "after", "seconds"}
+            assert "table" not in after["tuned"]
+            assert after["tuned"]["after"] == tuned.after and after["tuned"]["pseudo_queries"] == tuned.pseudo_queries
+            assert set(after["ranking_sources"].values()) == {"tuned"}
+            assert (after["default_alpha"], after["default_fusion"], after["section_weight"], after["lead_weight"]) == (
+                tuned.params.alpha, tuned.params.fusion, tuned.params.section_weight, tuned.params.lead_weight)
+
+            # a search that does not say uses the tuned ranking; one that does gets what it asked for
+            response = client.post("/api/knowledge/query", json={"query": "How do I adjust rim brakes?", "k": 3})
+            assert response.status_code == 200, response.text
+            params = response.json()["params"]
+            assert (params["alpha"], params["fusion"], params["section_weight"], params["lead_weight"]) == (
+                tuned.params.alpha, tuned.params.fusion, tuned.params.section_weight, tuned.params.lead_weight)
+            assert response.json()["results"][0]["title"] == "Bicycle Maintenance Guide"
+            response = client.post("/api/knowledge/query", json={
+                "query": "How do I adjust rim brakes?", "k": 3, "fusion": "dbsf", "section_weight": 0.2, "lead_weight": 0.0})
+            assert response.status_code == 200, response.text
+            params = response.json()["params"]
+            assert (params["fusion"], params["section_weight"], params["lead_weight"]) == ("dbsf", 0.2, 0.0)
+            bad = client.post("/api/knowledge/query", json={"query": "brakes", "fusion": "bogus"})
+            assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "fusion"
+    finally:
+        log.close()
+        untuned(settings)

@@ -1,0 +1,289 @@
+"""Query terms, snippets, citations and extractive answers (the LLM client against a local fake server is
+in tests/integration/test_citations_answer.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from knowledge_store.retrieval.answer import NO_ANSWER, Answer, extractive_answer
+from knowledge_store.retrieval.citations import Citation, build_citation, build_citations
+from knowledge_store.retrieval.snippets import ELLIPSIS, best_snippet, collapse_ws, segments
+from knowledge_store.retrieval.terms import query_terms, term_spans
+from tests.helpers import hits_for_answer, make_hit
+
+
+def check_offsets(text: str, snippet: str, start: int, end: int) -> None:
+    """The snippet minus its ellipses is exactly the collapsed text[start:end]."""
+    assert 0 <= start < end <= len(text)
+    body = collapse_ws(text[start:end])
+    assert snippet in {body, ELLIPSIS + body, body + ELLIPSIS, ELLIPSIS + body + ELLIPSIS}, (snippet, body)
+
+
+# ---------------------------------------------------------------------------
+# query terms
+
+
+def test_query_terms_stem_stopwords_and_identifiers():
+    assert query_terms("How do I reset the thermostat?") == ["reset", "thermostat"]
+    assert query_terms("resetting") == query_terms("reset") == query_terms("resets")
+    assert query_terms("codes") == query_terms("code") == query_terms("coding")
+    assert query_terms("configured") == query_terms("configuration") == query_terms("configure")
+    assert query_terms("What is hvac.min_cycle_minutes?") == ["hvac", "min_cycle_minutes"]
+    assert query_terms("Café RÉSUMÉ") == query_terms("cafe resume")
+    assert query_terms("the of and is") == []
+    assert query_terms("error E42 error") == ["error", "e42"]
+
+
+# ---------------------------------------------------------------------------
+# snippets
+
+VOCAB = (
+    "the thermostat controller reset button press hold seconds error code codes display battery sensor "
+    "schedule heating cooling fan mode minutes cycle compressor filter warranty service manual install "
+    "wiring voltage terminal café naïve résumé Straße 温度 計 données élève ünïcödé"
+).split()
+CODE_LINES = [
+    "hvac.min_cycle_minutes = 5",
+    "    if error_code == 42: reset()",
+    "| code | meaning | action |",
+    "def reset_controller(timeout=30):",
+    "curl -X POST http://localhost:8080/api/v1/reset?force=true",
+]
+LONG_WORDS = [
+    "https://example.com/manuals/thermostat/" + "x" * 120 + "/reset.pdf",
+    "a" * 300,
+    "sha256:" + "0123456789abcdef" * 8,
+]
+
+
+def random_text(rng: random.Random) -> str:
+    parts: list[str] = []
+    for _ in range(rng.randint(1, 8)):
+        kind = rng.random()
+        if kind < 0.6:
+            n = rng.choice([3, 8, 15, 40, 90])  # some sentences far longer than a snippet
+            words = [rng.choice(VOCAB) for _ in range(rng.randint(1, n))]
+            if rng.random() < 0.1:
+                words.insert(rng.randrange(len(words) + 1), rng.choice(LONG_WORDS))
+            sentence = " ".join(words)
+            parts.append(sentence[0].upper() + sentence[1:] + rng.choice([".", "!", "?", ";", ""]))
+        elif kind < 0.85:
+            parts.append("\n".join(rng.sample(CODE_LINES, rng.randint(1, len(CODE_LINES)))))
+        else:
+            parts.append(rng.choice(LONG_WORDS) + " 🙂 e.g. see fig. 3")
+        parts.append(rng.choice([" ", "  ", "\n", "\n\n", " \t\n  "]))
+    return "".join(parts)
+
+
+def random_query(rng: random.Random) -> str:
+    pool = VOCAB + ["hvac.min_cycle_minutes", "resetting", "E42", "absent", "what is the", "how do I"]
+    return " ".join(rng.choice(pool) for _ in range(rng.randint(1, 4)))
+
+
+def test_snippet_limits_offsets_and_terms_on_random_texts():
+    rng = random.Random(20240611)
+    for _ in range(600):
+        text = random_text(rng)
+        query = random_query(rng)
+        max_chars = rng.choice([150, 150, 150, 60, 25, 200])
+        snippet, start, end = best_snippet(text, query, max_chars)
+        assert snippet, (text, query)
+        assert len(snippet) <= max_chars, (snippet, max_chars)
+        assert "\n" not in snippet and "  " not in snippet
+        check_offsets(text, snippet, start, end)
+        wanted = set(query_terms(query))
+        present = wanted & {t for t, _, _ in term_spans(text)}
+        if present and max_chars >= 60:
+            assert wanted & set(query_terms(snippet)), (text, query, snippet)
+
+
+def test_snippet_default_limit_is_150():
+    text = " ".join(["word"] * 200) + " thermostat " + " ".join(["word"] * 200)
+    snippet, start, end = best_snippet(text, "thermostat")
+    assert len(snippet) <= 150 and "thermostat" in snippet
+    assert snippet.startswith(ELLIPSIS) and snippet.endswith(ELLIPSIS)
+    check_offsets(text, snippet, start, end)
+    # centred: roughly as many words on each side of the match
+    left, right = snippet.strip(ELLIPSIS).split("thermostat")
+    assert abs(len(left) - len(right)) <= 12
+
+
+def test_best_sentence_is_chosen():
+    text = (
+        "The unit ships with a wall plate. Batteries last about a year. "
+        "To reset the controller, hold the MODE button for ten seconds. "
+        "The warranty covers parts for five years."
+    )
+    snippet, start, end = best_snippet(text, "how do I reset the controller?", 150)
+    assert "To reset the controller, hold the MODE button for ten seconds." in snippet
+    check_offsets(text, snippet, start, end)
+    exact = "To reset the controller, hold the MODE button for ten seconds."
+    snippet, start, end = best_snippet(text, "resetting controller", len(exact))
+    assert snippet == exact and text[start:end] == exact
+
+
+def test_rare_terms_weigh_more_and_ties_go_earlier():
+    text = "Thermostat battery notes. Thermostat wiring guide. Thermostat error codes list."
+    snippet, _, _ = best_snippet(text, "thermostat error", 30)
+    assert snippet == "Thermostat error codes list."
+    snippet, _, _ = best_snippet(text, "thermostat", 30)
+    assert snippet.startswith("Thermostat battery notes.")
+
+
+def test_short_sentence_is_extended_with_neighbours():
+    text = "Intro sentence here. Press reset. Then wait for the display to blink twice before releasing."
+    snippet, start, end = best_snippet(text, "reset", 150)
+    assert snippet == collapse_ws(text) and (start, end) == (0, len(text))
+    snippet, start, end = best_snippet(text, "reset", 45)
+    assert "Press reset." in snippet and len(snippet) <= 45
+    check_offsets(text, snippet, start, end)
+
+
+def test_long_sentence_window_has_ellipses_and_cuts_at_words():
+    words = [f"filler{i}" for i in range(60)]
+    words[45] = "compressor"
+    text = "Short first. " + " ".join(words) + " end. Last one."
+    snippet, start, end = best_snippet(text, "compressor", 80)
+    assert len(snippet) <= 80 and "compressor" in snippet
+    assert snippet.startswith(ELLIPSIS) and snippet.endswith(ELLIPSIS)
+    check_offsets(text, snippet, start, end)
+    assert text[start - 1] == " " and text[end] == " "  # whole words only
+
+
+def test_code_lines_count_as_sentences():
+    text = (
+        "Configuration keys:\n"
+        "hvac.fan_mode = auto\n"
+        "hvac.min_cycle_minutes = 5\n"
+        "hvac.max_temp = 30\n\n"
+        "Restart the service after editing."
+    )
+    spans = [text[s:e] for s, e in segments(text)]
+    assert "hvac.min_cycle_minutes = 5" in spans
+    snippet, start, end = best_snippet(text, "hvac.min_cycle_minutes", 26)
+    assert snippet == "hvac.min_cycle_minutes = 5"
+    assert text[start:end] == snippet
+
+
+def test_hard_wrapped_prose_stays_one_sentence():
+    text = "The compressor restarts only after the minimum\ncycle time has elapsed, which protects\nthe motor."
+    assert [text[s:e] for s, e in segments(text)] == [text]
+
+
+def test_no_match_gives_first_sentence_and_empty_text_gives_empty():
+    text = "First sentence is here. Second sentence follows."
+    snippet, start, end = best_snippet(text, "zebra", 24)
+    assert snippet == "First sentence is here." and start == 0
+    assert best_snippet("", "zebra") == ("", 0, 0)
+    assert best_snippet("   \n ", "zebra") == ("", 0, 0)
+    with pytest.raises(ValueError):
+        best_snippet(text, "x", 0)
+
+
+def test_single_huge_word_is_cut_around_the_match():
+    text = "See " + "q" * 200 + "/thermostat/" + "z" * 200 + " for details."
+    snippet, start, end = best_snippet(text, "thermostat", 40)
+    assert len(snippet) <= 40 and "thermostat" in snippet
+    assert snippet.startswith(ELLIPSIS) and snippet.endswith(ELLIPSIS)
+    assert snippet.strip(ELLIPSIS) == text[start:end]
+
+
+# ---------------------------------------------------------------------------
+# citations
+
+
+def test_build_citation_fields_and_json():
+    text = "Intro. To reset the controller, hold MODE for ten seconds. Outro."
+    hit = make_hit(text, 2, section_path=("Manual", "Reset"), last_updated="2024-05-01", rerank_score=0.7)
+    citation = build_citation(hit, "reset controller", 3)
+    assert isinstance(citation, Citation)
+    assert citation.n == 3 and citation.chunk_id == "c2" and citation.doc_id == "d2"
+    assert citation.pages == [2] and citation.page_start == 2 and citation.page_end == 2
+    assert citation.section_path == ["Manual", "Reset"]
+    assert citation.url == "file:///docs/doc2.pdf#page=2"
+    assert "reset the controller" in citation.snippet
+    assert text[citation.snippet_start:citation.snippet_end] in text
+    assert citation.rerank_score == 0.7 and citation.last_updated == "2024-05-01"
+    data = json.loads(citation.model_dump_json())
+    assert data["n"] == 3 and data["snippet"] == citation.snippet and data["bm25_score"] == 3.0
+
+
+def test_citation_url_gets_page_fragment_only_when_missing():
+    plain = make_hit("Some text.", 1, url="file:///docs/a.pdf", page_start=4, page_end=5)
+    assert build_citation(plain, "text", 1).url == "file:///docs/a.pdf#page=4"
+    assert build_citation(plain, "text", 1).pages == [4, 5]
+    anchored = make_hit("Some text.", 1, url="file:///docs/a.md#install", page_start=1, page_end=1)
+    assert build_citation(anchored, "text", 1).url == "file:///docs/a.md#install"
+    no_page = make_hit("Some text.", 1, url="file:///docs/a.md", page_start=None, page_end=None)
+    citation = build_citation(no_page, "text", 1)
+    assert citation.url == "file:///docs/a.md" and citation.pages == []
+
+
+def test_build_citations_numbers_in_rank_order_and_respects_limit():
+    hits = [make_hit("Alpha reset step. " * 20, 1), make_hit("Beta reset step.", 2)]
+    citations = build_citations(hits, "reset")
+    assert [c.n for c in citations] == [1, 2] and [c.chunk_id for c in citations] == ["c1", "c2"]
+    assert all(len(c.snippet) <= 150 for c in citations)
+    assert all(len(c.snippet) <= 40 for c in build_citations(hits, "reset", max_snippet_chars=40))
+
+
+# ---------------------------------------------------------------------------
+# extractive answers
+
+def test_extractive_sentences_are_verbatim_with_the_right_marker():
+    hits = hits_for_answer()
+    answer = extractive_answer("How do I reset the controller?", hits)
+    assert answer.method == "extractive" and answer.model is None
+    assert answer.sentences
+    for item in answer.sentences:
+        hit = hits[item["citation"] - 1]
+        assert item["chunk_id"] == hit.chunk_id
+        assert item["text"] in collapse_ws(hit.text)
+        assert collapse_ws(hit.text[item["start"]:item["end"]]) == item["text"]
+        assert f"{item['text']} [{item['citation']}]" in answer.text
+    texts = [item["text"] for item in answer.sentences]
+    best = "To reset the controller, hold the MODE button for ten seconds."
+    assert best in texts and answer.sentences[texts.index(best)]["citation"] == 1  # the top hit's copy
+    # the same sentence in hit 2 (chunk overlap) is not repeated
+    assert texts.count("To reset the controller, hold the MODE button for ten seconds.") == 1
+    assert "Reset" not in texts  # the heading is not an answer sentence
+    assert set(answer.citations) == {item["citation"] for item in answer.sentences}
+
+
+def test_extractive_cites_the_hit_that_holds_the_fact():
+    hits = hits_for_answer()
+    answer = extractive_answer("what does error E42 mean", hits, max_sentences=1)
+    assert answer.text == "Error E42 means the outdoor sensor is disconnected. [2]"
+    assert answer.citations == [2]
+    answer = extractive_answer("warranty parts years", hits, max_sentences=1)
+    assert answer.text.endswith("[3]") and answer.citations == [3]
+
+
+def test_extractive_keeps_passage_order_and_limits():
+    hits = hits_for_answer()
+    answer = extractive_answer("controller reset display blinks", hits, max_sentences=3)
+    first_hit = [item for item in answer.sentences if item["citation"] == 1]
+    assert [item["start"] for item in first_hit] == sorted(item["start"] for item in first_hit)
+    assert len(answer.sentences) <= 3
+    short = extractive_answer("controller reset display blinks", hits, max_chars=80)
+    assert len(short.text) <= 80 and short.sentences
+    one = extractive_answer("controller reset display blinks", hits, max_sentences=1)
+    assert len(one.sentences) == 1
+
+
+def test_extractive_long_sentence_is_quoted_in_part():
+    hit = make_hit("Intro. " + "The compressor " + " ".join(["waits"] * 200) + " before restarting.", 1)
+    answer = extractive_answer("compressor", [hit], max_chars=100)
+    assert len(answer.text) <= 100 and "compressor" in answer.text and answer.text.endswith("[1]")
+
+
+def test_extractive_empty_and_unmatched():
+    answer = extractive_answer("anything", [])
+    assert answer == Answer(text=NO_ANSWER, citations=[], method="extractive")
+    hits = hits_for_answer()
+    fallback = extractive_answer("zebra giraffe", hits)
+    assert fallback.citations == [1]
+    assert fallback.text == "The controller keeps its schedule during a power cut. [1]"

@@ -1,0 +1,44 @@
+"""Settings from the environment and their validation (the store, the embedders and the groundwork command:
+tests/integration/test_settings_and_cli.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from knowledge_store.errors import ConfigError
+from knowledge_store.settings import Settings
+
+
+def test_sources_are_colon_separated_in_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("GROUNDWORK_SOURCES", f"{tmp_path}/a:{tmp_path}/b")
+    monkeypatch.setenv("GROUNDWORK_CHUNK_SIZE_TOKENS", "150")
+    settings = Settings()
+    assert settings.sources == [tmp_path / "a", tmp_path / "b"]
+    assert settings.chunk_size_tokens == 150
+
+
+def test_default_corpus_is_the_sample_documents_and_project_docs(tmp_path):
+    settings = Settings(data_dir=tmp_path)
+    assert settings.uses_default_corpus
+    assert settings.source_dirs[0] == (tmp_path / "sample_corpus").resolve()
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("chunk_max_tokens", 300), ("chunk_size_tokens", 254 + 1), ("chunk_overlap_tokens", 150)],
+)
+def test_impossible_chunk_settings_are_refused_naming_the_setting(field, value):
+    with pytest.raises(Exception) as info:
+        Settings(**{field: value})
+    assert field in str(info.value)
+
+
+def test_config_error_carries_setting_and_value():
+    error = ConfigError("chunk_max_tokens", 300, "too big")
+    assert error.setting == "chunk_max_tokens" and error.value == 300
+
+
+def test_an_embedding_dim_below_one_is_refused_naming_the_setting():
+    with pytest.raises(Exception) as info:
+        Settings(embedding_dim=0)
+    assert "embedding_dim" in str(info.value)
