@@ -83,3 +83,26 @@ def test_the_server_logs_lines_and_exports_the_seed_metrics(tmp_path, embedder):
     assert line["answer"] == answer["answer"]["text"]
     assert 'http_request_duration_seconds_count{endpoint="/api/knowledge/query"} 1.0' in metrics
     assert f"pages_ingested_total {float(pages)}" in metrics
+
+
+@pytest.mark.slow
+def test_the_answer_ask_returns_is_the_one_the_query_log_keeps(tmp_path, embedder):
+    settings = build_sample_index(tmp_path, embedder, query_log_stdout=False)
+    engine = RetrievalEngine(settings, embedder=embedder, query_log=QueryLog(settings.logs_path))
+    asked = []
+    with TestClient(create_app(settings, engine, mount_mcp=False), base_url="http://127.0.0.1:8080") as client:
+        for route, body in (("/api/ask", {"query": "how do I reset the Aurora"}),
+                            ("/api/ask-local", {"query": "what does this mean?", "context": "reset the Aurora",
+                                                "source_file": "*"})):
+            response = client.post(route, json=body)
+            assert response.status_code == 200, response.text
+            asked.append(response.json())
+        engine.query_log.flush()
+    lines = {line["retrieval_request_id"]: line for line in map(
+        json.loads, (settings.data_dir / "logs" / "query.log").read_text().splitlines())}
+    for answer in asked:
+        assert answer["sources"] and answer["answer"] != "No relevant content found."
+        record = engine.query_log.get(answer["retrieval_request_id"])
+        assert record is not None and record.answer == answer["answer"]
+        assert record.params["answer"] == "extractive"  # the mode the answer was written in, not "none"
+        assert lines[answer["retrieval_request_id"]]["answer"] == answer["answer"]
