@@ -134,6 +134,9 @@ def ask(engine, base: str, question: str, *, top_k: int = 10, max_sources: int =
             "n": n, "title": citation.title, "doc_id": citation.doc_id, "chunk_id": citation.chunk_id,
             "snippet": citation.snippet, "relevance": citation.relevance,
             "rev_label": citation.rev_label, "valid_from": citation.valid_from, "valid_to": citation.valid_to,
+            "source_path": citation.source_path, "superseded_by": citation.superseded_by,
+            "supersedes": list(citation.supersedes), "see_also": list(citation.see_also),
+            "entities": [entity.model_dump() for entity in citation.entities],
         })
     return {
         "answer": reply.text, "sources": sources, "answer_method": reply.method,
