@@ -34,10 +34,10 @@ def test_a_query_line_has_the_seed_fields_redacted(tmp_path, capsys):
         assert out == stored and len(stored) == 2
         first = stored[0]
         assert SEED_FIELDS <= set(first)
-        assert first["query"] == "reset password for [EMAIL]" and first["num_results"] == 1 and first["latency_ms"] == 23.4
+        assert first["query"] == "reset password for user@[REDACTED]" and first["num_results"] == 1 and first["latency_ms"] == 23.4
         assert first["reranker"] == "mmr" and first["top_score"] == 0.94
         assert first["results"][0] == {"chunk_id": "c1", "source": "file:///docs/a.md#reset", "score": 0.94,
-                                       "text_preview": "Hold the button; mail [EMAIL]"}
+                                       "text_preview": "Hold the button; mail admin@[REDACTED]"}
         datetime.fromisoformat(first["timestamp"].rstrip("Z"))
         assert stored[1]["error"].startswith("IndexNotBuiltError") and stored[1]["num_results"] == 0
         # the answer text is kept in the query log itself too

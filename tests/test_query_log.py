@@ -55,7 +55,8 @@ def test_redact_replaces_each_secret_shape_with_a_placeholder(kind: str) -> None
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("mail bob.smith+ops@example.co.uk today", "mail [EMAIL] today"),
+        ("mail bob.smith+ops@example.co.uk today", "mail bob.smith+ops@[REDACTED] today"),
+        ("user@example.com", "user@[REDACTED]"),  # seed 004 FR-5.3's own example
         ("Authorization: Bearer abc123def456ghi789", "Authorization: Bearer [SECRET]"),
         ("password=hunter2 and more", "password=[SECRET] and more"),
         ("DB_PASSWORD=pa55word!", "DB_PASSWORD=[SECRET]"),
@@ -112,7 +113,7 @@ def test_redact_leaves_ordinary_text_alone(text: str) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    [*SECRETS.values(), *NOT_SECRETS, "token: Bearer abc123def456ghi789", "password=bob@example.com", "x [SECRET] [EMAIL]"],
+    [*SECRETS.values(), *NOT_SECRETS, "token: Bearer abc123def456ghi789", "password=bob@example.com", "x [SECRET] user@[REDACTED]", "a@b.example.com and c@d.org"],
 )
 def test_redact_is_idempotent(text: str) -> None:
     once = redact(text)
@@ -171,7 +172,7 @@ def test_append_returns_id_at_once_and_record_is_readable_redacted_after_flush(q
     assert qlog.flush(5)
     stored = qlog.get(request_id)
     assert stored is not None
-    assert stored.query == "reset for [EMAIL] with password=[SECRET]"
+    assert stored.query == "reset for bob@[REDACTED] with password=[SECRET]"
     assert stored.retrieval_request_id == request_id
     assert qlog.get("no-such-id") is None
 
@@ -342,7 +343,7 @@ def test_feedback_is_stored_validated_and_redacted(qlog: QueryLog) -> None:
     row = qlog.add_feedback(request_id, "down", chunk_id="c2", note="wrong page, ask ops@example.com")
     assert row["retrieval_request_id"] == request_id
     assert row["rating"] == "down" and row["chunk_id"] == "c2"
-    assert row["note"] == "wrong page, ask [EMAIL]"
+    assert row["note"] == "wrong page, ask ops@[REDACTED]"
     assert isinstance(row["created_at"], str) and "T" in row["created_at"]
     assert len(row["feedback_id"]) == 32
 
