@@ -136,8 +136,10 @@ class Settings(BaseSettings):
     server_port: int = Field(8080, ge=1, le=65535)
     allow_remote: bool = Field(False, description="Explicitly allow binding to a non-loopback address.")
     query_log_stdout: bool = Field(True, description="The server prints one JSON line per query (redacted) on stdout, "
-                                   "for container logs (seed 004).")
-    query_log_file: bool = Field(True, description="...and appends it to <data_dir>/logs/query.log, rotated daily and "
+                                   "for container logs (seed 004). Only the server: the CLI's stdout is its output "
+                                   "and MCP over stdio's is the protocol.")
+    query_log_file: bool = Field(True, description="Every process that logs a query (server, CLI, MCP over stdio, "
+                                 "support tool) appends its line to <data_dir>/logs/query.log, rotated daily and "
                                  "at query_log_max_mb, query_log_keep_days kept.")
     query_log_max_mb: float = Field(100.0, gt=0, description="Size at which query.log is rotated (besides midnight UTC).")
     query_log_keep_days: int = Field(7, ge=1, description="Rotated query.log files kept.")

@@ -66,6 +66,68 @@ def test_query_log_rotates_by_size_and_keeps_a_bounded_number_of_files(tmp_path)
     assert json.loads((tmp_path / "query.log").read_text().splitlines()[-1])["n"] == 39  # nothing lost at the end
 
 
+def test_processes_sharing_query_log_follow_each_others_rotation(tmp_path):
+    """The server, the CLI and MCP over stdio each append to one query.log with a handler of their own: a
+    handler whose file another one rotated away writes on in the new file, and never rotates it again."""
+    def handler():
+        h = _DailyAndSizeRotatingHandler(tmp_path / "query.log", max_bytes=300, backup_count=5)
+        h.setFormatter(logging.Formatter("%(message)s"))
+        return h
+
+    def emit(h, n):
+        h.handle(logging.LogRecord("lines", logging.INFO, __file__, 0, json.dumps({"n": n, "pad": "x" * 50}), None, None))
+
+    server, cli = handler(), handler()
+    try:
+        emit(cli, 0)
+        for n in range(1, 5):  # the server fills the file and rotates it (size)
+            emit(server, n)
+        rotated = sorted(p for p in tmp_path.iterdir() if p.name.startswith("query.log.20"))
+        assert len(rotated) == 1
+        emit(cli, 5)  # the CLI's open file was renamed: its line goes to the new query.log, nothing rotates
+        assert sorted(p for p in tmp_path.iterdir() if p.name.startswith("query.log.20")) == rotated
+        current = [json.loads(line)["n"] for line in (tmp_path / "query.log").read_text().splitlines()]
+        assert current[-1] == 5
+        everything = [json.loads(line)["n"] for path in [*rotated, tmp_path / "query.log"]
+                      for line in path.read_text().splitlines()]
+        assert sorted(everything) == list(range(6))  # nothing lost, nothing twice
+        # past midnight, a handler whose trigger is stale leaves a file another process wrote today alone
+        cli.rolloverAt = 0
+        emit(cli, 6)
+        assert sorted(p for p in tmp_path.iterdir() if p.name.startswith("query.log.20")) == rotated
+        assert cli.rolloverAt > 0
+    finally:
+        server.close()
+        cli.close()
+
+
+@pytest.mark.slow
+def test_a_cli_query_writes_its_line_to_the_file_and_nothing_on_its_stdout(tmp_path, embedder, monkeypatch, capsys):
+    from knowledge_store.cli import main
+    from knowledge_store.ingest.run import run_sync
+    from knowledge_store.settings import Settings
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "hub.md").write_text("# Hub\n\nTo reset the hub, hold its button for ten seconds; "
+                                              "mail ops@example.com if it stays red.\n", encoding="utf-8")
+    run_sync(Settings(data_dir=tmp_path / "data", sources=[tmp_path / "docs"]), embedder)
+    monkeypatch.chdir(tmp_path)  # no project .env
+    for name, value in {"GROUNDWORK_DATA_DIR": str(tmp_path / "data"), "GROUNDWORK_SOURCES": str(tmp_path / "docs"),
+                        "GROUNDWORK_QUERY_TORCH_THREADS": "2", "GROUNDWORK_QUERY_ENCODER": "torch"}.items():
+        monkeypatch.setenv(name, value)
+    capsys.readouterr()
+    assert main(["query", "how do I reset the hub", "--json"]) == 0
+    out = capsys.readouterr().out
+    printed = json.loads(out)  # stdout is the command's output alone: no query line in it
+    lines = [json.loads(line) for line in (tmp_path / "data" / "logs" / "query.log").read_text().splitlines()]
+    assert len(lines) == 1
+    line = lines[0]
+    assert SEED_FIELDS <= set(line)
+    assert (line["client"], line["retrieval_request_id"]) == ("cli", printed["retrieval_request_id"])
+    assert line["answer"] == printed["answer"].replace("ops@example.com", "ops@[REDACTED]")  # redacted, as the server's
+    assert line["num_results"] == len(printed["results"]) and "example.com" not in json.dumps(line)
+
+
 @pytest.mark.slow
 def test_the_server_logs_lines_and_exports_the_seed_metrics(tmp_path, embedder):
     settings = build_sample_index(tmp_path, embedder, query_log_stdout=False)

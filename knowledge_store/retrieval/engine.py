@@ -166,12 +166,15 @@ class RetrievalEngine:
     # ---------------------------------------------------------------- plumbing
     @property
     def query_log(self):
+        """The query log, opened on first use.  Opened here, it also writes each query's JSON line (seed 004) to
+        the rotated ``<data_dir>/logs/query.log`` - the CLI, MCP over stdio and the support tool log through
+        this - but never to stdout, which may be a command's output or MCP's protocol channel."""
         if self._query_log is None:
             with self._log_lock:
                 if self._query_log is None:
-                    from knowledge_store.query_log import QueryLog
+                    from knowledge_store.query_log import QueryLines, QueryLog
 
-                    self._query_log = QueryLog(self.settings.logs_path)
+                    self._query_log = QueryLog(self.settings.logs_path, lines=QueryLines.for_file(self.settings))
         return self._query_log
 
     def warm_up(self) -> None:

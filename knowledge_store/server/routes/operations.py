@@ -41,8 +41,8 @@ def prometheus_metrics(state: State) -> PlainTextResponse:
     ``groundwork_http_errors_total``, ``groundwork_query_duration_seconds``, ``groundwork_feedback_total{rating}``
     and ``groundwork_index_snapshot_version``.
 
-    Queries are not metrics: each one is a JSON line (seed 004) in ``<data_dir>/logs/query.log`` (and on the
-    server's stdout) with ``timestamp``, ``query``, ``num_results``, ``latency_ms``, ``reranker``, ``top_score``,
+    Queries are not metrics: each one is a JSON line (seed 004) in ``<data_dir>/logs/query.log``, from every
+    process that answers queries (the server also prints it on stdout), with ``timestamp``, ``query``, ``num_results``, ``latency_ms``, ``reranker``, ``top_score``,
     ``results[{chunk_id, source, score, text_preview}]``, plus ``error``, ``answer``, ``retrieval_request_id``,
     ``client``, ``reranker_status``, ``coverage`` and ``snapshot_version``; e-mail addresses are redacted to
     ``user@[REDACTED]`` and secrets to ``[SECRET]``."""
