@@ -151,7 +151,8 @@ class Settings(BaseSettings):
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Browser origins (scheme://host[:port], comma-separated; 'http://name:*' = any port) allowed to "
-        "call the API cross-site, with CORS headers. Other foreign origins get 403 on every route.",
+        "call the API cross-site, with CORS headers. Every other origin but the server's own - other ports of this "
+        "machine included - gets 403 (/mcp also takes local origins, as the MCP SDK does).",
     )
     search_workers: int = Field(8, ge=1, description="Queries the API runs at once; more wait (and share embedding batches).")
     max_query_chars: int = Field(2000, ge=10, description="Longer queries are rejected with 422.")

@@ -45,7 +45,7 @@ class ErrorBody(Open):
 
 _ERROR_TEXT = {
     400: "Malformed request (e.g. a body that is not valid JSON or multipart).",
-    403: "Cross-site request refused: the Origin is not this server, a local origin or a configured CORS origin.",
+    403: "Cross-site request refused: the Origin is neither this server's own nor in GROUNDWORK_CORS_ORIGINS.",
     404: "No such resource (the message names the id).",
     405: "Method not allowed; the Allow header lists the methods of this path.",
     409: "Conflict (duplicate upload, source name or folder already registered).",
