@@ -137,8 +137,10 @@ class Settings(BaseSettings):
     server_port: int = Field(8080, ge=1, le=65535)
     allow_remote: bool = Field(False, description="Explicitly allow binding to a non-loopback address.")
     query_log_stdout: bool = Field(True, description="The server prints one JSON line per query (redacted) on stdout, "
-                                   "for container logs (seed 004).")
-    query_log_file: bool = Field(True, description="...and appends it to <data_dir>/logs/query.log, rotated daily and "
+                                   "for container logs (seed 004). Only the server: the CLI's stdout is its output "
+                                   "and MCP over stdio's is the protocol.")
+    query_log_file: bool = Field(True, description="Every process that logs a query (server, CLI, MCP over stdio, "
+                                 "support tool) appends its line to <data_dir>/logs/query.log, rotated daily and "
                                  "at query_log_max_mb, query_log_keep_days kept.")
     query_log_max_mb: float = Field(100.0, gt=0, description="Size at which query.log is rotated (besides midnight UTC).")
     query_log_keep_days: int = Field(7, ge=1, description="Rotated query.log files kept.")
@@ -150,7 +152,8 @@ class Settings(BaseSettings):
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Browser origins (scheme://host[:port], comma-separated; 'http://name:*' = any port) allowed to "
-        "call the API cross-site, with CORS headers. Other foreign origins get 403 on every route.",
+        "call the API cross-site, with CORS headers. Every other origin but the server's own - other ports of this "
+        "machine included - gets 403 (/mcp also takes local origins, as the MCP SDK does).",
     )
     search_workers: int = Field(8, ge=1, description="Queries the API runs at once; more wait (and share embedding batches).")
     max_query_chars: int = Field(2000, ge=10, description="Longer queries are rejected with 422.")

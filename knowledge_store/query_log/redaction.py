@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import re
 
-EMAIL_PLACEHOLDER = "[EMAIL]"
+# seed 004 FR-5.3 names the form: "email is redacted to user@[REDACTED]" (user@example.com), so the
+# address's domain is replaced and its local part kept
+EMAIL_PLACEHOLDER = "[REDACTED]"
 SECRET_PLACEHOLDER = "[SECRET]"
-_PLACEHOLDER_AHEAD = r"(?!\[(?:SECRET|EMAIL)\])"
+_PLACEHOLDER_AHEAD = r"(?!\[(?:SECRET|REDACTED)\])"
 
 _PEM_BLOCK = re.compile(
     r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
@@ -51,7 +53,7 @@ _KV_SECRET = re.compile(
     """,
     re.VERBOSE | re.IGNORECASE,
 )
-_EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
+_EMAIL = re.compile(r"(?<![\w.+-])(?P<local>[A-Za-z0-9._%+-]+)@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
 _LONG_TOKEN = re.compile(r"(?<![A-Za-z0-9+/=_\-\[])[A-Za-z0-9+/_\-]{32,}={0,2}(?![A-Za-z0-9+/=_\-])")
 _HEX = re.compile(r"[0-9a-fA-F]+")
 
@@ -96,7 +98,8 @@ def _kv_replace(match: re.Match[str]) -> str:
 
 
 def redact(text: str) -> str:
-    """Replace e-mail addresses with ``[EMAIL]`` and secrets with ``[SECRET]``.
+    """Replace the domain of e-mail addresses with ``[REDACTED]`` (``user@example.com`` -> ``user@[REDACTED]``,
+    seed 004's form) and secrets with ``[SECRET]``.
 
     Idempotent: ``redact(redact(x)) == redact(x)``.  Key names of key/value
     secrets (``password=``, ``api_key:`` …) and the word ``Bearer`` are kept.
@@ -110,6 +113,6 @@ def redact(text: str) -> str:
     text = _SPECIFIC_SECRETS.sub(SECRET_PLACEHOLDER, text)
     text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{SECRET_PLACEHOLDER}", text)
     text = _KV_SECRET.sub(_kv_replace, text)
-    text = _EMAIL.sub(EMAIL_PLACEHOLDER, text)
+    text = _EMAIL.sub(lambda m: f"{m.group('local')}@{EMAIL_PLACEHOLDER}", text)
     text = _LONG_TOKEN.sub(lambda m: SECRET_PLACEHOLDER if _looks_random(m.group(0)) else m.group(0), text)
     return text

@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,10 @@ from knowledge_store.settings import Settings
 
 _SEARCH_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="bm25")
 NO_RESULTS = "No relevant content found."
+
+# A caller's own way of writing the answer from the final (reranked, cut to k) hits; empty when nothing
+# relevant was found.  See ``RetrievalEngine.search``.
+AnswerFn = Callable[[list[SearchHit]], Answer]
 
 
 @dataclass
@@ -162,12 +167,15 @@ class RetrievalEngine:
     # ---------------------------------------------------------------- plumbing
     @property
     def query_log(self):
+        """The query log, opened on first use.  Opened here, it also writes each query's JSON line (seed 004) to
+        the rotated ``<data_dir>/logs/query.log`` - the CLI, MCP over stdio and the support tool log through
+        this - but never to stdout, which may be a command's output or MCP's protocol channel."""
         if self._query_log is None:
             with self._log_lock:
                 if self._query_log is None:
-                    from knowledge_store.query_log import QueryLog
+                    from knowledge_store.query_log import QueryLines, QueryLog
 
-                    self._query_log = QueryLog(self.settings.logs_path)
+                    self._query_log = QueryLog(self.settings.logs_path, lines=QueryLines.for_file(self.settings))
         return self._query_log
 
     def warm_up(self) -> None:
@@ -325,22 +333,27 @@ class RetrievalEngine:
                        fuse=(t4 - t3) * 1000)
         return HybridCandidates(snapshot, query_vector, hits, timings, terms.unknown)
 
-    def search(self, query: str, log: bool = True, **params: Any) -> SearchResponse:
+    def search(self, query: str, log: bool = True, answer_fn: AnswerFn | None = None, **params: Any) -> SearchResponse:
         """Answer one query with cited passages; every call is logged (unless ``log=False``).
 
+        ``answer_fn`` writes the answer instead of the engine (``POST /api/ask`` answers from its first
+        ``max_sources`` hits, with its own sentence choice): it runs before the query is logged, so the
+        answer the caller returns is the one the query log and its JSON line keep.  It is given the final
+        hits (empty when nothing relevant was found) and ``answer`` still names the mode it writes in.
+
         Malformed input (``request`` raises ``QueryValidationError``) is refused unlogged; any
-        failure after that (unavailable reranker, no index, a bug) is logged with its error and
-        the latency so far, then re-raised unchanged."""
+        failure after that (unavailable reranker, no index, a failing ``answer_fn``, a bug) is logged
+        with its error and the latency so far, then re-raised unchanged."""
         started = time.perf_counter()
         request = params.pop("request", None) or self.request(query, **params)
         try:
-            return self._search(request, started, log)
+            return self._search(request, started, log, answer_fn)
         except Exception as error:
             if log:
                 self._log_failure(request, error, started)
             raise
 
-    def _search(self, request: SearchRequest, started: float, log: bool) -> SearchResponse:
+    def _search(self, request: SearchRequest, started: float, log: bool, answer_fn: AnswerFn | None = None) -> SearchResponse:
         reranker = self.reranker(request.reranker)
         pool_size = max(request.k * 4, 20) if reranker is not None else request.k
         found = self.candidates(request, pool_size)
@@ -366,7 +379,10 @@ class RetrievalEngine:
                 final.append(hit)
         t_format = time.perf_counter()
         citations = build_citations(final, request.query, self.settings.snippet_chars)
-        answer = self._answer(request, final) if final else (Answer(text=NO_RESULTS, citations=[], method="extractive") if request.answer != "none" else None)
+        if answer_fn is not None:
+            answer = answer_fn(final)
+        else:
+            answer = self._answer(request, final) if final else (Answer(text=NO_RESULTS, citations=[], method="extractive") if request.answer != "none" else None)
         done = time.perf_counter()
         timings.update(rerank=(t_format - t_rerank) * 1000, format=(done - t_format) * 1000, total=(done - started) * 1000)
         timings = {k: round(v, 3) for k, v in timings.items()}

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from knowledge_store.entities import EntityRef
 from knowledge_store.retrieval.answer import Answer
 from knowledge_store.retrieval.citations import Citation
 from knowledge_store.server.ingest_jobs import Job  # the job record's model lives beside the jobs
@@ -44,7 +45,7 @@ class ErrorBody(Open):
 
 _ERROR_TEXT = {
     400: "Malformed request (e.g. a body that is not valid JSON or multipart).",
-    403: "Cross-site request refused: the Origin is not this server, a local origin or a configured CORS origin.",
+    403: "Cross-site request refused: the Origin is neither this server's own nor in GROUNDWORK_CORS_ORIGINS.",
     404: "No such resource (the message names the id).",
     405: "Method not allowed; the Allow header lists the methods of this path.",
     409: "Conflict (duplicate upload, source name or folder already registered).",
@@ -103,6 +104,12 @@ class AskSource(Open):
     rev_label: str | None = Field(None, description="The document's revision label (seed 003), e.g. Rev C or v2.1.")
     valid_from: str | None = Field(None, description="ISO-8601 UTC: since when this version is the valid one.")
     valid_to: str | None = Field(None, description="ISO-8601 UTC: until when it was valid; null while it is.")
+    # the rest of seed 003's citation, as /api/knowledge/query results carry it (same meaning, same descriptions)
+    source_path: str = Field("", description=Citation.model_fields["source_path"].description)
+    superseded_by: str | None = Field(None, description=Citation.model_fields["superseded_by"].description)
+    supersedes: list[str] = Field(default_factory=list, description=Citation.model_fields["supersedes"].description)
+    see_also: list[str] = Field(default_factory=list, description=Citation.model_fields["see_also"].description)
+    entities: list[EntityRef] = Field(default_factory=list, description=Citation.model_fields["entities"].description)
 
 
 class AskResponse(Open):

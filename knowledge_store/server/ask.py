@@ -22,7 +22,9 @@ selection itself ("what does this mean?", "explain this"): then by the
 selection's words too.  An LLM sees the selection as well.
 
 Each call is one logged retrieval: ``retrieval_request_id`` is what
-``POST /api/knowledge/feedback`` refers to.
+``POST /api/knowledge/feedback`` refers to, and the query log (and its JSON
+line) keeps the answer returned here: it is written inside the search
+(``RetrievalEngine.search(answer_fn=...)``), before the query is logged.
 """
 
 from __future__ import annotations
@@ -116,11 +118,13 @@ def ask(engine, base: str, question: str, *, top_k: int = 10, max_sources: int =
             raise QueryValidationError("source_file", source_file, "matches no indexed document (give its path relative "
                                        "to its source, e.g. from GET /api/kb/articles, a file name, a glob, or the "
                                        "URL of a crawled web page)")
-    response = engine.search(retrieval_query(question, context, settings.max_query_chars), k=top_k, answer="none",
+    # the answer is written inside the search, so the query log keeps the answer this call returns
+    response = engine.search(retrieval_query(question, context, settings.max_query_chars), k=top_k, answer=answer,
+                             answer_fn=lambda found: _answer(settings, question, found[:max_sources], answer, context),
                              filters=filters, client=client)
     hits = list(response.hits)[:max_sources]
     citations = list(response.results)[:max_sources]
-    reply = _answer(settings, question, hits, answer, context)
+    reply = response.answer
     relative = {(d["doc_id"], d["version"]): d["relative_path"] for d in engine.snapshots.current().documents}
     sources = []
     for n, (hit, citation) in enumerate(zip(hits, citations), start=1):
@@ -130,6 +134,9 @@ def ask(engine, base: str, question: str, *, top_k: int = 10, max_sources: int =
             "n": n, "title": citation.title, "doc_id": citation.doc_id, "chunk_id": citation.chunk_id,
             "snippet": citation.snippet, "relevance": citation.relevance,
             "rev_label": citation.rev_label, "valid_from": citation.valid_from, "valid_to": citation.valid_to,
+            "source_path": citation.source_path, "superseded_by": citation.superseded_by,
+            "supersedes": list(citation.supersedes), "see_also": list(citation.see_also),
+            "entities": [entity.model_dump() for entity in citation.entities],
         })
     return {
         "answer": reply.text, "sources": sources, "answer_method": reply.method,

@@ -3,19 +3,24 @@
 A local server is reachable from every web page its user opens.  Two attacks
 follow, and one policy stops both:
 
-* **Cross-site requests.**  A page on ``evil.example`` can POST a form to
-  ``http://127.0.0.1:8080/api/knowledge/ingest``; the browser sends it with
-  ``Origin: https://evil.example`` (and ``Sec-Fetch-Site: cross-site``).  A
-  request whose Origin is not this server's own, a local origin or a configured
-  CORS origin is refused with **403** - on every method, so neither a write nor
-  a CORS-enabled read gets through.
+* **Cross-site requests.**  A page on ``evil.example`` - or on another port of
+  this machine, e.g. a dev server at ``http://127.0.0.1:5173`` - can POST a
+  multipart form to ``http://127.0.0.1:8080/api/knowledge/ingest`` (a "simple"
+  request: no preflight); the browser sends it with its ``Origin``.  The REST
+  API and console accept only their own origin (the console is served by this
+  server, so it is same-origin) and ``cors_origins`` (issue 14: "no other
+  origin may call the API"); any other Origin is refused with **403** - on
+  every method, so neither a write nor a CORS-enabled read gets through.
+  Other ports of this machine are other origins: they are not trusted.
 * **DNS rebinding.**  ``evil.example`` re-resolved to 127.0.0.1 makes the page
   "same-origin" with us, but its requests still carry ``Host: evil.example``.
   A Host outside the allow-list is refused with **421**, before any route runs.
 
-The allow-list is the one ``/mcp`` always had (``localhost``, ``127.0.0.1``,
-``[::1]``, any port) plus ``allowed_hosts`` and ``cors_origins`` from
-``Settings``; ``mcp_transport_security`` hands the same list to the MCP SDK.
+Hosts: ``localhost``, ``127.0.0.1``, ``[::1]`` (any port) plus ``allowed_hosts``
+(and the bind address under ``allow_remote``).  ``/mcp`` keeps what MCP
+clients get from the MCP SDK's own default: local origins on any port (and
+those of the allowed hosts) plus ``cors_origins``; ``mcp_transport_security``
+hands that list to the SDK, which checks it again.  Its tools only read.
 Browsers get CORS headers only for ``cors_origins`` (no wildcard).
 """
 
@@ -48,37 +53,44 @@ def _matches(value: str, patterns: Iterable[str]) -> bool:
 
 @dataclass(frozen=True)
 class OriginPolicy:
-    """The allow-lists; ``check`` says whether one request may proceed (and if not, why)."""
+    """The allow-lists; ``check`` says whether one request may proceed (and if not, why).
+
+    ``cors_origins`` are the only foreign origins the REST API and console take; ``mcp_origins`` the ones
+    ``mcp_path`` takes (local origins on any port, the allowed hosts' origins, ``cors_origins``)."""
 
     allowed_hosts: tuple[str, ...]
-    allowed_origins: tuple[str, ...]
     cors_origins: tuple[str, ...] = field(default=())
+    mcp_origins: tuple[str, ...] = field(default=())
+    mcp_path: str = "/mcp"
 
     @classmethod
     def from_settings(cls, settings: Settings) -> OriginPolicy:
         hosts = [f"{name}:*" for name in LOCAL_HOSTS] + list(settings.allowed_hosts)
         if settings.allow_remote and settings.server_host not in ("0.0.0.0", "::", ""):
             hosts.append(f"{settings.server_host}:*")  # the address it was told to serve on
-        origins = [f"{scheme}://{host}" for host in hosts for scheme in ("http", "https")]
-        return cls(allowed_hosts=tuple(hosts), allowed_origins=tuple(origins) + tuple(settings.cors_origins),
-                   cors_origins=tuple(settings.cors_origins))
+        local_origins = [f"{scheme}://{host}" for host in hosts for scheme in ("http", "https")]
+        return cls(allowed_hosts=tuple(hosts), cors_origins=tuple(settings.cors_origins),
+                   mcp_origins=tuple(local_origins) + tuple(settings.cors_origins))
 
     def host_allowed(self, host: str | None) -> bool:
         return bool(host) and _matches(host, self.allowed_hosts)
 
-    def origin_allowed(self, origin: str, host: str | None) -> bool:
+    def origin_allowed(self, origin: str, host: str | None, path: str = "/") -> bool:
+        """Same origin (``Origin`` is ``http(s)://`` + the ``Host`` served) always; otherwise ``cors_origins``,
+        or on ``mcp_path`` ``mcp_origins``."""
         if origin.lower() in (f"http://{host}".lower(), f"https://{host}".lower()):
-            return True  # same origin
-        return _matches(origin.rstrip("/"), self.allowed_origins)
+            return True  # same origin: the console, or a page this server serves
+        return _matches(origin.rstrip("/"), self.mcp_origins if path == self.mcp_path else self.cors_origins)
 
-    def check(self, method: str, host: str | None, origin: str | None, fetch_site: str | None) -> tuple[int, str, str] | None:
+    def check(self, method: str, host: str | None, origin: str | None, fetch_site: str | None,
+              path: str = "/") -> tuple[int, str, str] | None:
         """``None`` when the request may proceed, else ``(status, error code, message)``."""
         if not self.host_allowed(host):
             return (421, "host_not_allowed",
                     f"Host {host!r} is not served here (DNS-rebinding protection); allowed: "
                     f"{', '.join(self.allowed_hosts)}. Add it with GROUNDWORK_ALLOWED_HOSTS.")
         if origin is not None:
-            if not self.origin_allowed(origin, host):
+            if not self.origin_allowed(origin, host, path):
                 return (403, "origin_not_allowed",
                         f"requests from origin {origin!r} are refused (cross-site request protection); "
                         "allow a trusted web app with GROUNDWORK_CORS_ORIGINS")
@@ -104,7 +116,7 @@ class OriginPolicyMiddleware:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         refusal = self.policy.check(scope.get("method", "GET"), headers.get("host"), headers.get("origin"),
-                                    headers.get("sec-fetch-site"))
+                                    headers.get("sec-fetch-site"), scope.get("path", "/"))
         if refusal is None:
             await self.app(scope, receive, send)
             return
@@ -120,10 +132,10 @@ class OriginPolicyMiddleware:
 
 
 def mcp_transport_security(policy: OriginPolicy):
-    """The same allow-list for the MCP SDK's own Host/Origin check on ``/mcp``."""
+    """The same hosts, and ``/mcp``'s origins, for the MCP SDK's own Host/Origin check on ``/mcp``."""
     from mcp.server.transport_security import TransportSecuritySettings
 
     hosts = [h for pattern in policy.allowed_hosts for h in (pattern, pattern[:-2] if pattern.endswith(":*") else pattern)]
-    origins = [o for pattern in policy.allowed_origins for o in (pattern, pattern[:-2] if pattern.endswith(":*") else pattern)]
+    origins = [o for pattern in policy.mcp_origins for o in (pattern, pattern[:-2] if pattern.endswith(":*") else pattern)]
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=sorted(set(hosts)),
                                      allowed_origins=sorted(set(origins)))

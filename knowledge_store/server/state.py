@@ -65,10 +65,13 @@ class ServerState:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         query_log = engine.query_log if engine is not None else QueryLog(settings.logs_path)
         engine = engine or RetrievalEngine(settings, query_log=query_log)
-        if query_log.lines is None:  # one JSON line per query on stdout and in the rotated logs/query.log (seed 004)
-            query_log.lines = QueryLines(settings.data_dir / "logs" if settings.query_log_file else None,
-                                         stdout=settings.query_log_stdout, max_mb=settings.query_log_max_mb,
-                                         keep_days=settings.query_log_keep_days)
+        # one JSON line per query in the rotated logs/query.log (seed 004), as every process writes it; the server
+        # is the one process that also prints it on stdout (container logs): elsewhere stdout is a command's
+        # output or the MCP protocol channel
+        if query_log.lines is None:
+            query_log.lines = QueryLines.for_file(settings)
+        if settings.query_log_stdout:
+            query_log.lines.echo_to_stdout()
         # the configured limits are part of the contract: the schema states them
         rerankers = tuple(engine.available_rerankers())
         answer_modes = available_answer_modes(settings)

@@ -99,7 +99,7 @@ def test_feedback_is_stored_against_a_logged_request(env):
         "note": "wrong page; contact me at someone@example.com"})
     assert response.status_code == 201
     stored = response.json()
-    assert stored["rating"] == "down" and stored["chunk_id"] == chunk and "[EMAIL]" in stored["note"]
+    assert stored["rating"] == "down" and stored["chunk_id"] == chunk and "someone@[REDACTED]" in stored["note"] and "example.com" not in stored["note"]
     rows = [r for r in log.list_feedback() if r["feedback_id"] == stored["feedback_id"]]
     assert rows and rows[0]["retrieval_request_id"] == data["retrieval_request_id"]
     listing = client.get("/api/knowledge/feedback").json()

@@ -113,9 +113,29 @@ def test_dns_rebinding_hosts_are_refused_on_every_route(env):
         assert response.json()["error"] == "host_not_allowed"
 
 
+def test_another_port_of_this_machine_is_another_origin_and_cannot_upload_or_sync(env):
+    """Issue 14 item 3: only this server's own origin and GROUNDWORK_CORS_ORIGINS may call the API - a dev
+    server or any page on another loopback port included (a multipart upload needs no preflight)."""
+    client = env["client"]
+    for other in ("http://127.0.0.1:5173", "http://localhost:8081", "http://[::1]:3000", "http://localhost:8080"):
+        upload = client.post("/api/knowledge/ingest", headers={"Origin": other},
+                             files={"file": ("other-port.md", b"# pwned\n\nfrom another port", "text/markdown")})
+        assert upload.status_code == 403 and upload.json()["error"] == "origin_not_allowed", (other, upload.text)
+        assert client.post("/api/sources/docs/sync", headers={"Origin": other}).status_code == 403, other
+        assert client.get("/api/knowledge/config", headers={"Origin": other}).status_code == 403, other
+    docs = client.get("/api/knowledge/documents").json()["documents"]
+    assert not any(d.get("relative_path", "").endswith("other-port.md") for d in docs)
+    # the console is served by this server: its own origin (by any of the names it is served under) is served
+    for own, host in ((LOCAL, "127.0.0.1:8080"), ("http://localhost:8080", "localhost:8080"),
+                      ("http://kb.internal:9000", "kb.internal:9000")):
+        same = client.post("/api/knowledge/feedback", headers={"Origin": own, "Host": host},
+                           json={"retrieval_request_id": "not-logged", "rating": "up"})
+        assert same.status_code != 403, (own, same.text)
+
+
 def test_local_and_configured_origins_and_hosts_are_served(env):
     client = env["client"]
-    assert client.get("/api/knowledge/config", headers={"Origin": "http://localhost:5173"}).status_code == 200
+    assert client.get("/api/knowledge/config", headers={"Origin": "http://localhost:5173"}).status_code == 403
     assert client.get("/api/knowledge/config", headers={"Origin": LOCAL}).status_code == 200
     assert client.get("/api/knowledge/config", headers={"Host": "kb.internal:9000"}).status_code == 200
     cors = client.get("/api/knowledge/config", headers={"Origin": "https://app.example"})
@@ -135,6 +155,9 @@ def test_mcp_uses_the_same_allow_list(env):
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     ok = client.post("/mcp", json=init, headers={**headers, "Host": "kb.internal:9000"})
     assert ok.status_code == 200, ok.text
+    # /mcp keeps the MCP SDK's local-client allowance (its tools only read): a local origin on any port
+    local = client.post("/mcp", json=init, headers={**headers, "Origin": "http://localhost:6274"})
+    assert local.status_code == 200, local.text
     assert client.post("/mcp", json=init, headers={**headers, "Origin": "https://evil.example"}).status_code == 403
 
 

@@ -20,7 +20,7 @@ def test_api_reference_lists_every_route_and_the_seed_field_names(embedder) -> N
         for method in ("get", "post", "put", "patch", "delete"):
             if method in item:
                 assert f"### `{method.upper()} {path}`" in text
-    # seed 001 (articles), 002 (ask), 004 (query logging is not an API field, /metrics is a route)
+    # seed 001 (articles), 002 (ask)
     for field in ("`articles`", "`total`", "`updated_at`", "`last_updated`", "`intent`", "`device`",
                   "`answer`", "`sources`", "`source_file`", "`context`",
                   # seed 003: the citation's revision label, link and validity; relations with their evidence
@@ -30,3 +30,9 @@ def test_api_reference_lists_every_route_and_the_seed_field_names(embedder) -> N
                   "`entities`", "`entity_boost`", "EntityRef"):
         assert field in text, field
     assert "### `GET /metrics`" in text
+    # seed 004: the metric names and the query line's fields, in /metrics' description
+    metrics = text.split("### `GET /metrics`", 1)[1].split("\n### ", 1)[0]
+    for name in ("`http_request_duration_seconds{endpoint}`", "`pages_ingested_total`", "`timestamp`", "`query`",
+                 "`num_results`", "`latency_ms`", "`reranker`", "`top_score`",
+                 "`results[{chunk_id, source, score, text_preview}]`", "`user@[REDACTED]`"):
+        assert name in metrics, name

@@ -1,6 +1,7 @@
 """The console's administration pages in a real browser (system Chromium via Playwright) against the real app
 (uvicorn, a real index of the sample corpus): navigation by keyboard; Upload (file chooser, progress to
-indexed, a duplicate, a refused type); Sources (add, edit, disable, enable, detail, delete a folder source);
+indexed, a duplicate, a refused type; drag and drop onto the drop zone, to indexed, then the same file
+again as a duplicate); Sources (add, edit, disable, enable, detail, delete a folder source);
 Failures (Retry shows the job's result); Settings (saved in tuned.json, seen by /api/knowledge/config and the
 Search page, reset); Evaluation (empty state, then results written by the evaluation code).  Screenshots go
 to test-artifacts/console-*.png."""
@@ -8,6 +9,7 @@ to test-artifacts/console-*.png."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -198,6 +200,50 @@ def test_upload_by_file_chooser_shows_progress_to_indexed_and_reports_a_duplicat
     assert "Gadget care" in titles
     found = api(live["base"], "/api/knowledge/query", "POST", {"query": "how do I clean the zircon lens", "k": 3})
     assert found["results"] and found["results"][0]["title"] == "Gadget care"
+
+
+def drop_file(page, name: str, text: str) -> None:
+    """Drag a file onto the drop zone as a browser does: one DataTransfer holding a File, carried by
+    dragenter, dragover and drop (Playwright hands the live object to each event)."""
+    transfer = page.evaluate_handle("""([name, text]) => {
+        const transfer = new DataTransfer();
+        transfer.items.add(new File([text], name, { type: "text/markdown" }));
+        return transfer;
+    }""", [name, text])
+    zone = page.locator("#drop-zone")
+    zone.dispatch_event("dragenter", {"dataTransfer": transfer})
+    zone.dispatch_event("dragover", {"dataTransfer": transfer})
+    expect(zone).to_have_class(re.compile(r"\bdragging\b"))  # the zone shows it will take the file
+    zone.dispatch_event("drop", {"dataTransfer": transfer})
+    expect(zone).not_to_have_class(re.compile(r"\bdragging\b"))
+    transfer.dispose()
+
+
+def test_upload_by_drag_and_drop_shows_progress_to_indexed_then_a_second_drop_is_a_duplicate(page, live):
+    name = "kiln-firing.md"
+    text = ("# Kiln firing\n\n## Candling the bisque\n\nHold the kiln at 90 degrees for two hours with the lid "
+            "propped open so the greenware dries before the bisque firing.\n")
+    go(page, "Upload")
+    drop_file(page, name, text)
+    items = page.locator("#upload-list > li")
+    expect(items).to_have_count(1)
+    first = items.nth(0)
+    expect(first).to_contain_text(name)
+    expect(first.locator(".upload-state")).to_contain_text("Indexed: 1 added", timeout=120_000)
+    assert first.locator("progress").evaluate("p => p.value") == 100
+    expect(first.locator(".upload-detail")).to_contain_text("passages in the index now")
+
+    drop_file(page, name, text)  # the same bytes again: the server's SHA-256 check answers 409
+    expect(items).to_have_count(2)
+    second = items.nth(1)
+    expect(second.locator(".upload-state")).to_contain_text("Duplicate: duplicate of", timeout=60_000)
+    expect(second.get_by_role("button", name=f"Upload {name} anyway")).to_be_visible()
+    screenshot(page, "upload-drop")
+
+    titles = [d["title"] for d in api(live["base"], "/api/knowledge/documents")["documents"]]
+    assert titles.count("Kiln firing") == 1
+    found = api(live["base"], "/api/knowledge/query", "POST", {"query": "how long to candle the bisque", "k": 3})
+    assert found["results"] and found["results"][0]["title"] == "Kiln firing"
 
 
 # ------------------------------------------------------------------ sources

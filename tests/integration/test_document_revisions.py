@@ -301,7 +301,12 @@ def test_api_and_mcp_citations_carry_rev_label_validity_and_relations(tmp_path: 
 
         response = client.post("/api/ask", json={"query": "suction valve oil pressure gauge"})
         assert response.status_code == 200, response.text
-        assert response.json()["sources"][0]["rev_label"] == "Rev C"
+        source = response.json()["sources"][0]
+        assert set(source) >= {"file", "section", "url", "pages"}  # seed 002's fields stay
+        assert (source["rev_label"], source["valid_to"], source["superseded_by"]) == ("Rev C", None, None)
+        assert source["valid_from"].endswith("Z") and source["source_path"].startswith("file://")
+        assert source["supersedes"] == [old["doc_id"]] and source["see_also"] == [documents["lockout.md"]["doc_id"]]
+        assert source["entities"] == top["entities"] and any(e["value"] == "SOP-42" for e in source["entities"])
 
         response = client.get(f"/api/knowledge/documents/{new['doc_id']}/relations")
         assert response.status_code == 200, response.text

@@ -76,7 +76,7 @@ def test_append_returns_id_at_once_and_record_is_readable_redacted_after_flush(q
     assert qlog.flush(5)
     stored = qlog.get(request_id)
     assert stored is not None
-    assert stored.query == "reset for [EMAIL] with password=[SECRET]"
+    assert stored.query == "reset for bob@[REDACTED] with password=[SECRET]"
     assert stored.retrieval_request_id == request_id
     assert qlog.get("no-such-id") is None
 
@@ -247,7 +247,7 @@ def test_feedback_is_stored_validated_and_redacted(qlog: QueryLog) -> None:
     row = qlog.add_feedback(request_id, "down", chunk_id="c2", note="wrong page, ask ops@example.com")
     assert row["retrieval_request_id"] == request_id
     assert row["rating"] == "down" and row["chunk_id"] == "c2"
-    assert row["note"] == "wrong page, ask [EMAIL]"
+    assert row["note"] == "wrong page, ask ops@[REDACTED]"
     assert isinstance(row["created_at"], str) and "T" in row["created_at"]
     assert len(row["feedback_id"]) == 32
 

@@ -40,7 +40,8 @@ def test_redact_replaces_each_secret_shape_with_a_placeholder(kind: str) -> None
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("mail bob.smith+ops@example.co.uk today", "mail [EMAIL] today"),
+        ("mail bob.smith+ops@example.co.uk today", "mail bob.smith+ops@[REDACTED] today"),
+        ("user@example.com", "user@[REDACTED]"),  # seed 004 FR-5.3's own example
         ("Authorization: Bearer abc123def456ghi789", "Authorization: Bearer [SECRET]"),
         ("password=hunter2 and more", "password=[SECRET] and more"),
         ("DB_PASSWORD=pa55word!", "DB_PASSWORD=[SECRET]"),
@@ -97,7 +98,7 @@ def test_redact_leaves_ordinary_text_alone(text: str) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    [*SECRETS.values(), *NOT_SECRETS, "token: Bearer abc123def456ghi789", "password=bob@example.com", "x [SECRET] [EMAIL]"],
+    [*SECRETS.values(), *NOT_SECRETS, "token: Bearer abc123def456ghi789", "password=bob@example.com", "x [SECRET] user@[REDACTED]", "a@b.example.com and c@d.org"],
 )
 def test_redact_is_idempotent(text: str) -> None:
     once = redact(text)

@@ -34,6 +34,18 @@ def health(state: State) -> JSONResponse:
 
 @router.get("/metrics", response_class=PlainTextResponse)
 def prometheus_metrics(state: State) -> PlainTextResponse:
+    """Prometheus text exposition.  Seed 004's names: ``http_request_duration_seconds{endpoint}`` (latency
+    histogram per route template, e.g. ``endpoint="/mcp"`` for its p95) and ``pages_ingested_total`` (pages
+    parsed by every ingestion process: Dagster, the CLI and this server's jobs).  Also
+    ``groundwork_http_requests_total{method,route,status}``, ``groundwork_http_request_duration_seconds``,
+    ``groundwork_http_errors_total``, ``groundwork_query_duration_seconds``, ``groundwork_feedback_total{rating}``
+    and ``groundwork_index_snapshot_version``.
+
+    Queries are not metrics: each one is a JSON line (seed 004) in ``<data_dir>/logs/query.log``, from every
+    process that answers queries (the server also prints it on stdout), with ``timestamp``, ``query``, ``num_results``, ``latency_ms``, ``reranker``, ``top_score``,
+    ``results[{chunk_id, source, score, text_preview}]``, plus ``error``, ``answer``, ``retrieval_request_id``,
+    ``client``, ``reranker_status``, ``coverage`` and ``snapshot_version``; e-mail addresses are redacted to
+    ``user@[REDACTED]`` and secrets to ``[SECRET]``."""
     metrics = state.metrics
     try:
         metrics.snapshot_version.set(state.engine.snapshots.current().info.snapshot_version)
