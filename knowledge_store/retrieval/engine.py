@@ -148,8 +148,7 @@ class RetrievalEngine:
             self.settings.model_path, self.settings.query_encoder, self.settings.models_cache_dir,
             self.settings.query_torch_threads, self.settings.embedding_dim,
         ), cache_size=0), size=self.settings.query_cache_size)
-        self.snapshots = SnapshotManager(self.settings.index_dir, ann=AnnConfig.from_settings(self.settings),
-                                         scan_threads=self.settings.vector_scan_threads)
+        self.snapshots = SnapshotManager(self.settings.index_dir, ann=AnnConfig.from_settings(self.settings))
         self.masks = MaskCache()
         self._query_log = query_log
         self._log_lock = threading.Lock()

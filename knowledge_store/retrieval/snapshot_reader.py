@@ -26,7 +26,6 @@ import numpy as np
 from knowledge_store.entities import DEFAULT_VOCABULARY, EntityRef, EntityVocabulary, entity_key
 from knowledge_store.index import FTS_IGNORE, SnapshotInfo, open_snapshot, read_pointer
 from knowledge_store.retrieval.types import SearchHit
-from knowledge_store.retrieval.vector_scan import cosine_scan
 
 _FTS_SPLIT = re.compile(FTS_IGNORE)
 BM25_K1 = 1.2
@@ -91,7 +90,6 @@ class LoadedSnapshot:
     normalised_text_cache: dict = field(default_factory=dict)  # row -> normalised text
     _stems: dict[str, str] = field(default_factory=dict)
     load_seconds: float = 0.0
-    scan_threads: int = 1  # threads sharing the exact vector scan (vector_scan.py); set by SnapshotManager
     # approximate vector index (ann.py): None = exact search; set by SnapshotManager once built or loaded
     ann: object | None = None
     ann_ready: threading.Event = field(default_factory=threading.Event)  # set when the ANN is attached or given up
@@ -205,7 +203,7 @@ class LoadedSnapshot:
 
     # ---------------------------------------------------------------- vectors
     def vector_scores(self, query_vector: np.ndarray) -> np.ndarray:
-        return cosine_scan(self.embeddings, query_vector, self.scan_threads)
+        return self.embeddings @ query_vector.astype(np.float32)
 
     # ------------------------------------------------------------------ rows
     def hits_for_rows(self, rows: list[int]) -> list[SearchHit]:
@@ -578,11 +576,10 @@ class SnapshotManager:
     must not be served from the old snapshot after the call returns).
     """
 
-    def __init__(self, index_dir: Path, check_interval_s: float = 1.0, ann=None, scan_threads: int = 1) -> None:
+    def __init__(self, index_dir: Path, check_interval_s: float = 1.0, ann=None) -> None:
         self.index_dir = Path(index_dir)
         self.check_interval_s = check_interval_s
         self.ann_config = ann
-        self.scan_threads = scan_threads
         self._snapshot: LoadedSnapshot | None = None
         self._lock = threading.Lock()
         self._last_check = 0.0
@@ -636,7 +633,6 @@ class SnapshotManager:
 
     def _install(self, fresh: LoadedSnapshot, mtime: float | None) -> LoadedSnapshot:
         """Serve ``fresh`` from now on (the caller holds the lock)."""
-        fresh.scan_threads = self.scan_threads
         self._start_ann(fresh)
         old, self._snapshot = self._snapshot, fresh
         self._pointer_mtime = mtime
