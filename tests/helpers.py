@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +30,71 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextmanager
+def served_app(settings, engine, port: int | None = None, name: str = "uvicorn") -> Iterator[str]:
+    """The real app (``create_app``) served by uvicorn on a loopback thread; yields its base URL once
+    ``/health`` answers 200 (fails the test after 60 s), and stops it afterwards."""
+    import pytest
+    import uvicorn
+
+    from knowledge_store.server.app import create_app
+
+    port = port or free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, engine), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True, name=name)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
+                if response.status == 200:
+                    break
+        except Exception:  # noqa: BLE001 - not up yet (connection refused, 503 while warming)
+            pass
+        if time.monotonic() > deadline or not thread.is_alive():
+            server.should_exit = True
+            pytest.fail("the app did not answer /health with 200 within 60 s")
+        time.sleep(0.1)
+    try:
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@contextmanager
+def chromium(args: list[str] | None = None):
+    """The system Chromium, headless, through Playwright (never a downloaded browser)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=args or CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@contextmanager
+def console_page(browser, base: str):
+    """A console page at ``base``; afterwards fails the test if it tried to load anything from outside the app
+    (nothing may come from the internet) or raised a JavaScript error."""
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    outside: list[str] = []
+    context.route(lambda url: not url.startswith(base) and not url.startswith("data:"),
+                  lambda route: (outside.append(route.request.url), route.abort()))
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(base + "/")
+    yield page
+    context.close()
+    assert not outside, f"the console tried to load from outside the app: {outside}"
+    assert not errors, f"JavaScript errors: {errors}"
 
 
 class CountingEmbedder:

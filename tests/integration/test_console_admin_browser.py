@@ -11,22 +11,27 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import threading
-import time
 import urllib.request
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, TIMEOUT_MS, build_sample_index, free_port
+from tests.helpers import (
+    CHROMIUM,
+    REPO_ROOT,
+    build_sample_index,
+    chromium,
+    console_page,
+    served_app,
+)
 
 pytestmark = pytest.mark.slow
 
 if not CHROMIUM.exists():
     pytest.skip(f"system Chromium not found at {CHROMIUM} (this test never downloads browsers)", allow_module_level=True)
 try:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 except ImportError as error:  # pragma: no cover - depends on the environment
     pytest.skip(f"playwright cannot be imported ({error}); install the Python package to run the console test",
                 allow_module_level=True)
@@ -35,7 +40,6 @@ uvicorn = pytest.importorskip("uvicorn", reason="uvicorn is needed to serve the 
 from knowledge_store.ingest.run import run_sync  # noqa: E402  (after the skips: without a browser nothing loads)
 from knowledge_store.query_log import QueryLog  # noqa: E402
 from knowledge_store.retrieval.engine import RetrievalEngine  # noqa: E402
-from knowledge_store.server.app import create_app  # noqa: E402
 from knowledge_store.tuning import load_manual, tuned_path  # noqa: E402
 
 ARTIFACTS = REPO_ROOT / "test-artifacts"
@@ -63,52 +67,21 @@ def live(tmp_path_factory, embedder):
     run_sync(settings, embedder)
     query_log = QueryLog(root / "logs.duckdb")
     engine = RetrievalEngine(settings, embedder=embedder, query_log=query_log)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, engine), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True, name="console-admin-uvicorn")
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
-                if response.status == 200:
-                    break
-        except Exception:  # noqa: BLE001 - not up yet
-            pass
-        if time.monotonic() > deadline or not thread.is_alive():
-            server.should_exit = True
-            pytest.fail("the app did not answer /health with 200 within 60 s")
-        time.sleep(0.1)
-    yield {"base": base, "settings": settings, "root": root}
-    server.should_exit = True
-    thread.join(timeout=10)
+    with served_app(settings, engine, name="console-admin-uvicorn") as base:
+        yield {"base": base, "settings": settings, "root": root}
     query_log.close()
 
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+    with chromium() as browser:
         yield browser
-        browser.close()
 
 
 @pytest.fixture()
 def page(browser, live):
-    context = browser.new_context(viewport={"width": 1200, "height": 900})
-    outside: list[str] = []
-    context.route(lambda url: not url.startswith(live["base"]) and not url.startswith("data:"),
-                  lambda route: (outside.append(route.request.url), route.abort()))
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(live["base"] + "/")
-    yield page
-    context.close()
-    assert not outside, f"the console tried to load from outside the app: {outside}"
-    assert not errors, f"JavaScript errors: {errors}"
+    with console_page(browser, live["base"]) as page:
+        yield page
 
 
 def go(page, route: str) -> None:

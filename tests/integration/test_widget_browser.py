@@ -23,13 +23,10 @@ the error tests: while it is on, Playwright answers CORS preflights itself.
 from __future__ import annotations
 
 import json
-import threading
-import time
-import urllib.request
 
 import pytest
 
-from tests.helpers import CHROMIUM, REPO_ROOT, TIMEOUT_MS, build_sample_index, free_port
+from tests.helpers import CHROMIUM, REPO_ROOT, TIMEOUT_MS, build_sample_index, chromium, free_port, served_app
 from tests.helpers import CHROMIUM_ARGS as BROWSER_ARGS
 
 pytestmark = pytest.mark.slow
@@ -37,7 +34,7 @@ pytestmark = pytest.mark.slow
 if not CHROMIUM.exists():
     pytest.skip(f"system Chromium not found at {CHROMIUM} (this test never downloads browsers)", allow_module_level=True)
 try:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 except ImportError as error:  # pragma: no cover - depends on the environment
     pytest.skip(f"playwright cannot be imported ({error}); install the Python package to run the widget test",
                 allow_module_level=True)
@@ -46,7 +43,6 @@ uvicorn = pytest.importorskip("uvicorn", reason="uvicorn is needed to serve the 
 from knowledge_store.ingest.run import run_sync  # noqa: E402  (after the skips: without a browser nothing loads)
 from knowledge_store.query_log import QueryLog  # noqa: E402
 from knowledge_store.retrieval.engine import RetrievalEngine  # noqa: E402
-from knowledge_store.server.app import create_app  # noqa: E402
 from knowledge_store.sources import add_source  # noqa: E402
 from knowledge_store.store import store_connection  # noqa: E402
 from tests.doc_site import DocSite, Reply, doc_page  # noqa: E402
@@ -118,36 +114,17 @@ def live(tmp_path_factory, embedder):
 
     query_log = QueryLog(root / "logs.duckdb")
     engine = RetrievalEngine(settings, embedder=embedder, query_log=query_log)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, engine), host="127.0.0.1", port=api_port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True, name="widget-uvicorn")
-    thread.start()
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{api}/health", timeout=2) as response:
-                if response.status == 200:
-                    break
-        except Exception:  # noqa: BLE001 - not up yet (connection refused, 503 while warming)
-            pass
-        if time.monotonic() > deadline or not thread.is_alive():
-            server.should_exit = True
-            pytest.fail("the app did not answer /health with 200 within 60 s")
-        time.sleep(0.1)
-    yield {"api": api, "site": site, "query_log": query_log, "page": site.url("/docs/backups"),
-           "refused_origin": f"http://{REFUSED_HOST}:{site.origin.rsplit(':', 1)[1]}"}
-    server.should_exit = True
-    thread.join(timeout=10)
+    with served_app(settings, engine, port=api_port, name="widget-uvicorn"):
+        yield {"api": api, "site": site, "query_log": query_log, "page": site.url("/docs/backups"),
+               "refused_origin": f"http://{REFUSED_HOST}:{site.origin.rsplit(':', 1)[1]}"}
     site.stop()
     query_log.close()
 
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+    with chromium(CHROMIUM_ARGS) as browser:
         yield browser
-        browser.close()
 
 
 class Visit:

@@ -50,21 +50,8 @@
     return (n / 1048576).toFixed(1) + " MB";
   }
 
-  function safeHref(url) {
-    try {
-      var parsed = new URL(url, window.location.href);
-      return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed.href : null;
-    } catch (e) {
-      return null;
-    }
-  }
-
-  /** The human message of an error body ({message} or FastAPI's {detail}). */
-  function messageOf(body, status) {
-    if (body && typeof body.message === "string" && body.message) return body.message;
-    if (body && typeof body.detail === "string") return body.detail;
-    return "The server answered with HTTP " + status + ".";
-  }
+  // http(s) links only, and the human message of an error body: the search page's (console.js, loaded first)
+  var safeHref = window.GroundworkConsole.safeHref, messageOf = window.GroundworkConsole.messageOf;
 
   /** fetch + JSON: resolves {ok, status, body}; rejects only when the server cannot be reached. */
   function requestJSON(method, url, payload) {

@@ -131,6 +131,9 @@
     return "The server answered with HTTP " + status + ".";
   }
 
+  // shared with admin.js (loaded after this file by index.html), so both pages link and word errors alike
+  window.GroundworkConsole = { safeHref: safeHref, messageOf: messageOf };
+
   function postJSON(url, payload) {
     return fetch(url, {
       method: "POST",
