@@ -53,7 +53,7 @@ SENTINEL = -1.0  # the score of rows that were not scored (below any cosine); ne
 class AnnConfig:
     """How the graph is built and searched (from ``Settings``: ``ann_*``)."""
 
-    min_chunks: int = 200_000
+    min_chunks: int = 100_000
     connectivity: int = 32
     expansion_add: int = 256
     ef_search: int = 512
