@@ -48,6 +48,11 @@ class Settings(BaseSettings):
         description="Folders to ingest, separated by ':'. Empty = the default corpus "
         "(generated sample documents + this project's docs/).",
     )
+    eval_datasets: Annotated[list[Path], NoDecode] = Field(
+        default_factory=lambda: [PROJECT_ROOT.parent / "shared" / "datasets" / "scifact"],
+        description="BEIR folders (corpus.jsonl, queries.jsonl, qrels) the Dagster evaluation assets measure, "
+        "separated by ':'; those that do not exist are skipped. Default: the shared SciFact set beside the checkout.",
+    )
     model_path: Path = Field(default_factory=_default_model_path, description="sentence-transformers model folder.")
     embedding_dim: int = Field(384, ge=1, description="Width of the embedding vectors: what the model must produce "
                                "(checked at load) and the store's embeddings column, FLOAT[embedding_dim], set when "
@@ -174,7 +179,7 @@ class Settings(BaseSettings):
     ocr_confidence_pass: bool = Field(True, description="Also run the tesseract command on each OCR'd page for word confidences (beside the OCR, on another core); off = confidence unknown.")
     tessdata_dir: Path | None = Field(None, description="Tesseract language data folder; unset = TESSDATA_PREFIX, else the system's (Debian: /usr/share/tesseract-ocr/5/tessdata).")
 
-    @field_validator("sources", mode="before")
+    @field_validator("sources", "eval_datasets", mode="before")
     @classmethod
     def _split_sources(cls, value: object) -> object:
         if isinstance(value, str):

@@ -29,13 +29,12 @@ from evals.metrics import METRICS, PRIMARY_METRIC, check_metric_value, metric_la
 from evals.retrieval_eval import EvalConfig
 from knowledge_store.errors import ConfigError
 from knowledge_store.retrieval.fusion import FUSION_MODES
-from knowledge_store.settings import PROJECT_ROOT, Settings
+from knowledge_store.settings import Settings
 from knowledge_store.store import utcnow
 from pipelines.metadata import markdown_table
 from pipelines.resources import RetrievalResource
 
 GROUP = "evaluation"
-DEFAULT_DATASET = PROJECT_ROOT.parent / "shared" / "datasets" / "scifact"
 
 
 # one retrieval_eval_<name> asset each; alpha None = the serving settings' default_alpha
@@ -53,7 +52,7 @@ LEGACY_BASELINE_METRIC = "recall@5"
 class EvaluationResource(dg.ConfigurableResource):
     """Which labelled sets to evaluate on and how strict the regression gate is."""
 
-    datasets: list[str] = []  # BEIR folders; empty = ../shared/datasets/scifact when present
+    datasets: list[str] = []  # BEIR folders; empty = the settings' eval_datasets that exist (GROUNDWORK_EVAL_DATASETS)
     split: str = "test"
     data_dir: str | None = None
     recall_drop_margin: float = 0.02  # how far a gated metric (MetricSpec.gated: Recall@5) may worsen
@@ -63,7 +62,7 @@ class EvaluationResource(dg.ConfigurableResource):
     def folders(self) -> list[Path]:
         if self.datasets:
             return [Path(d) for d in self.datasets]
-        return [DEFAULT_DATASET] if DEFAULT_DATASET.is_dir() else []
+        return [folder for folder in Settings().eval_datasets if folder.is_dir()]
 
     def eval_root(self) -> Path:
         base = Path(self.data_dir) if self.data_dir else Settings().data_dir
@@ -79,7 +78,8 @@ def eval_datasets(context: dg.AssetExecutionContext, evaluation: EvaluationResou
 
     folders = evaluation.folders()
     if not folders:
-        raise dg.Failure("no evaluation datasets: set EvaluationResource.datasets or provide ../shared/datasets/scifact")
+        raise dg.Failure("no evaluation datasets: set EvaluationResource.datasets or GROUNDWORK_EVAL_DATASETS (none of "
+                         f"{', '.join(str(p) for p in Settings().eval_datasets) or 'nothing'} exists)")
     rows = []
     for folder in folders:
         started = time.perf_counter()

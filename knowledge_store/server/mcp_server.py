@@ -57,7 +57,6 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
-from knowledge_store.entities import EntityRef
 from knowledge_store.errors import GroundworkError
 from knowledge_store.retrieval.citations import Citation, citation_url
 from knowledge_store.retrieval.engine import NO_RESULTS, QueryValidationError, RetrievalEngine
@@ -96,44 +95,11 @@ INSTRUCTIONS = INSTRUCTIONS.replace("{rerankers}", "; ".join(
 # structured output
 
 
-class SearchResultItem(BaseModel):
-    """One cited passage; ``n`` is the marker ``[n]``."""
-
-    n: int
-    chunk_id: str
-    doc_id: str
-    version: int
-    title: str
-    section: str
-    pages: list[int]
-    url: str
-    snippet: str
-    score: float = Field(description="Fused hybrid score (ranking order).")
-    bm25_score: float | None = None
-    vector_score: float | None = None
-    relevance: float = Field(description="Absolute 0-1 relevance of the passage to the query.")
-    status: str = Field("active", description="active, or superseded (include_superseded): by a newer version of the "
-                        "file or a newer revision in another file.")
-    rev_label: str | None = Field(None, description="The document's revision label (Rev C, v2.1), if it has one.")
-    valid_from: str | None = Field(None, description="ISO-8601 UTC: since when this version is the valid one.")
-    valid_to: str | None = Field(None, description="ISO-8601 UTC: when it stopped being valid; null while it is.")
-    superseded_by: str | None = Field(None, description="doc_id of the newer revision (another file) that replaced it.")
-    see_also: list[str] = Field(default_factory=list, description="doc_ids of documents this document links to.")
-    ocr: bool = Field(False, description="The passage was read by OCR from a scanned page.")
-    ocr_confidence: float | None = Field(
-        None, description="Mean OCR word confidence (0-1) of the passage's least sure page; set only when ocr is true and known."
-    )
-    entities: list[EntityRef] = Field(
-        default_factory=list,
-        description="Entities the passage mentions ({type, value}: asset ASSET-104, procedure SOP-42, standard API 510, ...); "
-        "a value works in filters.entities.",
-    )
-
-
 class SearchOutput(BaseModel):
     retrieval_request_id: str = Field(description="Id of this query in the query log (for feedback).")
     coverage: str = Field(description="high | medium | low | none: how well the best passage matches.")
-    results: list[SearchResultItem]
+    results: list[Citation] = Field(description="The cited passages, best first: the same Citation model as the HTTP "
+                                    "API's results (n is the marker [n] in the answer).")
     answer: str | None = Field(None, description="Short extractive answer with [n] markers, if any.")
 
 
@@ -387,17 +353,7 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
         except GroundworkError as error:
             raise ToolError(f"{type(error).__name__}: {error}") from None
         answer = response.answer.text if response.answer is not None else None
-        results = [
-            SearchResultItem(
-                n=c.n, chunk_id=c.chunk_id, doc_id=c.doc_id, version=c.version, title=c.title, section=c.section,
-                pages=c.pages, url=c.url, snippet=c.snippet, score=c.score, bm25_score=c.bm25_score,
-                vector_score=c.vector_score, relevance=c.relevance, ocr=c.ocr, ocr_confidence=c.ocr_confidence,
-                status=c.status, rev_label=c.rev_label, valid_from=c.valid_from, valid_to=c.valid_to,
-                superseded_by=c.superseded_by, see_also=c.see_also,
-                entities=c.entities,
-            )
-            for c in response.results
-        ]
+        results = list(response.results)
         output = SearchOutput(
             retrieval_request_id=response.retrieval_request_id,
             coverage=response.coverage,

@@ -23,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from knowledge_store.query_log import QueryLog
+from knowledge_store.retrieval.citations import Citation
 from knowledge_store.retrieval.engine import NO_RESULTS, RetrievalEngine
 from knowledge_store.server.mcp_server import build_mcp_server, mount_mcp
 from knowledge_store.settings import Settings
@@ -35,7 +36,10 @@ HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "app
 RESULT_KEYS = {"n", "chunk_id", "doc_id", "version", "title", "section", "pages", "url", "snippet", "score",
                "bm25_score", "vector_score", "relevance", "ocr", "ocr_confidence",
                # seed 003: the document's revision label, validity and relations
-               "status", "rev_label", "valid_from", "valid_to", "superseded_by", "see_also", "entities"}
+               "status", "rev_label", "valid_from", "valid_to", "superseded_by", "see_also", "entities",
+               # the rest of the HTTP API's Citation: MCP results are that model, not a copy of part of it
+               "section_path", "page_start", "page_end", "snippet_start", "snippet_end", "rerank_score", "last_updated",
+               "doc_type", "source_path", "supersedes", "entity_boost"}
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +109,7 @@ async def _exercise(session_or_client, *, check_instructions: str | None = None)
     assert data["coverage"] in ("high", "medium") and data["retrieval_request_id"]
     assert 1 <= len(data["results"]) <= 3
     top = data["results"][0]
-    assert set(top) == RESULT_KEYS
+    assert set(top) == RESULT_KEYS == set(Citation.model_fields)
     assert top["n"] == 1 and top["url"].startswith("file://") and "#page=4" in top["url"]
     assert "factory" in top["snippet"].lower()
     text = result.content[0].text

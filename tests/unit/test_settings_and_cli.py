@@ -42,3 +42,16 @@ def test_an_embedding_dim_below_one_is_refused_naming_the_setting():
     with pytest.raises(Exception) as info:
         Settings(embedding_dim=0)
     assert "embedding_dim" in str(info.value)
+
+
+def test_evaluation_datasets_come_from_settings_and_missing_folders_are_skipped(monkeypatch, tmp_path):
+    from pipelines.evaluation import EvaluationResource
+
+    present, missing = tmp_path / "mine", tmp_path / "gone"
+    present.mkdir()
+    monkeypatch.setenv("GROUNDWORK_EVAL_DATASETS", f"{present}:{missing}")
+    assert Settings().eval_datasets == [present, missing]
+    assert EvaluationResource().folders() == [present]
+    assert EvaluationResource(datasets=[str(missing)]).folders() == [missing]  # named on the resource: as given
+    monkeypatch.delenv("GROUNDWORK_EVAL_DATASETS")
+    assert Settings(_env_file=None).eval_datasets[0].parts[-3:] == ("shared", "datasets", "scifact")
