@@ -1,9 +1,14 @@
-"""Vector pseudo-relevance feedback (Rocchio) over the default ranking, measured with real labels.
+"""Vector evidence that was measured and not shipped: pseudo-relevance feedback and mean-of-chunks vectors.
 
-Not shipped (docs/EVALUATION.md, "Why the engine lost on documentation"): the query vector
-is moved towards the best chunks of the top-k documents of the default ranking and the
-ranking is recomputed.  Small gains on both dev sets, but a second vector pass costs what
-the 100k-chunk latency budget does not have.  Kept so the figures can be reproduced:
+docs/EVALUATION.md ("Why the engine lost on documentation" and the 2026-11-24 section) has the
+figures; kept so they can be reproduced with the real labels:
+
+- ``prf``: Rocchio - the query vector moved towards the best chunks of the top-k documents of
+  the default ranking, then the whole corpus ranked again;
+- ``prf-pool``: the same, but only the default ranking's fused pool re-scored with the moved vector
+  (what would fit the latency budget: no second pass over every vector);
+- ``section-mean`` / ``document-mean``: each chunk's cosine (and its section lead's) blended with
+  the cosine of its section's / document's mean chunk vector.
 
     .venv/bin/python -m evals.prf_experiment [scifact] [debian]
 """
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,14 +26,15 @@ from evals.beir import beir_settings, load_beir
 from evals.metrics import ndcg_at_k, recall_at_k
 from evals.ranking_sweep import doc_beir_ids, embed_queries
 from knowledge_store.embeddings import query_embedder
-from knowledge_store.retrieval.evidence import RankingParams, gather_evidence, rank_rows
+from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, gather_evidence, rank_rows
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, load_snapshot
 from knowledge_store.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = {"scifact": (ROOT.parent / "shared" / "datasets" / "scifact", "test"),
             "debian": (ROOT / "data" / "datasets" / "debian-docs", "all")}
-VARIANTS = [(0, 0.0)] + [(k, beta) for k in (3, 5, 10) for beta in (0.3, 0.6, 1.0)]
+PRF_VARIANTS = [(k, beta) for k in (3, 5, 10) for beta in (0.3, 0.6, 1.0)]
+MEAN_WEIGHTS = (0.2, 0.4, 0.6)
 
 
 def top_document_rows(snapshot: LoadedSnapshot, rows: np.ndarray, k: int) -> list[int]:
@@ -50,7 +57,56 @@ def feedback_vector(snapshot: LoadedSnapshot, query_vector: np.ndarray, rows: li
     return (moved / np.linalg.norm(moved)).astype(np.float32)
 
 
-def run(name: str, params: RankingParams) -> dict[tuple[int, float], tuple[float, float]]:
+def mean_vectors(snapshot: LoadedSnapshot, groups: np.ndarray) -> np.ndarray:
+    """The L2-normalised mean chunk vector of each group (section or document) of rows."""
+    means = np.zeros((int(groups.max()) + 1, snapshot.embeddings.shape[1]), dtype=np.float32)
+    np.add.at(means, groups, snapshot.embeddings)
+    return means / np.linalg.norm(means, axis=1, keepdims=True)
+
+
+def with_vectors(evidence: QueryEvidence, chunk: np.ndarray, lead: np.ndarray) -> QueryEvidence:
+    return QueryEvidence(evidence.terms, evidence.bm25_chunk, evidence.bm25_section, evidence.coverage, chunk, lead)
+
+
+def variants(snapshot: LoadedSnapshot) -> dict[str, Callable]:
+    """name -> f(text, query vector, evidence, default rows) -> rows, for every variant measured."""
+    group, lead_row = snapshot.sections.group, snapshot.sections.lead_row
+    means = {"section-mean": (mean_vectors(snapshot, group), group),
+             "document-mean": (mean_vectors(snapshot, snapshot.doc_index), snapshot.doc_index)}
+    out: dict[str, Callable] = {"default ranking": lambda text, vector, evidence, base, rank: base}
+
+    def prf(k: int, beta: float, pool_only: bool):
+        def run(text, vector, evidence, base, rank):
+            moved = feedback_vector(snapshot, vector, top_document_rows(snapshot, base, k), beta)
+            if not pool_only:
+                return rank(gather_evidence(snapshot, text, moved), snapshot.active)
+            chunk, lead = evidence.vector_chunk.copy(), evidence.vector_lead.copy()
+            chunk[base] = snapshot.embeddings[base] @ moved
+            lead[base] = snapshot.embeddings[lead_row[group[base]]] @ moved
+            mask = np.zeros(snapshot.size, dtype=bool)
+            mask[base] = True
+            return rank(with_vectors(evidence, chunk, lead), mask)
+        return run
+
+    def mean(name: str, weight: float):
+        vectors, groups = means[name]
+
+        def run(text, vector, evidence, base, rank):
+            extra = (vectors @ vector)[groups]
+            return rank(with_vectors(evidence, (1 - weight) * evidence.vector_chunk + weight * extra,
+                                     (1 - weight) * evidence.vector_lead + weight * extra), snapshot.active)
+        return run
+
+    for k, beta in PRF_VARIANTS:
+        out[f"PRF top-{k} documents, beta {beta:g}"] = prf(k, beta, False)
+        out[f"PRF top-{k} documents, beta {beta:g}, pool only"] = prf(k, beta, True)
+    for name in means:
+        for weight in MEAN_WEIGHTS:
+            out[f"+ {name} cosine, weight {weight:g}"] = mean(name, weight)
+    return out
+
+
+def run(name: str, params: RankingParams) -> dict[str, tuple[float, float]]:
     folder, split = DATASETS[name]
     dataset = load_beir(folder, split=split)
     settings = beir_settings(dataset, Settings().data_dir / "eval")
@@ -59,19 +115,19 @@ def run(name: str, params: RankingParams) -> dict[tuple[int, float], tuple[float
     embedder.load()
     vectors = embed_queries(dataset, embedder)
     beir = doc_beir_ids(snapshot)
-    scores: dict[tuple[int, float], list[tuple[float, float]]] = {v: [] for v in VARIANTS}
+    measured = variants(snapshot)
+    scores: dict[str, list[tuple[float, float]]] = {label: [] for label in measured}
     for qid, text in dataset.queries.items():
-        base = rank_rows(gather_evidence(snapshot, text, vectors[qid]), params, snapshot.active, 100, 60,
-                         snapshot=snapshot, query=text).rows
-        for k, beta in VARIANTS:
-            rows = base
-            if k:
-                moved = feedback_vector(snapshot, vectors[qid], top_document_rows(snapshot, base, k), beta)
-                rows = rank_rows(gather_evidence(snapshot, text, moved), params, snapshot.active, 100, 60,
-                                 snapshot=snapshot, query=text).rows
+        def rank(evidence, mask, text=text):
+            return rank_rows(evidence, params, mask, 100, 60, snapshot=snapshot, query=text).rows
+
+        evidence = gather_evidence(snapshot, text, vectors[qid])
+        base = rank(evidence, snapshot.active)
+        for label, variant in measured.items():
+            rows = variant(text, vectors[qid], evidence, base, rank)
             ranked = list(dict.fromkeys(beir[d] for d in snapshot.doc_index[rows].tolist()))
-            scores[(k, beta)].append((ndcg_at_k(ranked, dataset.qrels[qid], 10), recall_at_k(ranked, dataset.qrels[qid], 5)))
-    return {v: tuple(np.mean(s, axis=0).tolist()) for v, s in scores.items()}
+            scores[label].append((ndcg_at_k(ranked, dataset.qrels[qid], 10), recall_at_k(ranked, dataset.qrels[qid], 5)))
+    return {label: tuple(np.mean(s, axis=0).tolist()) for label, s in scores.items()}
 
 
 def main(argv: list[str]) -> int:
@@ -82,9 +138,8 @@ def main(argv: list[str]) -> int:
         started = time.perf_counter()
         result = run(name, params)
         print(f"{name} ({time.perf_counter() - started:.0f} s), {params.label}")
-        for (k, beta), (ndcg, recall) in result.items():
-            label = "default ranking" if not k else f"PRF top-{k} documents, beta {beta:g}"
-            print(f"  {label:36s} nDCG@10 {ndcg:.4f}  Recall@5 {recall:.4f}")
+        for label, (ndcg, recall) in result.items():
+            print(f"  {label:48s} nDCG@10 {ndcg:.4f}  Recall@5 {recall:.4f}")
     return 0
 
 
