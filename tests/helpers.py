@@ -32,6 +32,23 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def require_browser(test: str):
+    """Skip the calling module (the whole of ``test``) unless the system Chromium, playwright and uvicorn are
+    there; returns playwright's ``expect``.  Call it at module level, before importing what needs them."""
+    import pytest
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"system Chromium not found at {CHROMIUM} (this test never downloads browsers)",
+                    allow_module_level=True)
+    try:
+        from playwright.sync_api import expect
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        pytest.skip(f"playwright cannot be imported ({error}); install the Python package to run {test}",
+                    allow_module_level=True)
+    pytest.importorskip("uvicorn", reason="uvicorn is needed to serve the app to the browser")
+    return expect
+
+
 @contextmanager
 def served_app(settings, engine, port: int | None = None, name: str = "uvicorn") -> Iterator[str]:
     """The real app (``create_app``) served by uvicorn on a loopback thread; yields its base URL once

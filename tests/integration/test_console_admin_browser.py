@@ -18,24 +18,17 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import (
-    CHROMIUM,
     REPO_ROOT,
     build_sample_index,
     chromium,
     console_page,
+    require_browser,
     served_app,
 )
 
 pytestmark = pytest.mark.slow
 
-if not CHROMIUM.exists():
-    pytest.skip(f"system Chromium not found at {CHROMIUM} (this test never downloads browsers)", allow_module_level=True)
-try:
-    from playwright.sync_api import expect
-except ImportError as error:  # pragma: no cover - depends on the environment
-    pytest.skip(f"playwright cannot be imported ({error}); install the Python package to run the console test",
-                allow_module_level=True)
-uvicorn = pytest.importorskip("uvicorn", reason="uvicorn is needed to serve the app to the browser")
+expect = require_browser("the console test")
 
 from knowledge_store.ingest.run import run_sync  # noqa: E402  (after the skips: without a browser nothing loads)
 from knowledge_store.query_log import QueryLog  # noqa: E402

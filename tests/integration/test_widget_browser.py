@@ -26,19 +26,20 @@ import json
 
 import pytest
 
-from tests.helpers import CHROMIUM, REPO_ROOT, TIMEOUT_MS, build_sample_index, chromium, free_port, served_app
 from tests.helpers import CHROMIUM_ARGS as BROWSER_ARGS
+from tests.helpers import (
+    REPO_ROOT,
+    TIMEOUT_MS,
+    build_sample_index,
+    chromium,
+    free_port,
+    require_browser,
+    served_app,
+)
 
 pytestmark = pytest.mark.slow
 
-if not CHROMIUM.exists():
-    pytest.skip(f"system Chromium not found at {CHROMIUM} (this test never downloads browsers)", allow_module_level=True)
-try:
-    from playwright.sync_api import expect
-except ImportError as error:  # pragma: no cover - depends on the environment
-    pytest.skip(f"playwright cannot be imported ({error}); install the Python package to run the widget test",
-                allow_module_level=True)
-uvicorn = pytest.importorskip("uvicorn", reason="uvicorn is needed to serve the app to the browser")
+expect = require_browser("the widget test")
 
 from knowledge_store.ingest.run import run_sync  # noqa: E402  (after the skips: without a browser nothing loads)
 from knowledge_store.query_log import QueryLog  # noqa: E402
