@@ -10,7 +10,7 @@ figures; kept so they can be reproduced with the real labels:
 - ``section-mean`` / ``document-mean``: each chunk's cosine (and its section lead's) blended with
   the cosine of its section's / document's mean chunk vector.
 
-    .venv/bin/python -m evals.prf_experiment [scifact] [debian]
+    .venv/bin/python -m evals.prf_experiment [scifact] [debian] [scifact:train] [debian:test]
 """
 
 from __future__ import annotations
@@ -107,7 +107,10 @@ def variants(snapshot: LoadedSnapshot) -> dict[str, Callable]:
 
 
 def run(name: str, params: RankingParams) -> dict[str, tuple[float, float]]:
+    """``name`` is a key of DATASETS, optionally with ``:split`` (default: the one DATASETS names)."""
+    name, _, split_override = name.partition(":")
     folder, split = DATASETS[name]
+    split = split_override or split
     dataset = load_beir(folder, split=split)
     settings = beir_settings(dataset, Settings().data_dir / "eval")
     snapshot = load_snapshot(settings.index_dir)

@@ -104,6 +104,8 @@ class Settings(BaseSettings):
                                 "the query's entities they mention), and one naming all of them is never below "
                                 "min_relevance. 0 = off; queries naming no entity are unaffected. 0.75 brings the "
                                 "passage naming API 510 first on the sample corpus (0.5: second; 0: not in the top 3).")
+    feedback_docs: int = Field(3, ge=0, le=20, description="Pseudo-relevance feedback: the query vector is moved towards the best chunk of each of the first this many documents of the fused ranking and the candidate pool is fused again (0 = off). See docs/EVALUATION.md (2026-11-24).")
+    feedback_beta: float = Field(0.3, ge=0.0, le=2.0, description="Pseudo-relevance feedback: how far the query vector moves towards those documents (query + beta * their centroid, renormalised; 0 = off).")
     phrase_boost: bool = Field(True, description="Queries of 8+ words: candidates containing most of the query's word pairs in order (a pasted passage) rank first.")
     use_tuned_ranking: bool = Field(True, description="Use the corpus's self-tuned ranking (index/tuned.json, `groundwork tune`) for values not set explicitly.")
     rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")

@@ -33,6 +33,7 @@ from knowledge_store.retrieval.evidence import (
     mention_share,
     rank_rows,
     vector_evidence,
+    vector_feedback_for,
 )
 from knowledge_store.retrieval.filters import MaskCache, SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES, relevance
@@ -307,7 +308,7 @@ class RetrievalEngine:
         boost = entity_boost_for(snapshot, request.query, self.settings.entity_boost)
         fused = rank_rows(evidence, request.ranking, mask, self.settings.candidate_pool, self.settings.rrf_k,
                           snapshot=snapshot, query=request.query if self.settings.phrase_boost else None,
-                          entity_boost=boost)
+                          entity_boost=boost, feedback=vector_feedback_for(self.settings, query_vector))
         rows = fused.rows[:pool_size]
         total = terms.total_weight
         # absolute relevance is calibrated on the chunk's own cosine, whatever the ranking blend

@@ -18,10 +18,14 @@ and a section's words split across chunk borders count for neither chunk.
 docs/EVALUATION.md has the measurements on SciFact and the documentation set.
 
 The engine and the self-tuning sweep (``knowledge_store.tuning``) both rank with
-``rank_rows``, so what tuning measures is exactly what the server does.  One
-exception: the engine passes an ``EntityBoost`` when the query names an entity
-(SOP-42, ASSET-104, API 510); the sweeps do not (their queries are headings,
-titles and dev-set questions, which name none: docs/ARCHITECTURE.md, "Entities").
+``rank_rows``, so what tuning measures is what the server does.  Two exceptions:
+the engine passes an ``EntityBoost`` when the query names an entity (SOP-42,
+ASSET-104, API 510); the sweeps do not (their queries are headings, titles and
+dev-set questions, which name none: docs/ARCHITECTURE.md, "Entities").  And the
+engine passes ``VectorFeedback`` (pseudo-relevance feedback, on by default); the
+sweeps do not: it would re-score a pseudo-query's target with its stored vector,
+which holds the heading the query was made from, and undo the stripping tuning
+depends on.  Its effect is measured on its own (``evals/prf_experiment.py``).
 """
 
 from __future__ import annotations
@@ -123,6 +127,52 @@ def apply_entity_boost(fused: Fused, boost: EntityBoost) -> Fused:
                  bm25_rank=fused.bm25_rank[order], vector_rank=fused.vector_rank[order], boost=amount[order])
 
 
+@dataclass(frozen=True)
+class VectorFeedback:
+    """Pseudo-relevance feedback for one query (settings ``feedback_docs``, ``feedback_beta``).
+
+    Rocchio over the fused pool: the query vector is moved towards the best chunk of each of the
+    first ``docs`` documents of the fused ranking (``q + beta * centroid``, renormalised), the pool's
+    chunks and section leads are scored again with the moved vector, and the pool is fused again.
+    Only the pool is re-scored (a few hundred dot products), never the corpus: on both dev sets that
+    gives the same figures as a second full vector pass (docs/EVALUATION.md, 2026-11-24).
+    """
+
+    query_vector: np.ndarray
+    docs: int
+    beta: float
+
+
+def vector_feedback_for(settings, query_vector: np.ndarray) -> VectorFeedback | None:
+    """The feedback step for a query under ``settings``; None when it is off."""
+    if settings.feedback_docs <= 0 or settings.feedback_beta <= 0.0:
+        return None
+    return VectorFeedback(np.asarray(query_vector, dtype=np.float32), settings.feedback_docs, settings.feedback_beta)
+
+
+def first_document_rows(snapshot: LoadedSnapshot, rows: np.ndarray, k: int) -> np.ndarray:
+    """The best-ranked row of each of the first ``k`` distinct documents of ``rows``."""
+    docs = snapshot.doc_index[rows]
+    _, first = np.unique(docs, return_index=True)
+    return rows[np.sort(first)[:k]]
+
+
+def feedback_rescore(fused: Fused, feedback: VectorFeedback, snapshot: LoadedSnapshot, params: RankingParams,
+                     pool: int, rrf_k: int) -> Fused:
+    """``fused`` fused again with the vector moved towards its own top documents (``VectorFeedback``)."""
+    rows = fused.rows
+    if len(rows) < 2 or params.alpha <= 0.0:
+        return fused
+    moved = feedback.query_vector + feedback.beta * snapshot.embeddings[first_document_rows(snapshot, rows, feedback.docs)].mean(axis=0)
+    moved = (moved / np.linalg.norm(moved)).astype(np.float32)
+    chunk = snapshot.embeddings[rows] @ moved
+    lead = chunk if snapshot.sections is None else \
+        snapshot.embeddings[snapshot.sections.lead_row[snapshot.sections.group[rows]]] @ moved
+    again = fuse_scores(fused.bm25, blend(chunk, lead, params.lead_weight), None, params.alpha, pool, params.fusion, rrf_k)
+    return Fused(rows=rows[again.rows], fused=again.fused, bm25=again.bm25, vector=again.vector,
+                 bm25_rank=again.bm25_rank, vector_rank=again.vector_rank)
+
+
 @dataclass
 class QueryEvidence:
     terms: QueryTerms
@@ -222,11 +272,13 @@ def phrase_texts(snapshot: LoadedSnapshot, rows: list[int]) -> list[tuple[str, s
 
 def rank_rows(evidence: QueryEvidence, params: RankingParams, mask: np.ndarray | None, pool: int,
               rrf_k: int = 60, snapshot: LoadedSnapshot | None = None, query: str | None = None,
-              phrase_cache: dict[int, float] | None = None, entity_boost: EntityBoost | None = None) -> Fused:
+              phrase_cache: dict[int, float] | None = None, entity_boost: EntityBoost | None = None,
+              feedback: VectorFeedback | None = None) -> Fused:
     """The fused candidate list (best first) for one query under ``params``.
 
-    ``entity_boost`` (``entity_boost_for``) lifts candidates mentioning the entities the
-    query names.  With ``snapshot`` and ``query`` given, a long query then gets phrase
+    ``feedback`` (``vector_feedback_for``, needs ``snapshot``) fuses the pool again with the query
+    vector moved towards its top documents.  ``entity_boost`` (``entity_boost_for``) lifts
+    candidates mentioning the entities the query names.  With ``snapshot`` and ``query`` given, a long query then gets phrase
     evidence (``phrase.py``): candidates that hold most of its word pairs in order go first.
     """
     bm25 = evidence.bm25(params.section_weight)
@@ -239,6 +291,8 @@ def rank_rows(evidence: QueryEvidence, params: RankingParams, mask: np.ndarray |
     vector = evidence.vector(params.lead_weight) if evidence.partial is None else evidence.partial.blended(params.lead_weight)
     fused = fuse_scores(bm25, vector, mask, params.alpha, pool, params.fusion, rrf_k,
                         vector_candidates=vector_candidates, bm25_top=bm25_top)
+    if feedback is not None and snapshot is not None:
+        fused = feedback_rescore(fused, feedback, snapshot, params, pool, rrf_k)
     if entity_boost is not None:
         fused = apply_entity_boost(fused, entity_boost)
     if snapshot is None or query is None or not len(fused.rows) or not is_phrase_query(query):
