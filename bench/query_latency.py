@@ -105,16 +105,16 @@ def build_synthetic(source: Path, target_dir: Path, size: int, make_vectors=None
     return build
 
 
-# what is compared in one run: name -> settings.ann_min_chunks (exact = above any size here: no graph)
-VARIANTS = {"exact": 10**9, "ann": 1}
+# what is compared in one run: name -> settings that differ (exact: ann_min_chunks above any size here, no graph)
+VARIANTS = {"exact": {"ann_min_chunks": 10**9}, "ann": {"ann_min_chunks": 1},
+            "ann-no-feedback": {"ann_min_chunks": 1, "feedback_docs": 0}}
 
 
 def run(index_root: Path, queries: list[str], threads: int, variant: str = "exact") -> dict[str, object]:
     from knowledge_store.retrieval.engine import RetrievalEngine
     from knowledge_store.settings import Settings
 
-    ann_min = VARIANTS[variant]
-    settings = Settings(data_dir=index_root, query_torch_threads=threads, search_threads=1, ann_min_chunks=ann_min)
+    settings = Settings(data_dir=index_root, query_torch_threads=threads, search_threads=1, **VARIANTS[variant])
     engine = RetrievalEngine(settings)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t = time.perf_counter()
@@ -160,7 +160,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
                         help="exact: one NumPy matrix-vector product; ann: the usearch graph (ann_min_chunks at "
-                             "most the size). Each runs on the same snapshot, one after the other; top-5 agreement "
+                             "most the size); ann-no-feedback: the graph without the pseudo-relevance feedback step. "
+                             "Each runs on the same snapshot, one after the other; top-5 agreement "
                              "is against the first variant")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "query_latency.md")
     args = parser.parse_args()
@@ -197,7 +198,7 @@ def main() -> int:
         "",
         f"Date: {date}. Machine: {machine_text}; load average at the end {load_after}. Torch threads for the query "
         f"embedding: {args.threads}; BLAS threads: 1; vector search: exact = one NumPy matrix-vector product, ann = the usearch graph "
-        "(built before measuring, build seconds in the JSON). "
+        "(built before measuring, build seconds in the JSON), ann-no-feedback = the graph without the feedback step. "
         f"Source chunks: `{source}` replicated with perturbed vectors. {len(queries)} SciFact claims as queries, "
         "one at a time, after 20 warm-up queries; each query = embed + BM25 + vector + fusion + citations + "
         "extractive answer + query-log append. Reproduce: `.venv/bin/python bench/query_latency.py`.",
