@@ -1,12 +1,13 @@
-"""Vector evidence that was measured and not shipped: pseudo-relevance feedback and mean-of-chunks vectors.
+"""Vector evidence measured with the real labels: pseudo-relevance feedback and mean-of-chunks vectors.
 
 docs/EVALUATION.md ("Why the engine lost on documentation" and the 2026-11-24 section) has the
-figures; kept so they can be reproduced with the real labels:
+figures.  The baseline ("default ranking") is ``rank_rows`` without the feedback step:
 
 - ``prf``: Rocchio - the query vector moved towards the best chunks of the top-k documents of
   the default ranking, then the whole corpus ranked again;
 - ``prf-pool``: the same, but only the default ranking's fused pool re-scored with the moved vector
-  (what would fit the latency budget: no second pass over every vector);
+  and fused again - the engine's own step (``evidence.feedback_rescore``, on by default since
+  2026-11-24 with top-3 documents, beta 0.3);
 - ``section-mean`` / ``document-mean``: each chunk's cosine (and its section lead's) blended with
   the cosine of its section's / document's mean chunk vector.
 
@@ -26,7 +27,14 @@ from evals.beir import beir_settings, load_beir
 from evals.metrics import ndcg_at_k, recall_at_k
 from evals.ranking_sweep import doc_beir_ids, embed_queries
 from knowledge_store.embeddings import query_embedder
-from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, gather_evidence, rank_rows
+from knowledge_store.retrieval.evidence import (
+    QueryEvidence,
+    RankingParams,
+    VectorFeedback,
+    first_document_rows,
+    gather_evidence,
+    rank_rows,
+)
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, load_snapshot
 from knowledge_store.settings import Settings
 
@@ -37,21 +45,7 @@ PRF_VARIANTS = [(k, beta) for k in (3, 5, 10) for beta in (0.3, 0.6, 1.0)]
 MEAN_WEIGHTS = (0.2, 0.4, 0.6)
 
 
-def top_document_rows(snapshot: LoadedSnapshot, rows: np.ndarray, k: int) -> list[int]:
-    """The best-ranked chunk of each of the first ``k`` distinct documents."""
-    seen: set[int] = set()
-    out: list[int] = []
-    for row in rows.tolist():
-        doc = int(snapshot.doc_index[row])
-        if doc not in seen:
-            seen.add(doc)
-            out.append(row)
-            if len(out) == k:
-                break
-    return out
-
-
-def feedback_vector(snapshot: LoadedSnapshot, query_vector: np.ndarray, rows: list[int], beta: float) -> np.ndarray:
+def feedback_vector(snapshot: LoadedSnapshot, query_vector: np.ndarray, rows: np.ndarray, beta: float) -> np.ndarray:
     """Rocchio: the query vector plus ``beta`` times the centroid of ``rows``, renormalised."""
     moved = query_vector + beta * snapshot.embeddings[rows].mean(axis=0)
     return (moved / np.linalg.norm(moved)).astype(np.float32)
@@ -70,22 +64,17 @@ def with_vectors(evidence: QueryEvidence, chunk: np.ndarray, lead: np.ndarray) -
 
 def variants(snapshot: LoadedSnapshot) -> dict[str, Callable]:
     """name -> f(text, query vector, evidence, default rows) -> rows, for every variant measured."""
-    group, lead_row = snapshot.sections.group, snapshot.sections.lead_row
+    group = snapshot.sections.group
     means = {"section-mean": (mean_vectors(snapshot, group), group),
              "document-mean": (mean_vectors(snapshot, snapshot.doc_index), snapshot.doc_index)}
     out: dict[str, Callable] = {"default ranking": lambda text, vector, evidence, base, rank: base}
 
     def prf(k: int, beta: float, pool_only: bool):
         def run(text, vector, evidence, base, rank):
-            moved = feedback_vector(snapshot, vector, top_document_rows(snapshot, base, k), beta)
-            if not pool_only:
-                return rank(gather_evidence(snapshot, text, moved), snapshot.active)
-            chunk, lead = evidence.vector_chunk.copy(), evidence.vector_lead.copy()
-            chunk[base] = snapshot.embeddings[base] @ moved
-            lead[base] = snapshot.embeddings[lead_row[group[base]]] @ moved
-            mask = np.zeros(snapshot.size, dtype=bool)
-            mask[base] = True
-            return rank(with_vectors(evidence, chunk, lead), mask)
+            if pool_only:  # what the engine ships (evidence.feedback_rescore)
+                return rank(evidence, snapshot.active, VectorFeedback(vector, k, beta))
+            moved = feedback_vector(snapshot, vector, first_document_rows(snapshot, base, k), beta)
+            return rank(gather_evidence(snapshot, text, moved), snapshot.active)
         return run
 
     def mean(name: str, weight: float):
@@ -121,8 +110,8 @@ def run(name: str, params: RankingParams) -> dict[str, tuple[float, float]]:
     measured = variants(snapshot)
     scores: dict[str, list[tuple[float, float]]] = {label: [] for label in measured}
     for qid, text in dataset.queries.items():
-        def rank(evidence, mask, text=text):
-            return rank_rows(evidence, params, mask, 100, 60, snapshot=snapshot, query=text).rows
+        def rank(evidence, mask, feedback=None, text=text):
+            return rank_rows(evidence, params, mask, 100, 60, snapshot=snapshot, query=text, feedback=feedback).rows
 
         evidence = gather_evidence(snapshot, text, vectors[qid])
         base = rank(evidence, snapshot.active)
