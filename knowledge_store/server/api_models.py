@@ -269,6 +269,9 @@ class ConfigResponse(Open):
     default_fusion: str
     section_weight: float
     lead_weight: float
+    feedback_docs: int = Field(..., description="Pseudo-relevance feedback: the query vector moves towards the best chunk "
+                                                "of this many top documents and the candidate pool is fused again (0 = off).")
+    feedback_beta: float = Field(..., description="How far it moves (query + beta * their centroid); 0 = off.")
     fusion_modes: dict[str, str]
     default_reranker: str
     rerankers: list[str] = Field(..., description="The rerankers this server can run now (the console offers only these).")

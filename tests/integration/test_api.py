@@ -246,6 +246,7 @@ def test_config_gives_defaults_and_limits_without_secrets(env):
 
     assert config["default_alpha"] == Settings.model_fields["default_alpha"].default and config["max_query_chars"] == 2000 and config["max_note_chars"] == 1000
     assert "cross-encoder" not in config["rerankers"] and "llm_api_key" not in str(config)
+    assert (config["feedback_docs"], config["feedback_beta"]) == (3, 0.3)  # the pseudo-relevance feedback step
 
 
 # ------------------------------------------------------------------ serving during a re-sync

@@ -119,7 +119,8 @@ def config(state: State) -> dict[str, Any]:
     return {
         "default_k": settings.default_k, "max_k": 100, "default_alpha": ranking.alpha,
         "default_fusion": ranking.fusion, "section_weight": ranking.section_weight,
-        "lead_weight": ranking.lead_weight, "fusion_modes": dict(FUSION_MODES),
+        "lead_weight": ranking.lead_weight, "feedback_docs": settings.feedback_docs,
+        "feedback_beta": settings.feedback_beta, "fusion_modes": dict(FUSION_MODES),
         "ranking_sources": ranking_sources(engine.settings, index_dir),
         "tuned": None if tuned is None else {
             "created_at": tuned.created_at, "snapshot_version": tuned.snapshot_version,
