@@ -33,6 +33,7 @@ from knowledge_store.retrieval.evidence import (
     VectorFeedback,
     first_document_rows,
     gather_evidence,
+    moved_query_vector,
     rank_rows,
 )
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, load_snapshot
@@ -43,12 +44,6 @@ DATASETS = {"scifact": (ROOT.parent / "shared" / "datasets" / "scifact", "test")
             "debian": (ROOT / "data" / "datasets" / "debian-docs", "all")}
 PRF_VARIANTS = [(k, beta) for k in (3, 5, 10) for beta in (0.3, 0.6, 1.0)]
 MEAN_WEIGHTS = (0.2, 0.4, 0.6)
-
-
-def feedback_vector(snapshot: LoadedSnapshot, query_vector: np.ndarray, rows: np.ndarray, beta: float) -> np.ndarray:
-    """Rocchio: the query vector plus ``beta`` times the centroid of ``rows``, renormalised."""
-    moved = query_vector + beta * snapshot.embeddings[rows].mean(axis=0)
-    return (moved / np.linalg.norm(moved)).astype(np.float32)
 
 
 def mean_vectors(snapshot: LoadedSnapshot, groups: np.ndarray) -> np.ndarray:
@@ -73,7 +68,7 @@ def variants(snapshot: LoadedSnapshot) -> dict[str, Callable]:
         def run(text, vector, evidence, base, rank):
             if pool_only:  # what the engine ships (evidence.feedback_rescore)
                 return rank(evidence, snapshot.active, VectorFeedback(vector, k, beta))
-            moved = feedback_vector(snapshot, vector, first_document_rows(snapshot, base, k), beta)
+            moved = moved_query_vector(snapshot, vector, first_document_rows(snapshot, base, k), beta)
             return rank(gather_evidence(snapshot, text, moved), snapshot.active)
         return run
 

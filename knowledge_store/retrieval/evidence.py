@@ -157,14 +157,20 @@ def first_document_rows(snapshot: LoadedSnapshot, rows: np.ndarray, k: int) -> n
     return rows[np.sort(first)[:k]]
 
 
+def moved_query_vector(snapshot: LoadedSnapshot, query_vector: np.ndarray, rows: np.ndarray, beta: float) -> np.ndarray:
+    """Rocchio: the query vector plus ``beta`` times the centroid of ``rows``' vectors, renormalised."""
+    moved = query_vector + beta * snapshot.embeddings[rows].mean(axis=0)
+    return (moved / np.linalg.norm(moved)).astype(np.float32)
+
+
 def feedback_rescore(fused: Fused, feedback: VectorFeedback, snapshot: LoadedSnapshot, params: RankingParams,
                      pool: int, rrf_k: int) -> Fused:
     """``fused`` fused again with the vector moved towards its own top documents (``VectorFeedback``)."""
     rows = fused.rows
     if len(rows) < 2 or params.alpha <= 0.0:
         return fused
-    moved = feedback.query_vector + feedback.beta * snapshot.embeddings[first_document_rows(snapshot, rows, feedback.docs)].mean(axis=0)
-    moved = (moved / np.linalg.norm(moved)).astype(np.float32)
+    moved = moved_query_vector(snapshot, feedback.query_vector, first_document_rows(snapshot, rows, feedback.docs),
+                               feedback.beta)
     chunk = snapshot.embeddings[rows] @ moved
     lead = chunk if snapshot.sections is None else \
         snapshot.embeddings[snapshot.sections.lead_row[snapshot.sections.group[rows]]] @ moved
