@@ -1,4 +1,5 @@
-"""Integration fixtures: the real embedding model (loaded once) and the sample index (built once)."""
+"""Integration fixtures: the real embedding model (loaded once), the sample index (built once), and the
+browser and console page of the browser tests (each module serves its own `live` app)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,22 @@ def shared_sample_index(tmp_path_factory, embedder):
         "a test published a new snapshot of the shared sample index: give its module its own "
         "(tests.helpers.build_sample_index)")
     assert not tuned_path(settings.index_dir).exists(), "a test wrote tuned.json into the shared sample index"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """The system Chromium for one browser-test module (a module needing other flags defines its own)."""
+    from tests.helpers import chromium
+
+    with chromium() as browser:
+        yield browser
+
+
+@pytest.fixture()
+def page(browser, live):
+    """A console page of the requesting module's ``live`` app; fails the test if the page loaded anything
+    from outside the app (nothing may come from the internet) or raised a JavaScript error."""
+    from tests.helpers import console_page
+
+    with console_page(browser, live["base"]) as page:
+        yield page

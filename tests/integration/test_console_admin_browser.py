@@ -20,8 +20,6 @@ import pytest
 from tests.helpers import (
     REPO_ROOT,
     build_sample_index,
-    chromium,
-    console_page,
     require_browser,
     served_app,
 )
@@ -63,18 +61,6 @@ def live(tmp_path_factory, embedder):
     with served_app(settings, engine, name="console-admin-uvicorn") as base:
         yield {"base": base, "settings": settings, "root": root}
     query_log.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as browser:
-        yield browser
-
-
-@pytest.fixture()
-def page(browser, live):
-    with console_page(browser, live["base"]) as page:
-        yield page
 
 
 def go(page, route: str) -> None:

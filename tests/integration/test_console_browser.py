@@ -14,8 +14,6 @@ import pytest
 from tests.helpers import (
     REPO_ROOT,
     build_sample_index,
-    chromium,
-    console_page,
     require_browser,
     served_app,
 )
@@ -43,19 +41,6 @@ def live(tmp_path_factory, embedder):
     with served_app(settings, engine, name="console-uvicorn") as base:
         yield {"base": base, "query_log": query_log}
     query_log.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as browser:
-        yield browser
-
-
-@pytest.fixture()
-def page(browser, live):
-    # nothing may load from the internet: any request off the test server fails the test
-    with console_page(browser, live["base"]) as page:
-        yield page
 
 
 def search(page, text: str) -> None:
