@@ -6,8 +6,9 @@ everything that stores, shows or gates a metric reads it, so adding a metric is 
 
 Conventions (the same as BEIR / pytrec_eval):
 
-- doc ids are strings; ``ranked`` is a list of unique doc ids, best first
-  (turn a ranked list of chunks into one with ``dedupe_ranking``);
+- doc ids are compared as strings on both sides (an int id 5 in ``ranked`` matches "5" or 5 in
+  ``relevant``: self-tuning ranks section numbers); ``ranked`` is a list of unique doc ids, best
+  first (turn a ranked list of chunks into one with ``dedupe_ranking``);
 - ``relevant`` is a mapping doc id -> graded relevance, or a set (every member
   grade 1).  Only grades > 0 count as relevant;
 - ``k`` cuts the ranking: only the first ``k`` ids are looked at;
@@ -50,12 +51,13 @@ def _grades(relevant: Relevant) -> dict[str, float]:
     return {str(doc_id): 1.0 for doc_id in relevant}
 
 
-def _top(ranked: Sequence[str], k: int) -> Sequence[str]:
+def _top(ranked: Sequence[str], k: int) -> list[str]:
+    """The first ``k`` ids as strings, the form ``_grades`` keys them by."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     if len(set(ranked)) != len(ranked):
         raise ValueError("ranked contains repeated doc ids; pass it through dedupe_ranking first")
-    return ranked[:k]
+    return [str(doc_id) for doc_id in ranked[:k]]
 
 
 def recall_at_k(ranked: Sequence[str], relevant: Relevant, k: int) -> float:

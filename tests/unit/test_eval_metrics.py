@@ -110,3 +110,11 @@ def test_score_query_names_every_metric() -> None:
     assert set(scores) == {f"{m}@{k}" for m in ("ndcg", "recall", "precision", "mrr") for k in (1, 10)}
     assert scores["mrr@10"] == 1.0
     assert scores["recall@1"] == 0.5
+
+
+def test_int_ids_match_their_relevant_ids_whatever_the_type() -> None:
+    """Self-tuning ranks section numbers (ints): they must match int or str relevant ids alike."""
+    assert recall_at_k([7, 3, 9], frozenset({3}), 5) == 1.0
+    assert recall_at_k([7, 3, 9], {"3": 1}, 5) == 1.0
+    assert ndcg_at_k([3, 7], {3}, 10) == pytest.approx(1.0)
+    assert ndcg_at_k(["7", "3"], {3: 2}, 10) == ndcg_at_k([7, 3], {"3": 2}, 10) > 0.0
