@@ -9,6 +9,7 @@
     groundwork query "TEXT" [--k 5] [--alpha 0.5] [--reranker mmr] [--path FILE] [--meta K=V] [--json]
     groundwork eval DATASET_DIR [--alpha A] [--reranker R] [--k 10] [--json]
     groundwork tune [--limit N] [--dry-run] [--json] | --reset
+    groundwork adapt [--dry-run] [--json] | --reset
     groundwork notebook alpha_sweep -p dataset DIR -p alphas '[0, 0.5, 1]'
     groundwork serve [--host 127.0.0.1] [--port 8080]
     groundwork mcp
@@ -644,6 +645,45 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_adapt(args: argparse.Namespace) -> int:
+    """Learn the corpus's query adapter from its thumbs-up feedback (``retrieval.query_adapter``) or remove it."""
+    from knowledge_store.retrieval.query_adapter import adapt_corpus, adapter_path, reset_adapter
+
+    settings = _settings(args)
+    path = adapter_path(settings.index_dir)
+    if args.reset:
+        removed = reset_adapter(settings.index_dir)
+        if args.json:
+            print(json.dumps({"reset": True, "removed": removed, "path": str(path)}, indent=2))
+        else:
+            print(f"removed {path}: queries use the model's vectors as they are" if removed
+                  else f"no query adapter at {path}: nothing to remove")
+        return 0
+    # IndexNotBuiltError and QueryAdapterError are GroundworkErrors: main() prints them on one line, exit code 2
+    training = adapt_corpus(settings, save=not args.dry_run)
+    if args.json:
+        print(json.dumps(training.to_dict(), indent=2))
+        return 0
+    print(f"query adapter for {settings.data_dir}: {training.rated_queries} rated queries, "
+          f"{training.held_out_queries} held out, {training.seconds:.1f} s")
+    rows = [{"": "no adapter", "l2": "", "nDCG@10": f"{training.without['ndcg@10']:.3f}",
+             "Recall@5": f"{training.without['recall@5']:.3f}"}]
+    rows += [{"": "adapter", "l2": f"{r['l2']:g}", "nDCG@10": f"{r['ndcg@10']:.3f}", "Recall@5": f"{r['recall@5']:.3f}"}
+             for r in training.table]
+    print()
+    print(format_table(rows, ["", "l2", "nDCG@10", "Recall@5"]))
+    print()
+    print(training.reason)
+    if args.dry_run:
+        print(f"dry run: nothing saved ({path} {'unchanged' if path.exists() else 'not written'})")
+    elif training.adapter is not None:
+        print(f"saved to {path}: every query vector now goes through it (the server picks it up without a restart); "
+              "`groundwork adapt --reset` removes it")
+        if not settings.use_query_adapter:
+            print("note: GROUNDWORK_USE_QUERY_ADAPTER is false: the adapter is stored but not used")
+    return 0
+
+
 def cmd_notebook(args: argparse.Namespace) -> int:
     from evals.notebooks import parse_value, run_notebook
 
@@ -823,6 +863,14 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--json", action="store_true", help="machine-readable output (the whole tuned configuration)")
     tune.set_defaults(func=cmd_tune)
 
+    adapt = sub.add_parser("adapt", help="learn a query adapter from thumbs-up feedback (kept only if held-out rated queries rank better)")
+    adapt_mode = adapt.add_mutually_exclusive_group()
+    adapt_mode.add_argument("--dry-run", action="store_true", help="train and measure without saving")
+    adapt_mode.add_argument("--reset", action="store_true", help="delete the stored adapter")
+    adapt.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
+    adapt.add_argument("--json", action="store_true", help="machine-readable output")
+    adapt.set_defaults(func=cmd_adapt)
+
     nb = sub.add_parser("notebook", help="run a parameterised notebook (alpha_sweep, reranker_comparison) with papermill")
     nb.add_argument("name")
     nb.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("KEY", "VALUE"),
@@ -846,7 +894,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-LONG_COMMANDS = frozenset({"ingest", "sync", "eval", "tune"})
+LONG_COMMANDS = frozenset({"ingest", "sync", "eval", "tune", "adapt"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

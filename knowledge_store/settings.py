@@ -108,6 +108,8 @@ class Settings(BaseSettings):
     feedback_beta: float = Field(0.3, ge=0.0, le=2.0, description="Pseudo-relevance feedback: how far the query vector moves towards those documents (query + beta * their centroid, renormalised; 0 = off).")
     phrase_boost: bool = Field(True, description="Queries of 8+ words: candidates containing most of the query's word pairs in order (a pasted passage) rank first.")
     use_tuned_ranking: bool = Field(True, description="Use the corpus's self-tuned ranking (index/tuned.json, `groundwork tune`) for values not set explicitly.")
+    use_query_adapter: bool = Field(True, description="Apply the corpus's query adapter learned from thumbs-up feedback (index/query_adapter.npz, `groundwork adapt`) to every query vector. See docs/EVALUATION.md (Feedback that learns).")
+    adapter_min_queries: int = Field(20, ge=2, description="`groundwork adapt` refuses to train a query adapter from fewer rated queries than this.")
     rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
     candidate_pool: int = Field(100, ge=10, le=2000, description="Top hits taken from each of BM25 and vector before fusion.")
     default_reranker: str = Field("none", description="Reranker of queries that do not name one: " + RERANKERS.described()

@@ -10,6 +10,12 @@ per fusion mode.  A corpus too small to tune fails the run with the reason; no
 made-up result is stored.  The check next to the asset warns when the choice
 scores below the built-in default (it cannot by construction: a guard against
 a broken sweep or a hand-edited file).
+
+``query_adapter`` (after ``corpus_tuning``, same job and schedule) learns the corpus's query adapter
+from its thumbs-up feedback (``knowledge_store.retrieval.query_adapter``) and stores it in
+``<index_dir>/query_adapter.npz`` when held-out rated queries rank better with it.  Too little
+feedback is a normal state of a young corpus, not a failure: the materialisation says so and
+stores nothing.
 """
 
 import base64
@@ -19,6 +25,12 @@ import dagster as dg
 
 from knowledge_store.errors import IndexNotBuiltError
 from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.query_adapter import (
+    QueryAdapterError,
+    adapt_corpus,
+    adapter_path,
+    read_adapter,
+)
 from knowledge_store.tuning import (
     PSEUDO_QUERY_KINDS,
     TunedConfig,
@@ -163,5 +175,59 @@ def tuning_not_worse_than_builtin(retrieval: RetrievalResource) -> dg.AssetCheck
     )
 
 
-TUNING_ASSETS = [corpus_tuning]
-TUNING_CHECKS = [tuning_not_worse_than_builtin]
+@dg.asset(
+    group_name=GROUP, deps=[corpus_tuning], kinds={"torch"},
+    description="Query adapter learned from thumbs-up feedback (index/query_adapter.npz): one linear map of the query "
+                "vector, stored only when held-out rated queries rank better with it.",
+)
+def query_adapter(context: dg.AssetExecutionContext, retrieval: RetrievalResource,
+                  model: EmbeddingModelResource) -> dg.MaterializeResult:
+    settings = retrieval.settings()
+    path = adapter_path(settings.index_dir)
+    try:
+        training = adapt_corpus(settings, embedder=model.embedder(quantization="none"), save=True)
+    except IndexNotBuiltError as error:
+        raise dg.Failure(description=f"cannot train a query adapter for {settings.data_dir}: {error}",
+                         allow_retries=False) from error
+    except QueryAdapterError as error:  # too little feedback yet: nothing stored, nothing made up
+        context.log.warning(str(error))
+        return dg.MaterializeResult(metadata={"adopted": False, "reason": str(error),
+                                              "adapter_path": dg.MetadataValue.path(str(path))})
+    (context.log.info if training.adapter is not None else context.log.warning)(training.reason)
+    rows = [{"adapter": "none", "l2": "", "nDCG@10": training.without["ndcg@10"], "Recall@5": training.without["recall@5"]}]
+    rows += [{"adapter": "trained", "l2": r["l2"], "nDCG@10": r["ndcg@10"], "Recall@5": r["recall@5"]}
+             for r in training.table]
+    best = max(training.table, key=lambda r: (r["ndcg@10"], r["recall@5"]))
+    return dg.MaterializeResult(metadata={
+        "adopted": training.adapter is not None,
+        "reason": training.reason,
+        "rated_queries": training.rated_queries,
+        "held_out_queries": training.held_out_queries,
+        "ndcg_at_10_without": float(training.without["ndcg@10"]),
+        "ndcg_at_10_with": float(best["ndcg@10"]),
+        "recall_at_5_without": float(training.without["recall@5"]),
+        "recall_at_5_with": float(best["recall@5"]),
+        "held_out_table": markdown_table(rows),
+        "duration_s": float(training.seconds),
+        "adapter_path": dg.MetadataValue.path(str(path)),
+    })
+
+
+@dg.asset_check(asset=query_adapter, description="A stored query adapter ranked its held-out rated queries better "
+                                                 "than no adapter (or none is stored).")
+def adapter_helps_held_out_queries(retrieval: RetrievalResource) -> dg.AssetCheckResult:
+    path = adapter_path(retrieval.settings().index_dir)
+    if not path.exists():
+        return dg.AssetCheckResult(passed=True, metadata={"stored": False})
+    try:
+        info = read_adapter(path).info
+    except QueryAdapterError as error:
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, metadata={"reason": str(error)})
+    without, with_ = float(info["held_out_without"]["ndcg@10"]), float(info["held_out_with"]["ndcg@10"])
+    return dg.AssetCheckResult(passed=with_ > without, severity=dg.AssetCheckSeverity.WARN, metadata={
+        "stored": True, "ndcg_at_10_without": without, "ndcg_at_10_with": with_,
+        "rated_queries": int(info["rated_queries"]), "trained_at": str(info["trained_at"])})
+
+
+TUNING_ASSETS = [corpus_tuning, query_adapter]
+TUNING_CHECKS = [tuning_not_worse_than_builtin, adapter_helps_held_out_queries]

@@ -38,6 +38,7 @@ from knowledge_store.retrieval.evidence import (
 from knowledge_store.retrieval.filters import MaskCache, SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES, relevance
 from knowledge_store.retrieval.llama import hit_to_node
+from knowledge_store.retrieval.query_adapter import AdapterCache, QueryAdapter
 from knowledge_store.retrieval.query_cache import QueryEmbeddingCache
 from knowledge_store.retrieval.reranker_registry import (
     RERANKER_REGISTRY,
@@ -151,6 +152,7 @@ class RetrievalEngine:
         ), cache_size=0), size=self.settings.query_cache_size)
         self.snapshots = SnapshotManager(self.settings.index_dir, ann=AnnConfig.from_settings(self.settings))
         self.masks = MaskCache()
+        self.adapters = AdapterCache(self.settings.index_dir, self.settings.embedding_dim)
         self._query_log = query_log
         self._log_lock = threading.Lock()
         self._rerankers: dict[str, Any] = {}
@@ -269,6 +271,11 @@ class RetrievalEngine:
                              filters=filters or SearchFilters(), min_relevance=float(floor), answer=answer, client=client,
                              section_weight=float(section_weight), lead_weight=float(lead_weight))
 
+    def query_adapter(self) -> QueryAdapter | None:
+        """The corpus's query adapter learned from feedback (``groundwork adapt``), or None: off in settings,
+        never trained, or its file damaged (logged once, see ``AdapterCache``); read per query, no restart."""
+        return self.adapters.current() if self.settings.use_query_adapter else None
+
     def ranking_defaults(self) -> RankingParams:
         """The ranking a query gets when it does not say: settings set explicitly (environment,
         ``.env`` or code) win, then the corpus's self-tuned configuration, then the built-in defaults."""
@@ -298,9 +305,11 @@ class RetrievalEngine:
         # BM25 does not need the query vector: score it on the other core while the model runs
         bm25_future = _SEARCH_POOL.submit(lexical)
         query_vector = self.embedder.embed([request.query])[0]
+        adapter = self.query_adapter()
+        search_vector = query_vector if adapter is None else adapter.apply(query_vector)
         t1 = time.perf_counter()
         mask = self.masks.mask(snapshot, request.filters)
-        vector_chunk, vector_lead, partial = vector_evidence(snapshot, query_vector, mask, self.settings.candidate_pool)
+        vector_chunk, vector_lead, partial = vector_evidence(snapshot, search_vector, mask, self.settings.candidate_pool)
         t2 = time.perf_counter()
         (terms, bm25_chunk, bm25_section, coverage_mass), bm25_ms = bm25_future.result()
         t3 = time.perf_counter()
@@ -308,11 +317,13 @@ class RetrievalEngine:
         boost = entity_boost_for(snapshot, request.query, self.settings.entity_boost)
         fused = rank_rows(evidence, request.ranking, mask, self.settings.candidate_pool, self.settings.rrf_k,
                           snapshot=snapshot, query=request.query if self.settings.phrase_boost else None,
-                          entity_boost=boost, feedback=vector_feedback_for(self.settings, query_vector))
+                          entity_boost=boost, feedback=vector_feedback_for(self.settings, search_vector))
         rows = fused.rows[:pool_size]
         total = terms.total_weight
-        # absolute relevance is calibrated on the chunk's own cosine, whatever the ranking blend
-        rel = relevance(vector_chunk[rows].astype(np.float64), coverage_mass[rows] / total if total > 0 else np.zeros(len(rows)))
+        # absolute relevance is calibrated on the chunk's own cosine with the model's query vector, whatever the
+        # ranking blend and the corpus's query adapter (which moves cosines but is not what relevance was fitted on)
+        own = vector_chunk[rows] if adapter is None else snapshot.embeddings[rows] @ query_vector
+        rel = relevance(own.astype(np.float64), coverage_mass[rows] / total if total > 0 else np.zeros(len(rows)))
         if boost is not None:
             # a passage naming every entity the query names is not "nothing relevant", whatever MiniLM makes
             # of "API 510": it is lifted to the floor (shown, coverage "low" unless it scores better)
@@ -321,7 +332,7 @@ class RetrievalEngine:
         for i, hit in enumerate(hits):
             hit.score = float(fused.fused[i])
             hit.bm25_score = float(bm25_chunk[rows[i]])  # the chunk's own scores; ranks are of the blended evidence
-            hit.vector_score = float(vector_chunk[rows[i]])
+            hit.vector_score = float(own[i])
             hit.bm25_rank = int(fused.bm25_rank[i]) or None
             hit.vector_rank = int(fused.vector_rank[i]) or None
             hit.fused_rank = i + 1

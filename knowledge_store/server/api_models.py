@@ -273,6 +273,9 @@ class ConfigResponse(Open):
                                                 "of this many top documents and the candidate pool is fused again (0 = off).")
     feedback_beta: float = Field(..., description="How far it moves (query + beta * their centroid); 0 = off.")
     fusion_modes: dict[str, str]
+    query_adapter: dict[str, Any] | None = Field(None, description="The corpus's query adapter learned from thumbs-up "
+                                                 "feedback (`groundwork adapt`): rated and held-out queries, held-out "
+                                                 "nDCG@10/Recall@5 without and with it, in_use; null when none is stored.")
     default_reranker: str
     rerankers: list[str] = Field(..., description="The rerankers this server can run now (the console offers only these).")
     reranker_labels: dict[str, str] = Field(..., description="The console's text for each of rerankers, e.g. "

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.query_adapter import QueryAdapter, adapter_path
 from knowledge_store.settings import Settings
 from knowledge_store.tuning import builtin_ranking, effective_ranking, load_tuned, tuned_path
 
@@ -257,7 +258,13 @@ def test_dagster_asset_materialises_with_metadata_and_check(tiny):
     assert Path(metadata["plot_path"].value).stat().st_size > 1000
     assert load_tuned(settings.index_dir).params.alpha == metadata["alpha"].value
     checks = result.get_asset_check_evaluations()
-    assert [(c.check_name, c.passed) for c in checks] == [("tuning_not_worse_than_builtin", True)]
+    assert sorted((c.check_name, c.passed) for c in checks) == [("adapter_helps_held_out_queries", True),
+                                                                 ("tuning_not_worse_than_builtin", True)]
+    # no feedback yet: the adapter asset materialises with the reason and stores nothing
+    adapter = result.asset_materializations_for_node("query_adapter")[0].metadata
+    assert adapter["adopted"].value is False
+    assert "queries have a thumbs-up" in adapter["reason"].value
+    assert not adapter_path(settings.index_dir).exists()
 
     # a corpus that cannot be tuned: the run fails with the reason and no tuned.json is made up
     untuned(settings)
@@ -317,3 +324,95 @@ def test_config_endpoint_reports_tuned_and_effective_defaults(tiny, tiny_embedde
     finally:
         log.close()
         untuned(settings)
+
+
+# ------------------------------------------------------------------ the query adapter learned from feedback
+
+
+def heading_feedback() -> list[dict]:
+    """A thumbs-up for every section, asked as its heading in other words: 24 rated queries."""
+    rows = []
+    for name, (title, sections) in DOCS.items():
+        for i, (heading, _) in enumerate(sections):
+            rows.append({"query": f"{title}: {heading.lower().rstrip('?')}", "heading": heading, "rating": "up"})
+    return rows
+
+
+def with_chunks(snapshot, rows: list[dict]) -> list[dict]:
+    """Each row's chunk: the first chunk whose text holds its heading."""
+    texts = snapshot.records.column("text").to_pylist()
+    out = []
+    for row in rows:
+        chunk = next(i for i, text in enumerate(texts) if row["heading"] in text)
+        out.append({**row, "chunk_id": snapshot.chunk_ids[chunk]})
+    return out
+
+
+@pytest.mark.slow
+def test_adapter_training_measures_held_out_queries_and_the_engine_serves_the_stored_adapter(
+        tiny, tiny_embedder, snapshot, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from knowledge_store.query_log import QueryLog
+    from knowledge_store.retrieval.engine import RetrievalEngine
+    from knowledge_store.retrieval.query_adapter import reset_adapter, save_adapter, train_query_adapter
+    from knowledge_store.server.app import create_app
+
+    settings = untuned(tiny)
+    reset_adapter(settings.index_dir)
+    feedback = with_chunks(snapshot, heading_feedback())
+    params = builtin_ranking(settings)
+    # min_gain -1: adopt whatever is measured, to follow the adopted path on a corpus too easy to improve
+    training = train_query_adapter(snapshot, settings, feedback, tiny_embedder.embed, params, min_gain=-1.0, steps=60)
+    assert training.rated_queries == 24 and 0 < training.held_out_queries < 24
+    assert [row["l2"] for row in training.table] == [0.03, 0.1, 0.3]
+    assert 0.0 < training.without["ndcg@10"] <= 1.0  # measured for real, the target sections are found
+    adapter = training.adapter
+    assert adapter is not None and adapter.dim == 384 and training.reason.startswith("adopted")
+    assert adapter.info["rated_queries"] == 24 and adapter.info["held_out_without"] == training.without
+    # too little feedback: a typed error with the counts, nothing trained
+    with pytest.raises(Exception, match="only 3 queries have a thumbs-up"):
+        train_query_adapter(snapshot, settings, feedback[:3], tiny_embedder.embed, params)
+
+    log = QueryLog(tmp_path / "logs.duckdb")
+    engine = RetrievalEngine(settings, embedder=tiny_embedder, query_log=log)
+    query = "keeping a sourdough culture alive"
+    try:
+        plain = engine.search(query, k=5, log=False, answer="none")
+        # a strong, deliberately wrong map shows the stored adapter is applied: the ranking changes ...
+        rng = np.random.default_rng(3)
+        save_adapter(settings.index_dir, QueryAdapter(rng.normal(size=(384, 384)).astype(np.float32) * 3, adapter.info))
+        moved = engine.search(query, k=5, log=False, answer="none")
+        assert [h.chunk_id for h in moved.hits] != [h.chunk_id for h in plain.hits]
+        # ... while each hit's vector score stays the model's own cosine (relevance is calibrated on it)
+        raw = tiny_embedder.embed([query])[0]
+        for hit in moved.hits:
+            assert hit.vector_score == pytest.approx(float(snapshot.embeddings[snapshot.row_of[hit.chunk_id]] @ raw), abs=1e-4)
+        with TestClient(create_app(settings, engine, mount_mcp=False), base_url="http://127.0.0.1:8080") as client:
+            shown = client.get("/api/knowledge/config").json()["query_adapter"]
+            assert shown["in_use"] is True and shown["rated_queries"] == 24
+            assert shown["held_out_without"] == training.without
+        engine.settings = settings.model_copy(update={"use_query_adapter": False})  # switched off: plain ranking
+        assert [h.chunk_id for h in engine.search(query, k=5, log=False, answer="none").hits] == \
+            [h.chunk_id for h in plain.hits]
+    finally:
+        reset_adapter(settings.index_dir)
+        log.close()
+
+
+@pytest.mark.slow
+def test_cli_adapt_refuses_too_little_feedback_and_reset_removes_the_adapter(tiny, capsys, monkeypatch):
+    from knowledge_store.cli import main
+    from knowledge_store.retrieval.query_adapter import save_adapter
+
+    monkeypatch.setenv("GROUNDWORK_TORCH_THREADS", "1")
+    data = str(tiny.data_dir)
+    assert main(["adapt", "--data-dir", data]) == 2  # no feedback in this store's log
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: only 0 queries have a thumbs-up") and "\n" not in err
+    save_adapter(tiny.index_dir, QueryAdapter(np.zeros((384, 384), np.float32)))
+    assert main(["adapt", "--reset", "--json", "--data-dir", data]) == 0
+    assert json.loads(capsys.readouterr().out)["removed"] is True
+    assert not adapter_path(tiny.index_dir).exists()
+    assert main(["adapt", "--reset", "--data-dir", data]) == 0
+    assert "nothing to remove" in capsys.readouterr().out

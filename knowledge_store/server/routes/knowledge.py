@@ -103,6 +103,17 @@ def list_feedback(state: State,
     return {"feedback": rows, "count": len(rows)}
 
 
+def query_adapter_summary(engine) -> dict[str, Any] | None:
+    """The stored query adapter's evidence (``groundwork adapt``), or null when none is stored."""
+    adapter = engine.adapters.current()
+    if adapter is None:
+        return None if engine.adapters.error is None else {"in_use": False, "error": engine.adapters.error}
+    info = adapter.info
+    keys = ("trained_at", "snapshot_version", "rated_queries", "held_out_queries", "held_out_without",
+            "held_out_with", "l2", "seconds")
+    return {**{k: info.get(k) for k in keys}, "in_use": engine.settings.use_query_adapter}
+
+
 def config(state: State) -> dict[str, Any]:
     """Defaults and limits clients need (the console reads them); no secrets.
 
@@ -127,6 +138,7 @@ def config(state: State) -> dict[str, Any]:
             "pseudo_queries": tuned.pseudo_queries, "before": tuned.before, "after": tuned.after,
             "seconds": tuned.seconds, "in_use": engine.settings.use_tuned_ranking,
         },
+        "query_adapter": query_adapter_summary(engine),
         "default_reranker": engine.default_reranker(), "reranker_source": reranker_source(engine.settings, index_dir),
         "rerankers": list(state.rerankers), "reranker_labels": reranker_labels(state.rerankers),
         "answer_modes": list(state.answer_modes),

@@ -1,0 +1,141 @@
+"""Does a query adapter learned from feedback lift unseen queries?  Measured with the real labels.
+
+For every *train* query the default ranking's top five passages are rated as a careful user
+would (up when the passage's document is relevant, down otherwise) - the same simulation as
+``evals.feedback_sim``.  ``knowledge_store.retrieval.query_adapter.train_query_adapter`` learns
+from those thumbs alone (its own held-out check decides whether to adopt), then the unseen *test*
+queries are ranked by ``rank_rows`` (the engine's function, feedback step included) with and
+without the adapter.  A second source of gold is measured beside it: the train split's labels
+themselves (a labelled set a user imports as thumbs, one up-vote on the best chunk of each
+relevant document).
+
+The test queries are also split by whether some train query's relevant document is relevant to
+them too ("answers rated before") or not ("new answers"): gains on the second group are what
+the adapter generalises; gains on the first are feedback remembering useful passages.
+
+    .venv/bin/python -m evals.adapter_eval scifact debian --json-out docs/evaluation/query_adapter.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from evals.beir import BeirDataset, beir_settings, load_beir
+from evals.metrics import ndcg_at_k, recall_at_k
+from evals.prf_experiment import DATASETS
+from evals.ranking_sweep import doc_beir_ids, embed_queries
+from knowledge_store.embeddings import query_embedder
+from knowledge_store.retrieval.evidence import RankingParams, VectorFeedback, gather_evidence, rank_rows
+from knowledge_store.retrieval.query_adapter import QueryAdapter, train_query_adapter
+from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, load_snapshot
+from knowledge_store.settings import Settings
+
+
+def ranked_rows(snapshot: LoadedSnapshot, text: str, vector: np.ndarray, params: RankingParams,
+                settings: Settings) -> np.ndarray:
+    feedback = VectorFeedback(vector, settings.feedback_docs, settings.feedback_beta) \
+        if settings.feedback_docs and settings.feedback_beta else None
+    return rank_rows(gather_evidence(snapshot, text, vector), params, snapshot.active, settings.candidate_pool,
+                     settings.rrf_k, snapshot=snapshot, query=text, feedback=feedback).rows
+
+
+def thumbs_from_top5(snapshot, train: BeirDataset, vectors, params, settings, beir: list[str]) -> list[dict]:
+    """A careful user's votes on the default ranking's first five passages of every train query."""
+    rows = []
+    for qid, text in train.queries.items():
+        for row in ranked_rows(snapshot, text, vectors[qid], params, settings)[:5].tolist():
+            good = train.qrels[qid].get(beir[snapshot.doc_index[row]], 0) > 0
+            rows.append({"query": text, "chunk_id": snapshot.chunk_ids[row], "rating": "up" if good else "down"})
+    return rows
+
+
+def thumbs_from_labels(snapshot, train: BeirDataset, vectors, beir: list[str]) -> list[dict]:
+    """The train labels as up-votes: each relevant document's chunk nearest to the query."""
+    rows_of: dict[str, list[int]] = {}
+    for row, doc in enumerate(snapshot.doc_index.tolist()):
+        rows_of.setdefault(beir[doc], []).append(row)
+    out = []
+    for qid, text in train.queries.items():
+        for doc, grade in train.qrels[qid].items():
+            if grade <= 0 or doc not in rows_of:
+                continue
+            rows = np.array(rows_of[doc])
+            best = int(rows[np.argmax(snapshot.embeddings[rows] @ vectors[qid])])
+            out.append({"query": text, "chunk_id": snapshot.chunk_ids[best], "rating": "up"})
+    return out
+
+
+def score(snapshot, test: BeirDataset, vectors, params, settings, beir, adapter: QueryAdapter | None,
+          seen_docs: set[str]) -> dict:
+    per = []
+    for qid, text in test.queries.items():
+        vector = vectors[qid] if adapter is None else adapter.apply(vectors[qid])
+        rows = ranked_rows(snapshot, text, vector, params, settings)
+        ranked = list(dict.fromkeys(beir[d] for d in snapshot.doc_index[rows].tolist()))
+        relevant = test.qrels[qid]
+        per.append((ndcg_at_k(ranked, relevant, 10), recall_at_k(ranked, relevant, 5),
+                    any(d in seen_docs for d, g in relevant.items() if g > 0)))
+    arr = np.array(per, dtype=float)
+    seen = arr[:, 2] > 0
+
+    def mean(mask):
+        return {"queries": int(mask.sum()), "ndcg@10": round(float(arr[mask, 0].mean()), 4) if mask.any() else None,
+                "recall@5": round(float(arr[mask, 1].mean()), 4) if mask.any() else None}
+
+    return {"all": mean(np.ones(len(arr), bool)), "answers rated before": mean(seen), "new answers": mean(~seen)}
+
+
+def run(name: str) -> dict:
+    folder, _ = DATASETS[name]
+    train, test = load_beir(folder, split="train"), load_beir(folder, split="test")
+    store = beir_settings(test, Settings().data_dir / "eval")
+    settings = Settings()
+    snapshot = load_snapshot(store.index_dir)
+    embedder = query_embedder(store.model_path, store.query_encoder, settings.data_dir / "models", 2)
+    embedder.load()
+    beir = doc_beir_ids(snapshot)
+    params = RankingParams(alpha=settings.default_alpha, fusion=settings.default_fusion,
+                           section_weight=settings.section_weight, lead_weight=settings.lead_weight)
+    train_vectors, test_vectors = embed_queries(train, embedder), embed_queries(test, embedder)
+    out: dict = {"dataset": name, "train_queries": len(train.queries), "test_queries": len(test.queries),
+                 "ranking": params.to_dict()}
+    sources = {"thumbs on the top 5 of train queries": thumbs_from_top5(snapshot, train, train_vectors, params,
+                                                                        settings, beir),
+               "train labels as thumbs": thumbs_from_labels(snapshot, train, train_vectors, beir)}
+    chunk_doc = {c: beir[snapshot.doc_index[r]] for c, r in snapshot.row_of.items()}
+    for label, feedback in sources.items():
+        up = [r for r in feedback if r["rating"] == "up"]
+        seen_docs = {chunk_doc[r["chunk_id"]] for r in up}
+        started = time.perf_counter()
+        training = train_query_adapter(snapshot, settings, feedback, embedder.embed, params)
+        entry = {"votes": len(feedback), "up_votes": len(up), "training": training.to_dict(),
+                 "train_seconds": round(time.perf_counter() - started, 1),
+                 "test without adapter": score(snapshot, test, test_vectors, params, settings, beir, None, seen_docs)}
+        if training.adapter is not None:
+            entry["test with adapter"] = score(snapshot, test, test_vectors, params, settings, beir,
+                                               training.adapter, seen_docs)
+        out[label] = entry
+        print(json.dumps({label: entry}, indent=1), flush=True)
+    snapshot.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("datasets", nargs="+", choices=sorted(DATASETS))
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args(argv)
+    results = [run(name) for name in args.datasets]
+    if args.json_out:
+        args.json_out.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,347 @@
+"""A query adapter learned from thumbs-up feedback: feedback that reaches queries nobody rated.
+
+The ``feedback`` reranker moves passages that were rated for *similar* queries (cosine >= 0.8), so a
+question asked in new words gets nothing from it.  This learns, per corpus, one linear map of the
+query vector, ``q' = normalise(q + q @ W)``, from the rated (query, passage) pairs: it pulls a
+query towards the kind of section its users up-voted and away from the near misses that outranked
+it.  Documents are not touched (no re-embedding; the stored vectors stay the model's), so it costs
+one 384 x 384 product per query and can be dropped at any time.
+
+Training (``train_query_adapter``): every thumbs-up gives (query, the rated chunk's section).  Each
+query's candidates are its 200 nearest chunks by the plain vector plus its target sections' chunks;
+the loss is the softmax cross-entropy of the target chunks among the candidates (temperature 20),
+plus ``l2 * |W|^2`` towards the identity.  A quarter of the rated queries (by a hash of the text,
+so the same on every run) are held out; for each ``l2`` of the grid an adapter is trained on the
+rest and the held-out queries are ranked by ``rank_rows`` - the function the engine serves with,
+BM25 and all - with and without it.  The adapter is adopted only when the best one beats no adapter
+on the held-out queries by ``min_gain`` nDCG@10; it is then trained again on every rated query.
+
+Stored as ``<index_dir>/query_adapter.npz`` (atomically), beside ``tuned.json``; the engine reads it
+per query (cached on the file's modification time), the console and ``/api/knowledge/config``
+show its evidence, ``groundwork adapt --reset`` removes it.  docs/EVALUATION.md ("Feedback that
+learns") has the measurements.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evals.metrics import ndcg_at_k, recall_at_k
+from knowledge_store.errors import GroundworkError
+from knowledge_store.retrieval.evidence import RankingParams, VectorFeedback, gather_evidence, rank_rows
+from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
+
+ADAPTER_FILE = "query_adapter.npz"
+L2_GRID = (0.03, 0.1, 0.3)
+
+
+class QueryAdapterError(GroundworkError):
+    """A query adapter cannot be trained or read (too little feedback, a damaged file ...); says why."""
+
+
+@dataclass(frozen=True)
+class QueryAdapter:
+    """``q' = normalise(q + q @ matrix)``; ``info`` is the evidence it was adopted on."""
+
+    matrix: np.ndarray
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dim(self) -> int:
+        return int(self.matrix.shape[0])
+
+    def apply(self, vectors: np.ndarray) -> np.ndarray:
+        """The adapted, L2-normalised query vector(s); a vector of another width is refused."""
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.shape[-1] != self.dim:
+            raise QueryAdapterError(f"query vector has {vectors.shape[-1]} dimensions, the adapter {self.dim}: "
+                                    "it was trained for another embedding model; run `groundwork adapt` again")
+        moved = vectors + vectors @ self.matrix
+        return (moved / np.linalg.norm(moved, axis=-1, keepdims=True)).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class RatedQuery:
+    """One rated query: its text, plain vector, and the section numbers its users up-voted."""
+
+    query: str
+    vector: np.ndarray
+    targets: frozenset[int]
+
+
+def rated_queries(snapshot: LoadedSnapshot, feedback: Iterable[dict],
+                  embed: Callable[[list[str]], np.ndarray]) -> list[RatedQuery]:
+    """Thumbs-up rows whose chunk is still in ``snapshot``, grouped by query text."""
+    from knowledge_store.tuning import feedback_queries
+
+    gold = feedback_queries(snapshot, feedback)
+    if not gold:
+        return []
+    vectors = embed([q.query for q in gold])
+    return [RatedQuery(q.query, np.asarray(v, dtype=np.float32), q.targets) for q, v in zip(gold, vectors)]
+
+
+def is_held_out(query: str, share: int = 4) -> bool:
+    """One query in ``share``, chosen by a hash of its text: the same split on every run."""
+    return int(hashlib.sha1(query.encode("utf-8")).hexdigest()[:8], 16) % share == 0
+
+
+def _candidates(snapshot: LoadedSnapshot, rated: list[RatedQuery], nearest: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, is_target) per query, padded with -1: the nearest chunks plus every chunk of the targets."""
+    group = snapshot.sections.group
+    members: dict[int, np.ndarray] = {}
+    lists, flags = [], []
+    for r in rated:
+        scores = snapshot.embeddings @ r.vector
+        k = min(nearest, len(scores))
+        near = np.argpartition(-scores, k - 1)[:k]
+        target_rows = np.concatenate([members.setdefault(g, np.flatnonzero(group == g)) for g in r.targets])
+        rows = np.concatenate([target_rows, near[~np.isin(near, target_rows)]])
+        lists.append(rows)
+        flags.append(np.arange(len(rows)) < len(target_rows))
+    width = max(len(rows) for rows in lists)
+    out = np.full((len(lists), width), -1, dtype=np.int64)
+    is_target = np.zeros((len(lists), width), dtype=bool)
+    for i, (rows, flag) in enumerate(zip(lists, flags)):
+        out[i, :len(rows)] = rows
+        is_target[i, :len(rows)] = flag
+    return out, is_target
+
+
+def fit_adapter(snapshot: LoadedSnapshot, rated: list[RatedQuery], l2: float, steps: int = 300,
+                nearest: int = 200, temperature: float = 20.0, lr: float = 3e-3, batch: int = 256,
+                seed: int = 13) -> np.ndarray:
+    """The matrix ``W`` minimising the target chunks' softmax loss among each query's candidates."""
+    import torch
+
+    rows, is_target = _candidates(snapshot, rated, nearest)
+    generator = torch.Generator().manual_seed(seed)
+    queries = torch.tensor(np.stack([r.vector for r in rated]))
+    embeddings = torch.tensor(snapshot.embeddings)
+    rows_t = torch.tensor(rows)
+    valid = rows_t >= 0
+    target = torch.tensor(is_target)
+    dim = queries.shape[1]
+    matrix = torch.zeros((dim, dim), requires_grad=True)
+    optimiser = torch.optim.Adam([matrix], lr=lr)
+    for _ in range(steps):
+        pick = torch.randperm(len(rated), generator=generator)[:batch] if len(rated) > batch else torch.arange(len(rated))
+        q = queries[pick]
+        moved = q + q @ matrix
+        moved = moved / moved.norm(dim=1, keepdim=True)
+        cand = embeddings[rows_t[pick].clamp(min=0)]  # (b, width, dim)
+        logits = temperature * torch.einsum("bd,bkd->bk", moved, cand)
+        logits = logits.masked_fill(~valid[pick], float("-inf"))
+        positive = logits.masked_fill(~target[pick], float("-inf"))
+        loss = (torch.logsumexp(logits, 1) - torch.logsumexp(positive, 1)).mean() + l2 * (matrix ** 2).sum()
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    return matrix.detach().numpy().astype(np.float32)
+
+
+def held_out_quality(snapshot: LoadedSnapshot, rated: list[RatedQuery], params: RankingParams,
+                     matrix: np.ndarray | None, pool: int = 100, rrf_k: int = 60, feedback_docs: int = 3,
+                     feedback_beta: float = 0.3) -> dict[str, float]:
+    """Mean nDCG@10 / Recall@5 of the rated sections when ``rated`` are ranked as the engine ranks."""
+    from knowledge_store.tuning import units_of
+
+    adapter = None if matrix is None else QueryAdapter(matrix)
+    ndcg, recall = [], []
+    for r in rated:
+        vector = r.vector if adapter is None else adapter.apply(r.vector)
+        feedback = VectorFeedback(vector, feedback_docs, feedback_beta) if feedback_docs and feedback_beta else None
+        fused = rank_rows(gather_evidence(snapshot, r.query, vector), params, snapshot.active, pool, rrf_k,
+                          snapshot=snapshot, query=r.query, feedback=feedback)
+        ranked = units_of(snapshot, fused.rows, "section")
+        ndcg.append(ndcg_at_k(ranked, r.targets, 10))
+        recall.append(recall_at_k(ranked, r.targets, 5))
+    return {"ndcg@10": round(float(np.mean(ndcg)), 4), "recall@5": round(float(np.mean(recall)), 4)}
+
+
+@dataclass
+class AdapterTraining:
+    """What ``train_query_adapter`` measured and chose; ``adapter`` is None when none was adopted."""
+
+    adapter: QueryAdapter | None
+    rated_queries: int
+    held_out_queries: int
+    without: dict[str, float]
+    table: list[dict[str, Any]]
+    reason: str
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"adopted": self.adapter is not None, "rated_queries": self.rated_queries,
+                "held_out_queries": self.held_out_queries, "without_adapter": self.without, "table": self.table,
+                "reason": self.reason, "seconds": self.seconds,
+                **({"l2": self.adapter.info["l2"]} if self.adapter is not None else {})}
+
+
+def train_query_adapter(snapshot: LoadedSnapshot, settings, feedback: Iterable[dict],
+                        embed: Callable[[list[str]], np.ndarray], params: RankingParams,
+                        l2_grid: Iterable[float] = L2_GRID, min_queries: int | None = None,
+                        min_gain: float = 0.005, steps: int = 300) -> AdapterTraining:
+    """Train, check on held-out rated queries, and (if it helps) return the adapter; never saves."""
+    started = time.perf_counter()
+    if snapshot.sections is None:
+        raise QueryAdapterError("this snapshot has no sections table: re-sync the corpus before training an adapter")
+    min_queries = settings.adapter_min_queries if min_queries is None else min_queries
+    rated = rated_queries(snapshot, feedback, embed)
+    if len(rated) < min_queries:
+        raise QueryAdapterError(
+            f"only {len(rated)} queries have a thumbs-up on a passage still in the index (need {min_queries}): "
+            "an adapter learned from fewer would follow noise; collect more feedback first")
+    train = [r for r in rated if not is_held_out(r.query)]
+    held = [r for r in rated if is_held_out(r.query)]
+    if not held or not train:  # tiny sets can hash one-sided
+        held, train = rated[: max(1, len(rated) // 4)], rated[max(1, len(rated) // 4):]
+    ranking = dict(pool=settings.candidate_pool, rrf_k=settings.rrf_k, feedback_docs=settings.feedback_docs,
+                   feedback_beta=settings.feedback_beta)
+    without = held_out_quality(snapshot, held, params, None, **ranking)
+    table = []
+    for l2 in l2_grid:
+        matrix = fit_adapter(snapshot, train, l2, steps=steps)
+        table.append({"l2": l2, "norm": round(float(np.linalg.norm(matrix)), 3),
+                      **held_out_quality(snapshot, held, params, matrix, **ranking)})
+    best = max(table, key=lambda row: (row["ndcg@10"], row["recall@5"]))
+    gain = best["ndcg@10"] - without["ndcg@10"]
+    if gain <= min_gain:
+        reason = (f"not adopted: on {len(held)} held-out rated queries the best adapter (l2 {best['l2']:g}) reached "
+                  f"nDCG@10 {best['ndcg@10']:.4f} against {without['ndcg@10']:.4f} without one (needs +{min_gain:g})")
+        return AdapterTraining(None, len(rated), len(held), without, table, reason,
+                               round(time.perf_counter() - started, 2))
+    matrix = fit_adapter(snapshot, rated, best["l2"], steps=steps)
+    info = {"trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "snapshot_version": snapshot.info.snapshot_version, "model": Path(str(settings.model_path)).name,
+            "l2": best["l2"], "rated_queries": len(rated), "held_out_queries": len(held),
+            "held_out_without": without, "held_out_with": {k: best[k] for k in ("ndcg@10", "recall@5")},
+            "table": table}
+    reason = (f"adopted: on {len(held)} held-out rated queries nDCG@10 {without['ndcg@10']:.4f} -> "
+              f"{best['ndcg@10']:.4f}, Recall@5 {without['recall@5']:.4f} -> {best['recall@5']:.4f} (l2 {best['l2']:g})")
+    seconds = round(time.perf_counter() - started, 2)
+    info["seconds"] = seconds
+    return AdapterTraining(QueryAdapter(matrix, info), len(rated), len(held), without, table, reason, seconds)
+
+
+# --------------------------------------------------------------------------- stored adapter
+
+
+def adapter_path(index_dir: Path) -> Path:
+    return Path(index_dir) / ADAPTER_FILE
+
+
+def save_adapter(index_dir: Path, adapter: QueryAdapter) -> Path:
+    """Write ``adapter`` atomically (a reader sees the old file or the new one, never half of one)."""
+    path = adapter_path(index_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    np.savez(buffer, matrix=adapter.matrix, info=np.array(json.dumps(adapter.info)))
+    tmp = path.with_suffix(f".tmp-{os.getpid()}-{threading.get_ident()}")
+    tmp.write_bytes(buffer.getvalue())
+    os.replace(tmp, path)
+    return path
+
+
+def read_adapter(path: Path) -> QueryAdapter:
+    """The adapter stored at ``path``; QueryAdapterError (naming the file) when it is damaged."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            matrix = np.asarray(data["matrix"], dtype=np.float32)
+            info = json.loads(str(data["info"]))
+    except Exception as error:  # noqa: BLE001 - any damage reads as one typed error
+        raise QueryAdapterError(f"{path} is not a readable query adapter ({error}); "
+                                "`groundwork adapt --reset` removes it") from error
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or not np.isfinite(matrix).all():
+        raise QueryAdapterError(f"{path} holds a {matrix.shape} matrix, not a square finite one; "
+                                "`groundwork adapt --reset` removes it")
+    return QueryAdapter(matrix, info)
+
+
+def reset_adapter(index_dir: Path) -> bool:
+    path = adapter_path(index_dir)
+    if path.exists():
+        path.unlink()
+        return True
+    return False
+
+
+class AdapterCache:
+    """The corpus's adapter for the engine: read again only when the file changes; a damaged or
+    mismatched file is reported once in the log and ignored (queries go on without an adapter)."""
+
+    def __init__(self, index_dir: Path, dim: int) -> None:
+        self.path = adapter_path(index_dir)
+        self.dim = dim
+        self._key: tuple[int, int] | None = None
+        self._adapter: QueryAdapter | None = None
+        self.error: str | None = None
+        self._lock = threading.Lock()
+
+    def current(self) -> QueryAdapter | None:
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            self._key, self._adapter, self.error = None, None, None
+            return None
+        key = (stat.st_mtime_ns, stat.st_size)
+        if key == self._key:
+            return self._adapter
+        with self._lock:
+            if key != self._key:
+                adapter, error = None, None
+                try:
+                    adapter = read_adapter(self.path)
+                    if adapter.dim != self.dim:
+                        error = (f"{self.path}: adapter for {adapter.dim}-dimensional vectors, the model makes "
+                                 f"{self.dim}; ignored - run `groundwork adapt` again")
+                        adapter = None
+                except QueryAdapterError as exc:
+                    error = str(exc)
+                if error:
+                    import logging
+
+                    logging.getLogger(__name__).warning("query adapter ignored: %s", error)
+                self._adapter, self.error, self._key = adapter, error, key
+        return self._adapter
+
+
+# --------------------------------------------------------------------------- the whole job
+
+
+def adapt_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None, save: bool = True) -> AdapterTraining:
+    """Train the adapter of the corpus served from ``settings.index_dir`` on its feedback and, when ``save``,
+    store it if adopted - or remove a stored one the new measurement did not adopt (what is served is what
+    the latest evidence chose)."""
+    from knowledge_store.embeddings import Embedder
+    from knowledge_store.retrieval.snapshot_reader import load_snapshot
+    from knowledge_store.tuning import _feedback_rows, effective_ranking
+
+    snapshot = load_snapshot(settings.index_dir)
+    try:
+        embedder = embedder or Embedder(settings.model_path, settings.embed_batch_size, settings.torch_threads,
+                                        settings.embedding_dim)
+        if feedback is None:
+            feedback = _feedback_rows(settings)
+        training = train_query_adapter(snapshot, settings, feedback, embedder.embed,
+                                       effective_ranking(settings, settings.index_dir))
+    finally:
+        snapshot.close()
+    if save:
+        if training.adapter is not None:
+            save_adapter(settings.index_dir, training.adapter)
+        elif reset_adapter(settings.index_dir):
+            training.reason += "; the previously stored adapter was removed"
+    return training
