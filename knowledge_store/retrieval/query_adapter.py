@@ -124,27 +124,38 @@ def fit_adapter(snapshot: LoadedSnapshot, rated: list[RatedQuery], l2: float, st
                 nearest: int = 200, temperature: float = 20.0, lr: float = 3e-3, batch: int = 256,
                 seed: int = 13) -> np.ndarray:
     """The matrix ``W`` minimising the target chunks' softmax loss among each query's candidates."""
+    rows, is_target = _candidates(snapshot, rated, nearest)
+    vectors = snapshot.embeddings[np.maximum(rows, 0)]
+    return fit_matrix(np.stack([r.vector for r in rated]), vectors, rows >= 0, is_target, l2, steps=steps,
+                      temperature=temperature, lr=lr, batch=batch, seed=seed)
+
+
+def fit_matrix(queries: np.ndarray, candidates: np.ndarray, valid: np.ndarray, is_target: np.ndarray, l2: float,
+               steps: int = 300, temperature: float = 20.0, lr: float = 3e-3, batch: int = 256,
+               seed: int = 13) -> np.ndarray:
+    """Adam on ``mean(logsumexp(all candidates) - logsumexp(targets)) + l2 * |W|^2``.
+
+    ``queries`` (n, d); ``candidates`` (n, width, d) each query's candidate vectors, ``valid`` and
+    ``is_target`` (n, width) which of them are real and which are the query's targets."""
     import torch
 
-    rows, is_target = _candidates(snapshot, rated, nearest)
     generator = torch.Generator().manual_seed(seed)
-    queries = torch.tensor(np.stack([r.vector for r in rated]))
-    embeddings = torch.tensor(snapshot.embeddings)
-    rows_t = torch.tensor(rows)
-    valid = rows_t >= 0
-    target = torch.tensor(is_target)
-    dim = queries.shape[1]
+    queries_t = torch.tensor(np.asarray(queries, dtype=np.float32))
+    candidates_t = torch.tensor(np.asarray(candidates, dtype=np.float32))
+    valid_t = torch.tensor(valid)
+    target_t = torch.tensor(is_target & valid)
+    dim = queries_t.shape[1]
     matrix = torch.zeros((dim, dim), requires_grad=True)
     optimiser = torch.optim.Adam([matrix], lr=lr)
+    n = len(queries_t)
     for _ in range(steps):
-        pick = torch.randperm(len(rated), generator=generator)[:batch] if len(rated) > batch else torch.arange(len(rated))
-        q = queries[pick]
+        pick = torch.randperm(n, generator=generator)[:batch] if n > batch else torch.arange(n)
+        q = queries_t[pick]
         moved = q + q @ matrix
         moved = moved / moved.norm(dim=1, keepdim=True)
-        cand = embeddings[rows_t[pick].clamp(min=0)]  # (b, width, dim)
-        logits = temperature * torch.einsum("bd,bkd->bk", moved, cand)
-        logits = logits.masked_fill(~valid[pick], float("-inf"))
-        positive = logits.masked_fill(~target[pick], float("-inf"))
+        logits = temperature * torch.einsum("bd,bkd->bk", moved, candidates_t[pick])
+        logits = logits.masked_fill(~valid_t[pick], float("-inf"))
+        positive = logits.masked_fill(~target_t[pick], float("-inf"))
         loss = (torch.logsumexp(logits, 1) - torch.logsumexp(positive, 1)).mean() + l2 * (matrix ** 2).sum()
         optimiser.zero_grad()
         loss.backward()
