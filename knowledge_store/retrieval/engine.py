@@ -116,6 +116,7 @@ class HybridCandidates:
     hits: list[SearchHit]
     timings: dict[str, float]
     unknown_terms: list[str]
+    adapted: bool = False  # the corpus's query adapter moved the query vector (``query_adapter.py``)
 
 
 def coverage_label(best_relevance: float, floor: float) -> str:
@@ -342,7 +343,7 @@ class RetrievalEngine:
         # bm25 ran concurrently with embed: its own duration is reported, plus any wait after the vector step
         timings.update(embed=(t1 - t0) * 1000, vector=(t2 - t1) * 1000, bm25=bm25_ms, bm25_wait=(t3 - t2) * 1000,
                        fuse=(t4 - t3) * 1000)
-        return HybridCandidates(snapshot, query_vector, hits, timings, terms.unknown)
+        return HybridCandidates(snapshot, query_vector, hits, timings, terms.unknown, adapted=adapter is not None)
 
     def search(self, query: str, log: bool = True, answer_fn: AnswerFn | None = None, **params: Any) -> SearchResponse:
         """Answer one query with cited passages; every call is logged (unless ``log=False``).
@@ -397,7 +398,7 @@ class RetrievalEngine:
         done = time.perf_counter()
         timings.update(rerank=(t_format - t_rerank) * 1000, format=(done - t_format) * 1000, total=(done - started) * 1000)
         timings = {k: round(v, 3) for k, v in timings.items()}
-        params_out = _logged_params(request)
+        params_out = {**_logged_params(request), "query_adapter": found.adapted}
         response = SearchResponse(
             retrieval_request_id="", query=request.query, results=citations, answer=answer, coverage=coverage,
             latency_ms=timings, reranker_status=status, snapshot_version=found.snapshot.info.snapshot_version,

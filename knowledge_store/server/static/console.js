@@ -491,6 +491,7 @@
   // ------------------------------------------------------------ server defaults and the self-tuned ranking
   var rankingDefaults = $("ranking-defaults"), tuningPanel = $("tuning-panel"), tuningSummary = $("tuning-summary"),
       tuningBody = $("tuning-body"), tuningMeta = $("tuning-meta");
+  var adapterPanel = $("adapter-panel"), adapterSummary = $("adapter-summary");
   var SOURCE_WORDS = { tuned: "self-tuned", setting: "server setting", console: "set in Settings", "default": "built-in" };
 
   function weight(value) {
@@ -588,6 +589,22 @@
         : " Used for every search that does not set these values; explicit server settings win.");
   }
 
+  /** The stored query adapter's held-out evidence (GET /api/knowledge/config: query_adapter); hidden when none. */
+  function renderAdapter(adapter) {
+    show(adapterPanel, !!adapter);
+    if (!adapter) return;
+    if (adapter.error) {
+      adapterSummary.textContent = "Not in use: " + adapter.error;
+      return;
+    }
+    var without = adapter.held_out_without || {}, withIt = adapter.held_out_with || {};
+    adapterSummary.textContent = "On " + adapter.held_out_queries + " held-out of " + adapter.rated_queries +
+      " rated queries: nDCG@10 " + fmt(without["ndcg@10"]) + " \u2192 " + fmt(withIt["ndcg@10"]) + ", Recall@5 " +
+      fmt(without["recall@5"]) + " \u2192 " + fmt(withIt["recall@5"]) + " \u00b7 trained " +
+      String(adapter.trained_at || "").replace("T", " ").slice(0, 16) + " in " + fmt(adapter.seconds, 1) + " s" +
+      (adapter.in_use === false ? " \u00b7 not in use: GROUNDWORK_USE_QUERY_ADAPTER is false" : " \u00b7 in use for every search");
+  }
+
   function loadConfig() {
     return fetch(CONFIG_URL, { headers: { "Accept": "application/json" } }).then(function (response) {
       if (!response.ok) throw new Error("HTTP " + response.status);
@@ -601,6 +618,7 @@
       fillRerankers(config);
       rankingDefaults.textContent = rankingText(config);
       renderTuning(config.tuned);
+      renderAdapter(config.query_adapter);
     }).catch(function () {
       rankingDefaults.textContent = "";  // searches still work with the server's defaults
     });
