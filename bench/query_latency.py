@@ -107,14 +107,31 @@ def build_synthetic(source: Path, target_dir: Path, size: int, make_vectors=None
 
 # what is compared in one run: name -> settings that differ (exact: ann_min_chunks above any size here, no graph)
 VARIANTS = {"exact": {"ann_min_chunks": 10**9}, "ann": {"ann_min_chunks": 1},
-            "ann-no-feedback": {"ann_min_chunks": 1, "feedback_docs": 0}}
+            "ann-no-feedback": {"ann_min_chunks": 1, "feedback_docs": 0},
+            "ann-adapter": {"ann_min_chunks": 1}}
+# variants served with a query adapter (query_adapter.py) stored for the run: a random map of the norm
+# trained ones have here (|W| 1-5, docs/EVALUATION.md): its cost, not its quality, is what is measured
+ADAPTED = {"ann-adapter": 3.0}
+
+
+def store_adapter(index_dir: Path, norm: float, dim: int) -> None:
+    import numpy as np
+
+    from knowledge_store.retrieval.query_adapter import QueryAdapter, save_adapter
+
+    matrix = np.random.default_rng(7).normal(size=(dim, dim)).astype(np.float32)
+    save_adapter(index_dir, QueryAdapter(matrix * (norm / np.linalg.norm(matrix)), {"bench": True}))
 
 
 def run(index_root: Path, queries: list[str], threads: int, variant: str = "exact") -> dict[str, object]:
     from knowledge_store.retrieval.engine import RetrievalEngine
+    from knowledge_store.retrieval.query_adapter import reset_adapter
     from knowledge_store.settings import Settings
 
     settings = Settings(data_dir=index_root, query_torch_threads=threads, search_threads=1, **VARIANTS[variant])
+    reset_adapter(settings.index_dir)
+    if variant in ADAPTED:
+        store_adapter(settings.index_dir, ADAPTED[variant], settings.embedding_dim)
     engine = RetrievalEngine(settings)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t = time.perf_counter()
@@ -140,6 +157,7 @@ def run(index_root: Path, queries: list[str], threads: int, variant: str = "exac
         for key in stages:
             stages[key].append(lat[key])
     engine.query_log.close()
+    reset_adapter(settings.index_dir)
     return {
         "chunks": snapshot.size, "variant": variant, "ann_build_s": ann_build,
         "top5": top5, "load_s": load, "snapshot_load_s": snapshot.load_seconds,
@@ -160,7 +178,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
                         help="exact: one NumPy matrix-vector product; ann: the usearch graph (ann_min_chunks at "
-                             "most the size); ann-no-feedback: the graph without the pseudo-relevance feedback step. "
+                             "most the size); ann-no-feedback: the graph without the pseudo-relevance feedback step; "
+                             "ann-adapter: the graph with a query adapter stored (a random one of a trained norm). "
                              "Each runs on the same snapshot, one after the other; top-5 agreement "
                              "is against the first variant")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "query_latency.md")
@@ -198,7 +217,8 @@ def main() -> int:
         "",
         f"Date: {date}. Machine: {machine_text}; load average at the end {load_after}. Torch threads for the query "
         f"embedding: {args.threads}; BLAS threads: 1; vector search: exact = one NumPy matrix-vector product, ann = the usearch graph "
-        "(built before measuring, build seconds in the JSON), ann-no-feedback = the graph without the feedback step. "
+        "(built before measuring, build seconds in the JSON), ann-no-feedback = the graph without the feedback step, "
+        "ann-adapter = the graph with a stored query adapter (a random one of norm 3: its cost, not its ranking). "
         f"Source chunks: `{source}` replicated with perturbed vectors. {len(queries)} SciFact claims as queries, "
         "one at a time, after 20 warm-up queries; each query = embed + BM25 + vector + fusion + citations + "
         "extractive answer + query-log append. Reproduce: `.venv/bin/python bench/query_latency.py`.",

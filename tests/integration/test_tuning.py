@@ -384,6 +384,7 @@ def test_adapter_training_measures_held_out_queries_and_the_engine_serves_the_st
         save_adapter(settings.index_dir, QueryAdapter(rng.normal(size=(384, 384)).astype(np.float32) * 3, adapter.info))
         moved = engine.search(query, k=5, log=False, answer="none")
         assert [h.chunk_id for h in moved.hits] != [h.chunk_id for h in plain.hits]
+        assert moved.params["query_adapter"] is True and plain.params["query_adapter"] is False
         # ... while each hit's vector score stays the model's own cosine (relevance is calibrated on it)
         raw = tiny_embedder.embed([query])[0]
         for hit in moved.hits:
