@@ -1,0 +1,80 @@
+"""Chunk vectors with or without the "title > section" header: measured on both dev sets.
+
+The chunker embeds ``header + "\\n\\n" + text`` (knowledge_store/chunking.py).  This embeds every
+chunk's text alone with the ingestion encoder (cached beside the store as ``bare_embeddings.npy``)
+and ranks each split's queries by ``rank_rows`` (default ranking, feedback step included) with the
+chunk vectors replaced by: the stored ones, the bare ones, and normalised blends of the two.
+
+    .venv/bin/python -m evals.bare_embedding_experiment scifact scifact:train debian debian:train
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from evals.adapter_eval import ranked_rows
+from evals.beir import beir_settings, load_beir
+from evals.metrics import ndcg_at_k, recall_at_k
+from evals.prf_experiment import DATASETS
+from evals.ranking_sweep import doc_beir_ids, embed_queries
+from knowledge_store.embeddings import document_embedder, query_embedder
+from knowledge_store.retrieval.evidence import RankingParams
+from knowledge_store.retrieval.snapshot_reader import load_snapshot
+from knowledge_store.settings import Settings
+
+BLENDS = (0.0, 0.3, 0.5, 0.7, 1.0)  # weight of the bare vector
+
+
+def bare_vectors(snapshot, store_dir: Path, settings: Settings) -> np.ndarray:
+    cache = store_dir / "bare_embeddings.npy"
+    ids = store_dir / "bare_embeddings.ids"
+    if cache.exists() and ids.exists() and ids.read_text().split("\n") == snapshot.chunk_ids:
+        return np.load(cache)
+    started = time.perf_counter()
+    texts = [t or "" for t in snapshot.records.column("text").to_pylist()]
+    embedder = document_embedder(settings)
+    out = np.concatenate([embedder.embed(texts[i:i + 512]) for i in range(0, len(texts), 512)]).astype(np.float32)
+    np.save(cache, out)
+    ids.write_text("\n".join(snapshot.chunk_ids))
+    print(f"  embedded {len(texts)} bare chunks in {time.perf_counter() - started:.0f} s", flush=True)
+    return out
+
+
+def run(name: str) -> dict[float, tuple[float, float]]:
+    key, _, split_override = name.partition(":")
+    folder, split = DATASETS[key]
+    split = split_override or split
+    dataset = load_beir(folder, split=split)
+    store = beir_settings(dataset, Settings().data_dir / "eval")
+    settings = Settings()
+    snapshot = load_snapshot(store.index_dir)
+    bare = bare_vectors(snapshot, store.index_dir.parent, settings)
+    stored = snapshot.embeddings.copy()
+    embedder = query_embedder(store.model_path, store.query_encoder, settings.data_dir / "models", 2)
+    embedder.load()
+    vectors = embed_queries(dataset, embedder)
+    beir = doc_beir_ids(snapshot)
+    params = RankingParams(alpha=settings.default_alpha, fusion=settings.default_fusion,
+                           section_weight=settings.section_weight, lead_weight=settings.lead_weight)
+    out = {}
+    for w in BLENDS:
+        blend = (1 - w) * stored + w * bare
+        snapshot.embeddings = (blend / np.linalg.norm(blend, axis=1, keepdims=True)).astype(np.float32)
+        scores = []
+        for qid, text in dataset.queries.items():
+            rows = ranked_rows(snapshot, text, vectors[qid], params, settings)
+            ranked = list(dict.fromkeys(beir[d] for d in snapshot.doc_index[rows].tolist()))
+            scores.append((ndcg_at_k(ranked, dataset.qrels[qid], 10), recall_at_k(ranked, dataset.qrels[qid], 5)))
+        out[w] = tuple(np.round(np.mean(scores, axis=0), 4).tolist())
+        print(f"  {name}: bare weight {w:g}: nDCG@10 {out[w][0]:.4f}  Recall@5 {out[w][1]:.4f}", flush=True)
+    snapshot.embeddings = stored
+    return out
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        run(arg)
