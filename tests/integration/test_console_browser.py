@@ -39,7 +39,7 @@ def live(tmp_path_factory, embedder):
     query_log = QueryLog(root / "logs.duckdb")
     engine = RetrievalEngine(settings, embedder=embedder, query_log=query_log)
     with served_app(settings, engine, name="console-uvicorn") as base:
-        yield {"base": base, "query_log": query_log}
+        yield {"base": base, "query_log": query_log, "settings": settings}
     query_log.close()
 
 
@@ -192,6 +192,35 @@ def test_reranker_choices_are_the_ones_the_server_can_run(page, live):
     offered = page.locator("#reranker option").evaluate_all("options => options.map(o => o.value)")
     assert offered == config["rerankers"]
     expect(page.locator("#reranker")).to_have_value(config["default_reranker"])
+
+
+def test_a_stored_query_adapter_is_shown_with_its_held_out_evidence_and_searches_go_through_it(page, live):
+    import numpy as np
+
+    from knowledge_store.retrieval.query_adapter import QueryAdapter, reset_adapter, save_adapter
+
+    expect(page.locator("#ranking-defaults")).to_contain_text("Server ranking defaults")
+    expect(page.locator("#adapter-panel")).to_be_hidden()  # none stored
+    info = {"trained_at": "2026-11-24T23:50:00+00:00", "rated_queries": 40, "held_out_queries": 11, "l2": 0.1,
+            "held_out_without": {"ndcg@10": 0.61, "recall@5": 0.72},
+            "held_out_with": {"ndcg@10": 0.68, "recall@5": 0.81}, "seconds": 12.5}
+    index_dir = live["settings"].index_dir
+    save_adapter(index_dir, QueryAdapter(np.zeros((384, 384), np.float32), info))
+    try:
+        page.reload()
+        panel = page.locator("#adapter-summary")
+        expect(panel).to_contain_text("On 11 held-out of 40 rated queries: nDCG@10 0.610 → 0.680")
+        expect(panel).to_contain_text("Recall@5 0.720 → 0.810")
+        expect(panel).to_contain_text("in use for every search")
+        with urllib.request.urlopen(urllib.request.Request(
+                live["base"] + "/api/knowledge/query", data=json.dumps({"query": RESET, "k": 3}).encode(),
+                headers={"Content-Type": "application/json"}), timeout=30) as response:
+            assert json.loads(response.read())["params"]["query_adapter"] is True
+    finally:
+        reset_adapter(index_dir)
+    page.reload()
+    expect(page.locator("#ranking-defaults")).to_contain_text("Server ranking defaults")
+    expect(page.locator("#adapter-panel")).to_be_hidden()
 
 
 def test_server_text_is_never_rendered_as_html(page):
