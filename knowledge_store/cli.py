@@ -9,7 +9,7 @@
     groundwork query "TEXT" [--k 5] [--alpha 0.5] [--reranker mmr] [--path FILE] [--meta K=V] [--json]
     groundwork eval DATASET_DIR [--alpha A] [--reranker R] [--k 10] [--json]
     groundwork tune [--limit N] [--dry-run] [--json] | --reset
-    groundwork adapt [--dry-run] [--json] | --reset
+    groundwork adapt [--labels FILE] [--dry-run] [--json] | --reset
     groundwork notebook alpha_sweep -p dataset DIR -p alphas '[0, 0.5, 1]'
     groundwork serve [--host 127.0.0.1] [--port 8080]
     groundwork mcp
@@ -647,10 +647,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def cmd_adapt(args: argparse.Namespace) -> int:
     """Learn the corpus's query adapter from its thumbs-up feedback (``retrieval.query_adapter``) or remove it."""
-    from knowledge_store.retrieval.query_adapter import adapt_corpus, adapter_path, reset_adapter
+    from knowledge_store.retrieval.query_adapter import (
+        QueryAdapterError,
+        adapt_corpus,
+        adapter_path,
+        read_labels,
+        reset_adapter,
+    )
 
     settings = _settings(args)
     path = adapter_path(settings.index_dir)
+    if args.reset and args.labels:
+        raise QueryAdapterError("--labels trains an adapter and --reset removes it: use one of them")
     if args.reset:
         removed = reset_adapter(settings.index_dir)
         if args.json:
@@ -660,12 +668,18 @@ def cmd_adapt(args: argparse.Namespace) -> int:
                   else f"no query adapter at {path}: nothing to remove")
         return 0
     # IndexNotBuiltError and QueryAdapterError are GroundworkErrors: main() prints them on one line, exit code 2
-    training = adapt_corpus(settings, save=not args.dry_run)
+    labels = read_labels(args.labels) if args.labels else None
+    training = adapt_corpus(settings, save=not args.dry_run, labels=labels)
     if args.json:
         print(json.dumps(training.to_dict(), indent=2))
         return 0
     print(f"query adapter for {settings.data_dir}: {training.rated_queries} rated queries, "
           f"{training.held_out_queries} held out, {training.seconds:.1f} s")
+    if labels:
+        print(f"labels: {training.labels_used} of {len(labels)} used as thumbs-up"
+              + (f"; {len(training.labels_unmatched)} name no indexed document (first: line "
+                 f"{training.labels_unmatched[0]['line']}, {training.labels_unmatched[0]['document']!r})"
+                 if training.labels_unmatched else ""))
     rows = [{"": "no adapter", "l2": "", "nDCG@10": f"{training.without['ndcg@10']:.3f}",
              "Recall@5": f"{training.without['recall@5']:.3f}"}]
     rows += [{"": "adapter", "l2": f"{r['l2']:g}", "nDCG@10": f"{r['ndcg@10']:.3f}", "Recall@5": f"{r['recall@5']:.3f}"}
@@ -867,6 +881,8 @@ def build_parser() -> argparse.ArgumentParser:
     adapt_mode = adapt.add_mutually_exclusive_group()
     adapt_mode.add_argument("--dry-run", action="store_true", help="train and measure without saving")
     adapt_mode.add_argument("--reset", action="store_true", help="delete the stored adapter")
+    adapt.add_argument("--labels", metavar="FILE", help="also learn from a labelled set: JSON lines "
+                       '{"query": "...", "document": "<relative path>"} (each an up-vote on that document)')
     adapt.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
     adapt.add_argument("--json", action="store_true", help="machine-readable output")
     adapt.set_defaults(func=cmd_adapt)

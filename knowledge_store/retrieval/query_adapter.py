@@ -93,6 +93,58 @@ def rated_queries(snapshot: LoadedSnapshot, feedback: Iterable[dict],
     return [RatedQuery(q.query, np.asarray(v, dtype=np.float32), q.targets) for q, v in zip(gold, vectors)]
 
 
+def read_labels(path: Path) -> list[dict]:
+    """A labelled set for ``groundwork adapt --labels``: JSON lines ``{"query": ..., "document": ...}``, the document
+    named by its relative path, full path or doc id as ``groundwork`` lists them.  QueryAdapterError names the
+    file and line of the first bad one (nothing is half-read)."""
+    rows = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise QueryAdapterError(f"cannot read labels {path}: {error}") from error
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise QueryAdapterError(f"{path}:{number}: not JSON ({error.msg})") from error
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) and row[k].strip()
+                                                for k in ("query", "document")):
+            raise QueryAdapterError(f"{path}:{number}: each line needs non-empty string fields "
+                                    f"\"query\" and \"document\", got {line[:120]!r}")
+        rows.append({"query": row["query"].strip(), "document": row["document"].strip(), "line": number})
+    if not rows:
+        raise QueryAdapterError(f"{path} holds no labels")
+    return rows
+
+
+def labels_as_feedback(snapshot: LoadedSnapshot, labels: list[dict],
+                       embed: Callable[[list[str]], np.ndarray]) -> tuple[list[dict], list[dict]]:
+    """(thumbs-up rows, labels naming no document in the index): each label becomes an up-vote on its
+    document's chunk nearest to the query (a document is many sections; the label says which one only
+    through the query)."""
+    names: dict[str, int] = {}
+    for index, doc in enumerate(snapshot.documents):
+        for key in ("relative_path", "path", "doc_id"):
+            if doc.get(key):
+                names.setdefault(str(doc[key]), index)
+    rows_of: dict[int, np.ndarray] = {}
+    known = [label for label in labels if label["document"] in names]
+    missing = [label for label in labels if label["document"] not in names]
+    vectors = embed([label["query"] for label in known]) if known else []
+    out = []
+    for label, vector in zip(known, vectors):
+        doc = names[label["document"]]
+        rows = rows_of.setdefault(doc, np.flatnonzero((snapshot.doc_index == doc) & snapshot.active))
+        if not len(rows):
+            missing.append(label)
+            continue
+        best = int(rows[np.argmax(snapshot.embeddings[rows] @ vector)])
+        out.append({"query": label["query"], "chunk_id": snapshot.chunk_ids[best], "rating": "up", "source": "labels"})
+    return out, missing
+
+
 def is_held_out(query: str, share: int = 4) -> bool:
     """One query in ``share``, chosen by a hash of its text: the same split on every run."""
     return int(hashlib.sha1(query.encode("utf-8")).hexdigest()[:8], 16) % share == 0
@@ -193,9 +245,12 @@ class AdapterTraining:
     table: list[dict[str, Any]]
     reason: str
     seconds: float
+    labels_used: int = 0
+    labels_unmatched: list[dict] = field(default_factory=list)  # {"line", "document"} naming no indexed document
 
     def to_dict(self) -> dict[str, Any]:
         return {"adopted": self.adapter is not None, "rated_queries": self.rated_queries,
+                "labels_used": self.labels_used, "labels_unmatched": self.labels_unmatched,
                 "held_out_queries": self.held_out_queries, "without_adapter": self.without, "table": self.table,
                 "reason": self.reason, "seconds": self.seconds,
                 **({"l2": self.adapter.info["l2"]} if self.adapter is not None else {})}
@@ -332,10 +387,12 @@ class AdapterCache:
 # --------------------------------------------------------------------------- the whole job
 
 
-def adapt_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None, save: bool = True) -> AdapterTraining:
-    """Train the adapter of the corpus served from ``settings.index_dir`` on its feedback and, when ``save``,
-    store it if adopted - or remove a stored one the new measurement did not adopt (what is served is what
-    the latest evidence chose)."""
+def adapt_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None, save: bool = True,
+                 labels: list[dict] | None = None) -> AdapterTraining:
+    """Train the adapter of the corpus served from ``settings.index_dir`` on its feedback (plus ``labels``, see
+    ``read_labels``) and, when ``save``, store it if adopted - or remove a stored one the new measurement did
+    not adopt (what is served is what the latest evidence chose).  Labels naming no indexed document are an
+    error when none match, and are counted in the result otherwise."""
     from knowledge_store.embeddings import Embedder
     from knowledge_store.retrieval.snapshot_reader import load_snapshot
     from knowledge_store.tuning import _feedback_rows, effective_ranking
@@ -346,8 +403,19 @@ def adapt_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None
                                         settings.embedding_dim)
         if feedback is None:
             feedback = _feedback_rows(settings)
+        feedback = list(feedback)
+        missing: list[dict] = []
+        if labels:
+            labelled, missing = labels_as_feedback(snapshot, labels, embedder.embed)
+            if not labelled:
+                example = ", ".join(repr(m["document"]) for m in missing[:3])
+                raise QueryAdapterError(f"none of the {len(labels)} labels names a document in this index (e.g. {example}); "
+                                        "name documents by the relative path `groundwork` lists")
+            feedback += labelled
         training = train_query_adapter(snapshot, settings, feedback, embedder.embed,
                                        effective_ranking(settings, settings.index_dir))
+        training.labels_used = len(labels or []) - len(missing)
+        training.labels_unmatched = [{"line": m["line"], "document": m["document"]} for m in missing]
     finally:
         snapshot.close()
     if save:

@@ -417,3 +417,29 @@ def test_cli_adapt_refuses_too_little_feedback_and_reset_removes_the_adapter(tin
     assert not adapter_path(tiny.index_dir).exists()
     assert main(["adapt", "--reset", "--data-dir", data]) == 0
     assert "nothing to remove" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_cli_adapt_learns_from_a_labelled_set_and_reports_labels_naming_no_document(tiny, snapshot, capsys, tmp_path,
+                                                                                     monkeypatch):
+    from knowledge_store.cli import main
+
+    monkeypatch.setenv("GROUNDWORK_TORCH_THREADS", "1")
+    data = str(tiny.data_dir)
+    relative = {doc["title"]: doc["relative_path"] for doc in snapshot.documents}
+    labels = [{"query": row["query"], "document": relative[row["query"].split(":")[0]]} for row in heading_feedback()]
+    labels.append({"query": "how do I tune a piano?", "document": "piano.md"})
+    path = tmp_path / "labels.jsonl"
+    path.write_text("\n".join(json.dumps(label) for label in labels))
+    assert main(["adapt", "--labels", str(path), "--dry-run", "--json", "--data-dir", data]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["rated_queries"] == 24 and report["labels_used"] == 24
+    assert report["labels_unmatched"] == [{"line": 25, "document": "piano.md"}]
+    assert len(report["table"]) == 3 and report["held_out_queries"] > 0
+    assert not adapter_path(tiny.index_dir).exists()  # dry run
+
+    path.write_text(json.dumps({"query": "tune a piano", "document": "piano.md"}))
+    assert main(["adapt", "--labels", str(path), "--data-dir", data]) == 2
+    assert "none of the 1 labels names a document in this index" in capsys.readouterr().err
+    assert main(["adapt", "--labels", str(path), "--reset", "--data-dir", data]) == 2
+    assert "use one of them" in capsys.readouterr().err

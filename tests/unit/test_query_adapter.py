@@ -138,3 +138,36 @@ def test_the_engine_cache_follows_the_file_and_ignores_a_damaged_or_mismatched_o
     assert cache.current() is None and "not a readable query adapter" in cache.error
     adapter_path(tmp_path).unlink()
     assert cache.current() is None and cache.error is None
+
+
+def test_labels_are_read_as_query_document_pairs(tmp_path) -> None:
+    from knowledge_store.retrieval.query_adapter import read_labels
+
+    path = tmp_path / "labels.jsonl"
+    path.write_text('{"query": " how do I flush emitters? ", "document": "greenhouse.md"}\n\n'
+                    '{"query": "swarms", "document": "bees/primer.md", "note": "extra fields are fine"}\n')
+    assert read_labels(path) == [{"query": "how do I flush emitters?", "document": "greenhouse.md", "line": 1},
+                                 {"query": "swarms", "document": "bees/primer.md", "line": 3}]
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"query": "a", "document": "x.md"}\n{not json\n', r"labels.jsonl:2: not JSON"),
+    ('{"query": "a"}\n', r"labels.jsonl:1: each line needs non-empty string fields"),
+    ('{"query": "  ", "document": "x.md"}\n', r"labels.jsonl:1: each line needs"),
+    ('["a", "x.md"]\n', r"labels.jsonl:1: each line needs"),
+    ("\n\n", r"holds no labels"),
+])
+def test_a_bad_labels_file_is_refused_naming_its_line(tmp_path, content, message) -> None:
+    from knowledge_store.retrieval.query_adapter import read_labels
+
+    path = tmp_path / "labels.jsonl"
+    path.write_text(content)
+    with pytest.raises(QueryAdapterError, match=message):
+        read_labels(path)
+
+
+def test_a_missing_labels_file_is_a_typed_error(tmp_path) -> None:
+    from knowledge_store.retrieval.query_adapter import read_labels
+
+    with pytest.raises(QueryAdapterError, match="cannot read labels"):
+        read_labels(tmp_path / "nope.jsonl")
