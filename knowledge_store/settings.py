@@ -110,6 +110,7 @@ class Settings(BaseSettings):
     use_tuned_ranking: bool = Field(True, description="Use the corpus's self-tuned ranking (index/tuned.json, `groundwork tune`) for values not set explicitly.")
     use_query_adapter: bool = Field(True, description="Apply the corpus's query adapter learned from thumbs-up feedback (index/query_adapter.npz, `groundwork adapt`) to every query vector. See docs/EVALUATION.md (Feedback that learns).")
     adapter_min_queries: int = Field(20, ge=2, description="`groundwork adapt` refuses to train a query adapter from fewer rated queries than this.")
+    adapter_retrain_votes: int = Field(50, ge=1, description="The Dagster sensor `feedback_grew` requests a `tune` run (ranking and query adapter) once this many new thumbs-up have been given since its last request.")
     rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
     candidate_pool: int = Field(100, ge=10, le=2000, description="Top hits taken from each of BM25 and vector before fusion.")
     default_reranker: str = Field("none", description="Reranker of queries that do not name one: " + RERANKERS.described()

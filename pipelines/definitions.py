@@ -10,7 +10,7 @@ from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource, RetrievalResource
 from pipelines.sensors import INGEST_JOB_NAME, build_failure_sensor, build_schedule, build_sensor
 from pipelines.sources import SOURCE_ASSETS, SYNC_SOURCE_JOB_NAME, build_source_registry_sensor
-from pipelines.tuning import TUNE_JOB_NAME, TUNING_ASSETS, TUNING_CHECKS
+from pipelines.tuning import TUNE_JOB_NAME, TUNING_ASSETS, TUNING_CHECKS, build_feedback_sensor
 
 __all__ = ["INGEST_JOB_NAME", "SYNC_SOURCE_JOB_NAME", "TUNE_JOB_NAME", "build_definitions", "defs", "ingest_job",
            "sync_source_job", "tune_job"]
@@ -81,6 +81,7 @@ def build_definitions(
             build_sensor(ingest_job, settings.sensor_interval_s),
             build_failure_sensor([ingest_job, sync_source_job, tune_job, evaluate_job]),
             build_source_registry_sensor(),
+            build_feedback_sensor(tune_job),
         ],
         schedules=[build_schedule(ingest_job), weekly_tuning, nightly_eval],
         resources={

@@ -229,5 +229,53 @@ def adapter_helps_held_out_queries(retrieval: RetrievalResource) -> dg.AssetChec
         "rated_queries": int(info["rated_queries"]), "trained_at": str(info["trained_at"])})
 
 
+def up_votes(settings) -> int | None:
+    """Thumbs-up stored in the corpus's query log; None when there is no log yet."""
+    from pathlib import Path
+
+    from knowledge_store.query_log import QueryLog
+
+    if not Path(settings.logs_path).exists():
+        return None
+    log = QueryLog(settings.logs_path, lock_timeout_s=5.0)
+    try:
+        return log.feedback_counts()["up"]
+    finally:
+        log.close()
+
+
+def build_feedback_sensor(job) -> dg.SensorDefinition:
+    @dg.sensor(
+        name="feedback_grew",
+        job=job,
+        minimum_interval_seconds=300,
+        default_status=dg.DefaultSensorStatus.STOPPED,
+        description="Requests a tune run (self-tuned ranking and the query adapter learned from feedback) once "
+                    "GROUNDWORK_ADAPTER_RETRAIN_VOTES new thumbs-up have been given since its last request "
+                    "(off by default: switch it on to let feedback change rankings without a hand in between).",
+    )
+    def feedback_grew(context: dg.SensorEvaluationContext, retrieval: RetrievalResource):
+        settings = retrieval.settings()
+        try:
+            ups = up_votes(settings)
+        except Exception as error:  # noqa: BLE001 - a busy or damaged log: try again next tick, say why
+            return dg.SkipReason(f"cannot read the query log {settings.logs_path}: {error}")
+        if ups is None:
+            return dg.SkipReason(f"no query log at {settings.logs_path} yet")
+        last = int(context.cursor or 0)
+        needed = max(settings.adapter_retrain_votes, settings.adapter_min_queries)
+        if ups < last:  # the log was purged or replaced: count from here
+            context.update_cursor(str(ups))
+            return dg.SkipReason(f"{ups} thumbs-up, fewer than at the last request ({last}): counting from here")
+        if ups - last < needed:
+            return dg.SkipReason(f"{ups - last} new thumbs-up since the last request ({ups} in all); "
+                                 f"a tune run is requested at {needed}")
+        context.update_cursor(str(ups))
+        return dg.RunRequest(run_key=f"feedback-{ups}", tags={"groundwork/trigger": "feedback",
+                                                               "groundwork/up_votes": str(ups)})
+
+    return feedback_grew
+
+
 TUNING_ASSETS = [corpus_tuning, query_adapter]
 TUNING_CHECKS = [tuning_not_worse_than_builtin, adapter_helps_held_out_queries]

@@ -75,6 +75,15 @@ class QueryLog(QueryLogWriter):
         with self._connect() as conn:
             return int(conn.execute("SELECT count(*) FROM query_log").fetchone()[0])
 
+    def feedback_counts(self) -> dict[str, int]:
+        """Ratings stored so far: ``{"up": n, "down": m}`` (answer-level ratings included)."""
+        self.flush()
+        with self._connect() as conn:
+            rows = conn.execute("SELECT rating, count(*) FROM feedback GROUP BY rating").fetchall()
+        counts = {"up": 0, "down": 0}
+        counts.update({rating: int(n) for rating, n in rows})
+        return counts
+
     @staticmethod
     def _where(since: datetime | None, client: str | None = None) -> tuple[str, builtins.list[Any]]:
         clauses, args = [], []

@@ -443,3 +443,52 @@ def test_cli_adapt_learns_from_a_labelled_set_and_reports_labels_naming_no_docum
     assert "none of the 1 labels names a document in this index" in capsys.readouterr().err
     assert main(["adapt", "--labels", str(path), "--reset", "--data-dir", data]) == 2
     assert "use one of them" in capsys.readouterr().err
+
+
+def test_feedback_sensor_requests_a_tune_run_every_n_new_thumbs_up(tmp_path):
+    import dagster as dg
+
+    from knowledge_store.query_log import QueryLog
+    from knowledge_store.query_log.records import QueryLogRecord
+    from pipelines.definitions import tune_job
+    from pipelines.resources import RetrievalResource
+    from pipelines.tuning import build_feedback_sensor
+
+    data = tmp_path / "data"
+    data.mkdir()
+    sensor = build_feedback_sensor(tune_job)
+    resources = {"retrieval": RetrievalResource(data_dir=str(data))}
+    monkey = pytest.MonkeyPatch()
+    monkey.setenv("GROUNDWORK_ADAPTER_RETRAIN_VOTES", "30")  # (at least adapter_min_queries, 20, is needed anyway)
+
+    def vote(log: QueryLog, n: int, rating: str = "up") -> None:
+        for i in range(n):
+            rid = log.append(QueryLogRecord(query=f"question {i}", client="cli", params={}, results_pre=[],
+                                            results_post=[], latency_ms={}, reranker_status="ok",
+                                            coverage="answered", snapshot_version=1))
+            log.add_feedback(rid, rating)
+
+    try:
+        with dg.instance_for_test() as instance:
+            def tick(cursor=None):
+                context = dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources)
+                return sensor(context), context.cursor
+
+            result, cursor = tick()
+            assert isinstance(result, dg.SkipReason) and "no query log" in result.skip_message
+            log = QueryLog(data / "logs.duckdb")
+            vote(log, 29)
+            vote(log, 10, "down")  # thumbs-down do not count towards a retrain
+            log.close()
+            result, cursor = tick(cursor)
+            assert isinstance(result, dg.SkipReason) and "29 new thumbs-up" in result.skip_message
+            log = QueryLog(data / "logs.duckdb")
+            vote(log, 1)
+            log.close()
+            result, cursor = tick(cursor)
+            assert isinstance(result, dg.RunRequest) and result.run_key == "feedback-30" and cursor == "30"
+            assert result.tags["groundwork/trigger"] == "feedback"
+            result, cursor = tick(cursor)  # nothing new since the request
+            assert isinstance(result, dg.SkipReason) and "0 new thumbs-up" in result.skip_message
+    finally:
+        monkey.undo()
