@@ -427,6 +427,20 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     else:
         print("index: not published yet (run `groundwork ingest`)")
+    ranking = status["ranking"]
+    tuned = ranking["tuned"]
+    print(f"ranking: {ranking['effective']}" + (
+        f" (self-tuned {tuned['created_at']}: pseudo-query nDCG@10 {tuned['before']['ndcg@10']:.3f} -> "
+        f"{tuned['after']['ndcg@10']:.3f})" if tuned else " (not self-tuned: `groundwork tune`)"))
+    adapter = ranking["query_adapter"]
+    if adapter is None:
+        print("query adapter: none (`groundwork adapt` learns one from thumbs-up feedback)")
+    elif adapter.get("error"):
+        print(f"query adapter: not in use - {adapter['error']}")
+    else:
+        print(f"query adapter: trained {adapter['trained_at']} on {adapter['rated_queries']} rated queries; held-out "
+              f"nDCG@10 {adapter['held_out_without']['ndcg@10']:.3f} -> {adapter['held_out_with']['ndcg@10']:.3f}"
+              + ("" if adapter["in_use"] else " (not in use: GROUNDWORK_USE_QUERY_ADAPTER is false)"))
     if status["last_sync"]:
         last = status["last_sync"]
         if last.get("interrupted_reason"):

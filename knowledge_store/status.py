@@ -103,4 +103,28 @@ def store_status(settings: Settings, include_history: bool = True) -> dict[str, 
         "index_snapshot": snapshot,
         "last_sync": clean(last_run)[0] if last_run else None,
         "ingestion_failures": clean(failures),
+        "ranking": ranking_status(settings),
     }
+
+
+def ranking_status(settings: Settings) -> dict[str, object]:
+    """What ranks this corpus's queries beyond the built-in defaults: the self-tuned choice and the query
+    adapter learned from feedback (each None when there is none; a damaged adapter file reports its error)."""
+    from knowledge_store.retrieval.query_adapter import QueryAdapterError, adapter_path, read_adapter
+    from knowledge_store.tuning import effective_ranking, load_tuned
+
+    tuned = load_tuned(settings.index_dir)
+    adapter: dict[str, object] | None = None
+    path = adapter_path(settings.index_dir)
+    if path.exists():
+        try:
+            info = read_adapter(path).info
+            adapter = {k: info.get(k) for k in ("trained_at", "rated_queries", "held_out_queries", "held_out_without",
+                                                "held_out_with", "l2")}
+            adapter["in_use"] = settings.use_query_adapter
+        except QueryAdapterError as error:
+            adapter = {"in_use": False, "error": str(error)}
+    return {"effective": effective_ranking(settings, settings.index_dir).label,
+            "tuned": None if tuned is None else {"created_at": tuned.created_at, "before": tuned.before,
+                                                "after": tuned.after},
+            "query_adapter": adapter}

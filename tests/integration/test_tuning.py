@@ -492,3 +492,30 @@ def test_feedback_sensor_requests_a_tune_run_every_n_new_thumbs_up(tmp_path):
             assert isinstance(result, dg.SkipReason) and "0 new thumbs-up" in result.skip_message
     finally:
         monkey.undo()
+
+
+@pytest.mark.slow
+def test_status_shows_the_ranking_and_the_query_adapter(tiny, capsys):
+    from knowledge_store.cli import main
+    from knowledge_store.retrieval.query_adapter import reset_adapter, save_adapter
+
+    data = str(untuned(tiny).data_dir)
+    reset_adapter(tiny.index_dir)
+    assert main(["status", "--data-dir", data]) == 0
+    out = capsys.readouterr().out
+    assert "ranking: weighted" in out and "not self-tuned" in out and "query adapter: none" in out
+    info = {"trained_at": "2026-11-25T00:50:00+00:00", "rated_queries": 31, "held_out_queries": 8, "l2": 0.1,
+            "held_out_without": {"ndcg@10": 0.5, "recall@5": 0.6}, "held_out_with": {"ndcg@10": 0.625, "recall@5": 0.7}}
+    save_adapter(tiny.index_dir, QueryAdapter(np.zeros((384, 384), np.float32), info))
+    try:
+        assert main(["status", "--json", "--data-dir", data]) == 0
+        ranking = json.loads(capsys.readouterr().out)["ranking"]
+        assert ranking["query_adapter"]["rated_queries"] == 31 and ranking["query_adapter"]["in_use"] is True
+        assert main(["status", "--data-dir", data]) == 0
+        assert ("query adapter: trained 2026-11-25T00:50:00+00:00 on 31 rated queries; held-out nDCG@10 0.500 -> 0.625"
+                in capsys.readouterr().out)
+        adapter_path(tiny.index_dir).write_bytes(b"damaged")
+        assert main(["status", "--data-dir", data]) == 0
+        assert "query adapter: not in use - " in capsys.readouterr().out
+    finally:
+        reset_adapter(tiny.index_dir)
