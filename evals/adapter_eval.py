@@ -26,14 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from evals.beir import BeirDataset, beir_settings, load_beir
+from evals.beir import BeirDataset
+from evals.dev_store import DATASETS, open_dev_store
 from evals.metrics import ndcg_at_k, recall_at_k
-from evals.prf_experiment import DATASETS
-from evals.ranking_sweep import doc_beir_ids, embed_queries
-from knowledge_store.embeddings import query_embedder
+from evals.ranking_sweep import embed_queries
 from knowledge_store.retrieval.evidence import RankingParams, VectorFeedback, gather_evidence, rank_rows
 from knowledge_store.retrieval.query_adapter import QueryAdapter, train_query_adapter
-from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, load_snapshot
+from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 from knowledge_store.settings import Settings
 
 
@@ -92,16 +91,10 @@ def score(snapshot, test: BeirDataset, vectors, params, settings, beir, adapter:
 
 
 def run(name: str) -> dict:
-    folder, _ = DATASETS[name]
-    train, test = load_beir(folder, split="train"), load_beir(folder, split="test")
-    store = beir_settings(test, Settings().data_dir / "eval")
+    dev = open_dev_store(f"{name}:test")
+    test, train = dev.dataset, dev.split("train")
     settings = Settings()
-    snapshot = load_snapshot(store.index_dir)
-    embedder = query_embedder(store.model_path, store.query_encoder, settings.data_dir / "models", 2)
-    embedder.load()
-    beir = doc_beir_ids(snapshot)
-    params = RankingParams(alpha=settings.default_alpha, fusion=settings.default_fusion,
-                           section_weight=settings.section_weight, lead_weight=settings.lead_weight)
+    snapshot, embedder, beir, params = dev.snapshot, dev.embedder, dev.beir, dev.params
     train_vectors, test_vectors = embed_queries(train, embedder), embed_queries(test, embedder)
     out: dict = {"dataset": name, "train_queries": len(train.queries), "test_queries": len(test.queries),
                  "ranking": params.to_dict()}

@@ -17,13 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from evals.adapter_eval import ranked_rows
-from evals.beir import beir_settings, load_beir
+from evals.dev_store import open_dev_store
 from evals.metrics import ndcg_at_k, recall_at_k
-from evals.prf_experiment import DATASETS
-from evals.ranking_sweep import doc_beir_ids, embed_queries
-from knowledge_store.embeddings import document_embedder, query_embedder
-from knowledge_store.retrieval.evidence import RankingParams
-from knowledge_store.retrieval.snapshot_reader import load_snapshot
+from evals.ranking_sweep import embed_queries
+from knowledge_store.embeddings import document_embedder
 from knowledge_store.settings import Settings
 
 BLENDS = (0.0, 0.3, 0.5, 0.7, 1.0)  # weight of the bare vector
@@ -45,21 +42,12 @@ def bare_vectors(snapshot, store_dir: Path, settings: Settings) -> np.ndarray:
 
 
 def run(name: str) -> dict[float, tuple[float, float]]:
-    key, _, split_override = name.partition(":")
-    folder, split = DATASETS[key]
-    split = split_override or split
-    dataset = load_beir(folder, split=split)
-    store = beir_settings(dataset, Settings().data_dir / "eval")
+    dev = open_dev_store(name)
+    dataset, snapshot, beir, params = dev.dataset, dev.snapshot, dev.beir, dev.params
     settings = Settings()
-    snapshot = load_snapshot(store.index_dir)
-    bare = bare_vectors(snapshot, store.index_dir.parent, settings)
+    bare = bare_vectors(snapshot, dev.store.index_dir.parent, settings)
     stored = snapshot.embeddings.copy()
-    embedder = query_embedder(store.model_path, store.query_encoder, settings.data_dir / "models", 2)
-    embedder.load()
-    vectors = embed_queries(dataset, embedder)
-    beir = doc_beir_ids(snapshot)
-    params = RankingParams(alpha=settings.default_alpha, fusion=settings.default_fusion,
-                           section_weight=settings.section_weight, lead_weight=settings.lead_weight)
+    vectors = embed_queries(dataset, dev.embedder)
     out = {}
     for w in BLENDS:
         blend = (1 - w) * stored + w * bare

@@ -19,14 +19,12 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
-from evals.beir import beir_settings, load_beir
+from evals.dev_store import DATASETS, open_dev_store
 from evals.metrics import ndcg_at_k, recall_at_k
-from evals.ranking_sweep import doc_beir_ids, embed_queries
-from knowledge_store.embeddings import query_embedder
+from evals.ranking_sweep import embed_queries
 from knowledge_store.retrieval.evidence import (
     QueryEvidence,
     RankingParams,
@@ -36,12 +34,9 @@ from knowledge_store.retrieval.evidence import (
     moved_query_vector,
     rank_rows,
 )
-from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, load_snapshot
+from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 from knowledge_store.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
-DATASETS = {"scifact": (ROOT.parent / "shared" / "datasets" / "scifact", "test"),
-            "debian": (ROOT / "data" / "datasets" / "debian-docs", "all")}
 PRF_VARIANTS = [(k, beta) for k in (3, 5, 10) for beta in (0.3, 0.6, 1.0)]
 MEAN_WEIGHTS = (0.2, 0.4, 0.6)
 
@@ -91,17 +86,10 @@ def variants(snapshot: LoadedSnapshot) -> dict[str, Callable]:
 
 
 def run(name: str, params: RankingParams) -> dict[str, tuple[float, float]]:
-    """``name`` is a key of DATASETS, optionally with ``:split`` (default: the one DATASETS names)."""
-    name, _, split_override = name.partition(":")
-    folder, split = DATASETS[name]
-    split = split_override or split
-    dataset = load_beir(folder, split=split)
-    settings = beir_settings(dataset, Settings().data_dir / "eval")
-    snapshot = load_snapshot(settings.index_dir)
-    embedder = query_embedder(settings.model_path, settings.query_encoder, Settings().data_dir / "models", 2)
-    embedder.load()
-    vectors = embed_queries(dataset, embedder)
-    beir = doc_beir_ids(snapshot)
+    """``name``: ``scifact`` or ``debian``, optionally with ``:split`` (``evals.dev_store``)."""
+    dev = open_dev_store(name)
+    dataset, snapshot, beir = dev.dataset, dev.snapshot, dev.beir
+    vectors = embed_queries(dataset, dev.embedder)
     measured = variants(snapshot)
     scores: dict[str, list[tuple[float, float]]] = {label: [] for label in measured}
     for qid, text in dataset.queries.items():
@@ -118,9 +106,9 @@ def run(name: str, params: RankingParams) -> dict[str, tuple[float, float]]:
 
 
 def main(argv: list[str]) -> int:
-    defaults = Settings()
-    params = RankingParams(alpha=defaults.default_alpha, fusion=defaults.default_fusion,
-                           section_weight=defaults.section_weight, lead_weight=defaults.lead_weight)
+    from knowledge_store.tuning import builtin_ranking
+
+    params = builtin_ranking(Settings())
     for name in argv or list(DATASETS):
         started = time.perf_counter()
         result = run(name, params)

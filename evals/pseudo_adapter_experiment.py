@@ -19,14 +19,10 @@ import time
 import numpy as np
 
 from evals.adapter_eval import ranked_rows
-from evals.beir import beir_settings, load_beir
+from evals.dev_store import DATASETS, open_dev_store
 from evals.metrics import ndcg_at_k, recall_at_k
-from evals.prf_experiment import DATASETS
-from evals.ranking_sweep import doc_beir_ids, embed_queries
-from knowledge_store.embeddings import query_embedder
-from knowledge_store.retrieval.evidence import RankingParams
+from evals.ranking_sweep import embed_queries
 from knowledge_store.retrieval.query_adapter import QueryAdapter, fit_matrix
-from knowledge_store.retrieval.snapshot_reader import load_snapshot
 from knowledge_store.settings import Settings
 from knowledge_store.tuning import _header_without, build_pseudo_queries
 
@@ -64,16 +60,9 @@ def training_tensors(snapshot, pqs, embed, nearest: int = 100, max_targets: int 
 
 
 def run(name: str, limit: int, l2s: list[float]) -> None:
-    folder, split = DATASETS[name]
-    test = load_beir(folder, split="test" if name == "scifact" else split)
-    store = beir_settings(test, Settings().data_dir / "eval")
+    dev = open_dev_store(name)  # SciFact test, Debian docs all
+    test, snapshot, embedder, beir, params = dev.dataset, dev.snapshot, dev.embedder, dev.beir, dev.params
     settings = Settings()
-    snapshot = load_snapshot(store.index_dir)
-    embedder = query_embedder(store.model_path, store.query_encoder, settings.data_dir / "models", 2)
-    embedder.load()
-    beir = doc_beir_ids(snapshot)
-    params = RankingParams(alpha=settings.default_alpha, fusion=settings.default_fusion,
-                           section_weight=settings.section_weight, lead_weight=settings.lead_weight)
     started = time.perf_counter()
     pqs = [q for q in build_pseudo_queries(snapshot, limit=limit) if q.kind != "question"]
     qv, cand, valid, target = training_tensors(snapshot, pqs, embedder.embed)

@@ -15,21 +15,17 @@ from collections import Counter
 
 import numpy as np
 
-from evals.beir import beir_settings, load_beir
+from evals.dev_store import open_dev_store
 from evals.metrics import ndcg_at_k, recall_at_k
-from evals.prf_experiment import DATASETS
-from evals.ranking_sweep import doc_beir_ids, embed_queries
-from knowledge_store.embeddings import query_embedder
+from evals.ranking_sweep import embed_queries
 from knowledge_store.retrieval.evidence import (
     QueryEvidence,
-    RankingParams,
     VectorFeedback,
     first_document_rows,
     gather_evidence,
     rank_rows,
 )
-from knowledge_store.retrieval.snapshot_reader import bm25_idf, load_snapshot
-from knowledge_store.settings import Settings
+from knowledge_store.retrieval.snapshot_reader import bm25_idf, bm25_term
 from knowledge_store.tuning import _TermCounter
 
 VARIANTS = [(docs, terms, lam) for docs in (3, 5) for terms in (5, 10) for lam in (0.1, 0.2, 0.4)]
@@ -57,8 +53,6 @@ def expanded_evidence(snapshot, evidence: QueryEvidence, chosen: list[tuple[int,
     for termid, weight in chosen:
         scale = lam * weight / top
         start, end = snapshot.term_ptr[termid], snapshot.term_ptr[termid + 1]
-        from knowledge_store.retrieval.snapshot_reader import bm25_term
-
         idf = bm25_idf(snapshot.num_docs, snapshot.df[termid])
         add = np.zeros(snapshot.size, np.float32)
         add[snapshot.post_rows[start:end]] = bm25_term(np.float32(idf), snapshot.post_tf[start:end],
@@ -70,20 +64,11 @@ def expanded_evidence(snapshot, evidence: QueryEvidence, chosen: list[tuple[int,
 
 
 def run(name: str) -> None:
-    key, _, split = name.partition(":")
-    folder, default_split = DATASETS[key]
-    dataset = load_beir(folder, split=split or default_split)
-    store = beir_settings(dataset, Settings().data_dir / "eval")
-    settings = Settings()
-    snapshot = load_snapshot(store.index_dir)
-    embedder = query_embedder(store.model_path, store.query_encoder, settings.data_dir / "models", 2)
-    embedder.load()
-    vectors = embed_queries(dataset, embedder)
-    beir = doc_beir_ids(snapshot)
+    dev = open_dev_store(name)
+    dataset, snapshot, beir, params = dev.dataset, dev.snapshot, dev.beir, dev.params
+    vectors = embed_queries(dataset, dev.embedder)
     counter = _TermCounter(snapshot)
     texts = snapshot.records.column("text").to_pylist()
-    params = RankingParams(alpha=settings.default_alpha, fusion=settings.default_fusion,
-                           section_weight=settings.section_weight, lead_weight=settings.lead_weight)
     scores: dict[str, list] = {}
 
     def rank(evidence, text, vector):

@@ -653,9 +653,11 @@ def tune_snapshot(snapshot: LoadedSnapshot, settings, embed: Callable[[list[str]
     )
 
 
-def tune_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None, limit: int = 300,
-                save: bool = True, min_queries: int = 20) -> TunedConfig:
-    """Tune the corpus served from ``settings.index_dir`` and (by default) store the choice there."""
+@contextmanager
+def corpus_inputs(settings, embedder=None, feedback: Iterable[dict] | None = None):
+    """(snapshot, embedder, feedback rows) of the corpus served from ``settings.index_dir``: what self-tuning
+    and the query adapter learn from.  ``embedder`` and ``feedback`` default to the settings' model and the
+    query log's ratings; the snapshot is closed on exit."""
     from knowledge_store.embeddings import Embedder
     from knowledge_store.retrieval.snapshot_reader import load_snapshot
 
@@ -663,12 +665,17 @@ def tune_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None,
     try:
         embedder = embedder or Embedder(settings.model_path, settings.embed_batch_size, settings.torch_threads,
                                         settings.embedding_dim)
-        if feedback is None:
-            feedback = _feedback_rows(settings)
-        tuned = tune_snapshot(snapshot, settings, embedder.embed, feedback=feedback, limit=limit,
-                              min_queries=min_queries)
+        yield snapshot, embedder, list(_feedback_rows(settings) if feedback is None else feedback)
     finally:
         snapshot.close()
+
+
+def tune_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None, limit: int = 300,
+                save: bool = True, min_queries: int = 20) -> TunedConfig:
+    """Tune the corpus served from ``settings.index_dir`` and (by default) store the choice there."""
+    with corpus_inputs(settings, embedder, feedback) as (snapshot, embedder, feedback):
+        tuned = tune_snapshot(snapshot, settings, embedder.embed, feedback=feedback, limit=limit,
+                              min_queries=min_queries)
     if save:
         save_tuned(settings.index_dir, tuned)
     return tuned

@@ -393,17 +393,9 @@ def adapt_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None
     ``read_labels``) and, when ``save``, store it if adopted - or remove a stored one the new measurement did
     not adopt (what is served is what the latest evidence chose).  Labels naming no indexed document are an
     error when none match, and are counted in the result otherwise."""
-    from knowledge_store.embeddings import Embedder
-    from knowledge_store.retrieval.snapshot_reader import load_snapshot
-    from knowledge_store.tuning import _feedback_rows, effective_ranking
+    from knowledge_store.tuning import corpus_inputs, effective_ranking
 
-    snapshot = load_snapshot(settings.index_dir)
-    try:
-        embedder = embedder or Embedder(settings.model_path, settings.embed_batch_size, settings.torch_threads,
-                                        settings.embedding_dim)
-        if feedback is None:
-            feedback = _feedback_rows(settings)
-        feedback = list(feedback)
+    with corpus_inputs(settings, embedder, feedback) as (snapshot, embedder, feedback):
         missing: list[dict] = []
         if labels:
             labelled, missing = labels_as_feedback(snapshot, labels, embedder.embed)
@@ -416,8 +408,6 @@ def adapt_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None
                                        effective_ranking(settings, settings.index_dir))
         training.labels_used = len(labels or []) - len(missing)
         training.labels_unmatched = [{"line": m["line"], "document": m["document"]} for m in missing]
-    finally:
-        snapshot.close()
     if save:
         if training.adapter is not None:
             save_adapter(settings.index_dir, training.adapter)

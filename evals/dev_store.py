@@ -1,0 +1,55 @@
+"""The development sets' published stores, opened for the experiments that rank with ``rank_rows``.
+
+``evals.prf_experiment``, ``adapter_eval``, ``pseudo_adapter_experiment``, ``bare_embedding_experiment``
+and ``rm3_experiment`` all measure on the same two stores (built by ``evals.beir`` under
+``data/eval``): SciFact (tuned on train, reported on test) and the Debian docs set built by
+``make devset``.  A set is named ``scifact`` or ``debian``, optionally with ``:split``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from evals.beir import BeirDataset, beir_settings, load_beir
+from evals.ranking_sweep import doc_beir_ids
+from knowledge_store.retrieval.evidence import RankingParams
+from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, load_snapshot
+from knowledge_store.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+# name -> (BEIR folder, the split reported when none is named)
+DATASETS = {"scifact": (ROOT.parent / "shared" / "datasets" / "scifact", "test"),
+            "debian": (ROOT / "data" / "datasets" / "debian-docs", "all")}
+
+
+@dataclass
+class DevStore:
+    name: str
+    folder: Path
+    dataset: BeirDataset  # the queries and qrels of the split opened
+    store: Settings  # the store's own settings (index_dir, model)
+    snapshot: LoadedSnapshot
+    embedder: object  # the query embedder, loaded
+    beir: list[str]  # BEIR ``_id`` per document index of the snapshot
+    params: RankingParams  # the built-in default ranking
+
+    def split(self, split: str) -> BeirDataset:
+        """Another split of the same set (same corpus, same store)."""
+        return load_beir(self.folder, split=split)
+
+
+def open_dev_store(spec: str) -> DevStore:
+    """``scifact``, ``debian``, ``scifact:train`` ...: the set's split, its store's snapshot and a loaded query embedder."""
+    from knowledge_store.embeddings import query_embedder
+    from knowledge_store.tuning import builtin_ranking
+
+    name, _, split = spec.partition(":")
+    folder, default_split = DATASETS[name]
+    dataset = load_beir(folder, split=split or default_split)
+    settings = Settings()
+    store = beir_settings(dataset, settings.data_dir / "eval")
+    snapshot = load_snapshot(store.index_dir)
+    embedder = query_embedder(store.model_path, store.query_encoder, settings.data_dir / "models", 2)
+    embedder.load()
+    return DevStore(spec, folder, dataset, store, snapshot, embedder, doc_beir_ids(snapshot), builtin_ranking(settings))
