@@ -123,9 +123,13 @@ def labels_as_feedback(snapshot: LoadedSnapshot, labels: list[dict],
                        embed: Callable[[list[str]], np.ndarray]) -> tuple[list[dict], list[dict]]:
     """(thumbs-up rows, labels naming no document in the index): each label becomes an up-vote on its
     document's chunk nearest to the query (a document is many sections; the label says which one only
-    through the query)."""
+    through the query).  Only served versions count (a superseded version's rows are inactive); a relative
+    path two sources share names the first - give the full path to pick the other."""
+    served = set(np.unique(snapshot.doc_index[snapshot.active]).tolist())
     names: dict[str, int] = {}
     for index, doc in enumerate(snapshot.documents):
+        if index not in served:
+            continue
         for key in ("relative_path", "path", "doc_id"):
             if doc.get(key):
                 names.setdefault(str(doc[key]), index)
