@@ -30,7 +30,7 @@ from evals.beir import BeirDataset
 from evals.dev_store import DATASETS, open_dev_store
 from evals.metrics import ndcg_at_k, recall_at_k
 from evals.ranking_sweep import embed_queries
-from knowledge_store.retrieval.evidence import RankingParams, VectorFeedback, gather_evidence, rank_rows
+from knowledge_store.retrieval.evidence import RankingParams, gather_evidence, rank_rows, vector_feedback_for
 from knowledge_store.retrieval.query_adapter import QueryAdapter, train_query_adapter
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 from knowledge_store.settings import Settings
@@ -38,10 +38,9 @@ from knowledge_store.settings import Settings
 
 def ranked_rows(snapshot: LoadedSnapshot, text: str, vector: np.ndarray, params: RankingParams,
                 settings: Settings) -> np.ndarray:
-    feedback = VectorFeedback(vector, settings.feedback_docs, settings.feedback_beta) \
-        if settings.feedback_docs and settings.feedback_beta else None
     return rank_rows(gather_evidence(snapshot, text, vector), params, snapshot.active, settings.candidate_pool,
-                     settings.rrf_k, snapshot=snapshot, query=text, feedback=feedback).rows
+                     settings.rrf_k, snapshot=snapshot, query=text,
+                     feedback=vector_feedback_for(settings, vector)).rows
 
 
 def thumbs_from_top5(snapshot, train: BeirDataset, vectors, params, settings, beir: list[str]) -> list[dict]:

@@ -20,12 +20,13 @@ from evals.metrics import ndcg_at_k, recall_at_k
 from evals.ranking_sweep import embed_queries
 from knowledge_store.retrieval.evidence import (
     QueryEvidence,
-    VectorFeedback,
     first_document_rows,
     gather_evidence,
     rank_rows,
+    vector_feedback_for,
 )
 from knowledge_store.retrieval.snapshot_reader import bm25_idf, bm25_term
+from knowledge_store.settings import Settings
 from knowledge_store.tuning import _TermCounter
 
 VARIANTS = [(docs, terms, lam) for docs in (3, 5) for terms in (5, 10) for lam in (0.1, 0.2, 0.4)]
@@ -70,10 +71,11 @@ def run(name: str) -> None:
     counter = _TermCounter(snapshot)
     texts = snapshot.records.column("text").to_pylist()
     scores: dict[str, list] = {}
+    settings = Settings()
 
     def rank(evidence, text, vector):
-        return rank_rows(evidence, params, snapshot.active, 100, 60, snapshot=snapshot, query=text,
-                         feedback=VectorFeedback(vector, 3, 0.3)).rows
+        return rank_rows(evidence, params, snapshot.active, settings.candidate_pool, settings.rrf_k, snapshot=snapshot,
+                         query=text, feedback=vector_feedback_for(settings, vector)).rows
 
     for qid, text in dataset.queries.items():
         evidence = gather_evidence(snapshot, text, vectors[qid])

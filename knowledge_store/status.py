@@ -118,10 +118,7 @@ def ranking_status(settings: Settings) -> dict[str, object]:
     path = adapter_path(settings.index_dir)
     if path.exists():
         try:
-            info = read_adapter(path).info
-            adapter = {k: info.get(k) for k in ("trained_at", "rated_queries", "held_out_queries", "held_out_without",
-                                                "held_out_with", "l2")}
-            adapter["in_use"] = settings.use_query_adapter
+            adapter = read_adapter(path).summary(settings.use_query_adapter)
         except QueryAdapterError as error:
             adapter = {"in_use": False, "error": str(error)}
     return {"effective": effective_ranking(settings, settings.index_dir).label,

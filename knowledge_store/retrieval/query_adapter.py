@@ -40,7 +40,7 @@ import numpy as np
 
 from evals.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.errors import GroundworkError
-from knowledge_store.retrieval.evidence import RankingParams, VectorFeedback, gather_evidence, rank_rows
+from knowledge_store.retrieval.evidence import RankingParams, gather_evidence, rank_rows, vector_feedback_for
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 
 ADAPTER_FILE = "query_adapter.npz"
@@ -61,6 +61,12 @@ class QueryAdapter:
     @property
     def dim(self) -> int:
         return int(self.matrix.shape[0])
+
+    def summary(self, in_use: bool) -> dict[str, Any]:
+        """What ``/api/knowledge/config``, the console and ``groundwork status`` show of it: the held-out evidence."""
+        keys = ("trained_at", "snapshot_version", "rated_queries", "held_out_queries", "held_out_without",
+                "held_out_with", "l2", "seconds")
+        return {**{k: self.info.get(k) for k in keys}, "in_use": in_use}
 
     def apply(self, vectors: np.ndarray) -> np.ndarray:
         """The adapted, L2-normalised query vector(s); a vector of another width is refused."""
@@ -140,10 +146,7 @@ def labels_as_feedback(snapshot: LoadedSnapshot, labels: list[dict],
     out = []
     for label, vector in zip(known, vectors):
         doc = names[label["document"]]
-        rows = rows_of.setdefault(doc, np.flatnonzero((snapshot.doc_index == doc) & snapshot.active))
-        if not len(rows):
-            missing.append(label)
-            continue
+        rows = rows_of.setdefault(doc, np.flatnonzero((snapshot.doc_index == doc) & snapshot.active))  # served: never empty
         best = int(rows[np.argmax(snapshot.embeddings[rows] @ vector)])
         out.append({"query": label["query"], "chunk_id": snapshot.chunk_ids[best], "rating": "up", "source": "labels"})
     return out, missing
@@ -220,18 +223,17 @@ def fit_matrix(queries: np.ndarray, candidates: np.ndarray, valid: np.ndarray, i
 
 
 def held_out_quality(snapshot: LoadedSnapshot, rated: list[RatedQuery], params: RankingParams,
-                     matrix: np.ndarray | None, pool: int = 100, rrf_k: int = 60, feedback_docs: int = 3,
-                     feedback_beta: float = 0.3) -> dict[str, float]:
-    """Mean nDCG@10 / Recall@5 of the rated sections when ``rated`` are ranked as the engine ranks."""
+                     matrix: np.ndarray | None, settings) -> dict[str, float]:
+    """Mean nDCG@10 / Recall@5 of the rated sections when ``rated`` are ranked as the engine ranks under
+    ``settings`` (candidate pool, RRF constant, the feedback step)."""
     from knowledge_store.tuning import units_of
 
     adapter = None if matrix is None else QueryAdapter(matrix)
     ndcg, recall = [], []
     for r in rated:
         vector = r.vector if adapter is None else adapter.apply(r.vector)
-        feedback = VectorFeedback(vector, feedback_docs, feedback_beta) if feedback_docs and feedback_beta else None
-        fused = rank_rows(gather_evidence(snapshot, r.query, vector), params, snapshot.active, pool, rrf_k,
-                          snapshot=snapshot, query=r.query, feedback=feedback)
+        fused = rank_rows(gather_evidence(snapshot, r.query, vector), params, snapshot.active, settings.candidate_pool,
+                          settings.rrf_k, snapshot=snapshot, query=r.query, feedback=vector_feedback_for(settings, vector))
         ranked = units_of(snapshot, fused.rows, "section")
         ndcg.append(ndcg_at_k(ranked, r.targets, 10))
         recall.append(recall_at_k(ranked, r.targets, 5))
@@ -278,14 +280,12 @@ def train_query_adapter(snapshot: LoadedSnapshot, settings, feedback: Iterable[d
     held = [r for r in rated if is_held_out(r.query)]
     if not held or not train:  # tiny sets can hash one-sided
         held, train = rated[: max(1, len(rated) // 4)], rated[max(1, len(rated) // 4):]
-    ranking = dict(pool=settings.candidate_pool, rrf_k=settings.rrf_k, feedback_docs=settings.feedback_docs,
-                   feedback_beta=settings.feedback_beta)
-    without = held_out_quality(snapshot, held, params, None, **ranking)
+    without = held_out_quality(snapshot, held, params, None, settings)
     table = []
     for l2 in l2_grid:
         matrix = fit_adapter(snapshot, train, l2, steps=steps)
         table.append({"l2": l2, "norm": round(float(np.linalg.norm(matrix)), 3),
-                      **held_out_quality(snapshot, held, params, matrix, **ranking)})
+                      **held_out_quality(snapshot, held, params, matrix, settings)})
     best = max(table, key=lambda row: (row["ndcg@10"], row["recall@5"]))
     gain = best["ndcg@10"] - without["ndcg@10"]
     if gain <= min_gain:

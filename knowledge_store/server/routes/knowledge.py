@@ -108,10 +108,7 @@ def query_adapter_summary(engine) -> dict[str, Any] | None:
     adapter = engine.adapters.current()
     if adapter is None:
         return None if engine.adapters.error is None else {"in_use": False, "error": engine.adapters.error}
-    info = adapter.info
-    keys = ("trained_at", "snapshot_version", "rated_queries", "held_out_queries", "held_out_without",
-            "held_out_with", "l2", "seconds")
-    return {**{k: info.get(k) for k in keys}, "in_use": engine.settings.use_query_adapter}
+    return adapter.summary(engine.settings.use_query_adapter)
 
 
 def config(state: State) -> dict[str, Any]:
