@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 import threading
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -126,7 +127,8 @@ class Embedder:
     configured ``settings.embedding_dim``, the width of the store's vectors.
     """
 
-    def __init__(self, model_path: Path, batch_size: int = 32, torch_threads: int = 1, dim: int | None = None) -> None:
+    def __init__(self, model_path: Path, batch_size: int = 32, torch_threads: int = 1, dim: int | None = None,
+                 bare_weight: float = 0.0) -> None:
         self.model_path = Path(model_path)
         self.batch_size = batch_size
         self.torch_threads = torch_threads
@@ -135,7 +137,9 @@ class Embedder:
         self._lock = threading.Lock()
         if not (self.model_path / "config.json").is_file():
             raise ConfigError("model_path", str(model_path), "not a sentence-transformers model folder (no config.json)")
-        self.model_id = model_id_for(self.model_path)
+        # ``bare_weight`` only names the chunk-vector recipe (ingestion's ``embed_chunks`` reads it off the id);
+        # ``embed`` always embeds the texts it is given, as queries need
+        self.model_id = chunk_vector_id(model_id_for(self.model_path), bare_weight)
 
     @property
     def loaded(self) -> bool:
@@ -285,19 +289,58 @@ EMBEDDING_BACKENDS = {"onnx": "ONNX Runtime, exported once from the local weight
 _FP32_IN_INT8 = re.compile(r"/layer\.\d+/output/dense/MatMul$")
 
 
-def document_model_id(model_path: Path, quantization: str = "none") -> str:
-    """The cache identity of document vectors made with ``quantization``.
+def document_model_id(model_path: Path, quantization: str = "none", bare_weight: float = 0.0) -> str:
+    """The cache identity of document vectors made with ``quantization`` and ``bare_weight``.
 
     fp32 ONNX Runtime and torch share the model's id: their vectors agree to
     |1 - cosine| < 1e-6 (measured in bench/embed_throughput.py and
     tests/integration/test_document_embedding.py), far below any ranking effect.  Each
-    quantisation gets its own id (``<model id>+<recipe>``).
+    quantisation gets its own id (``<model id>+<recipe>``), and so does each bare-text blend
+    (``+bare0.5``): changing either setting re-embeds on the next sync instead of mixing vectors.
     """
     if quantization not in QUANTIZATION_RECIPES:
         raise ConfigError("document_quantization", quantization, f"must be one of {', '.join(QUANTIZATION_RECIPES)}")
     base = model_id_for(model_path)
     recipe = QUANTIZATION_RECIPES[quantization]
-    return f"{base}+{recipe}" if recipe else base
+    return chunk_vector_id(f"{base}+{recipe}" if recipe else base, bare_weight)
+
+
+def chunk_vector_id(model_id: str, bare_weight: float) -> str:
+    """``model_id`` of chunk vectors blended with ``bare_weight`` of their bare text (``embed_chunks``)."""
+    if not 0.0 <= bare_weight <= 1.0:
+        raise ConfigError("bare_vector_weight", bare_weight, "must be between 0 and 1")
+    return f"{model_id}+bare{bare_weight:g}" if bare_weight else model_id
+
+
+def bare_weight_of(model_id: str) -> float:
+    """The bare-text share the vectors of ``model_id`` were made with (``chunk_vector_id``), 0 for none."""
+    match = re.search(r"\+bare([0-9.eE-]+)$", model_id or "")
+    return float(match.group(1)) if match else 0.0
+
+
+def embed_chunks(embed: Callable[[list[str]], np.ndarray], embed_texts: list[str], texts: list[str],
+                 bare_weight: float) -> np.ndarray:
+    """Chunk vectors: ``normalise((1 - w) * embed(header + text) + w * embed(text))``, w = ``bare_weight``.
+
+    Why blend: the "title > section" header in front of every chunk (chunking.py) pulls the chunks of
+    one long page towards each other and towards its title; the text embedded alone ranks by what the
+    passage says.  Neither alone is best: on the Debian documentation set the 50/50 blend gained
+    +0.010 nDCG@10 on the train split and +0.024 on test over the header vectors, the bare text alone
+    -0.004 (docs/EVALUATION.md).  A chunk without a header (``embed_text == text``) is embedded once.
+    """
+    if len(embed_texts) != len(texts):
+        raise ValueError(f"{len(embed_texts)} embed texts for {len(texts)} chunk texts")
+    vectors = np.asarray(embed(embed_texts), dtype=np.float32)
+    if not bare_weight or not len(texts):
+        return vectors
+    differ = [i for i, (a, b) in enumerate(zip(embed_texts, texts)) if a != b]
+    if not differ:
+        return vectors
+    bare = vectors.copy()
+    bare[differ] = np.asarray(embed([texts[i] for i in differ]), dtype=np.float32)
+    blend = (1.0 - bare_weight) * vectors + bare_weight * bare
+    norms = np.linalg.norm(blend, axis=1, keepdims=True)
+    return np.ascontiguousarray(blend / np.where(norms > 0, norms, 1.0), dtype=np.float32)
 
 
 class OnnxEmbedder:
@@ -326,7 +369,7 @@ class OnnxEmbedder:
 
     def __init__(self, model_path: Path, cache_dir: Path, threads: int = 1, dim: int | None = None, max_length: int = 256,
                  quantization: str = "none", batch_size: int = 32, parallel: int = 1,
-                 torch_fallback: bool = False) -> None:
+                 torch_fallback: bool = False, bare_weight: float = 0.0) -> None:
         self.model_path = Path(model_path)
         self.cache_dir = Path(cache_dir)
         self.threads = max(1, threads)
@@ -338,7 +381,7 @@ class OnnxEmbedder:
         self.quantization = quantization
         self.torch_fallback = torch_fallback
         self.base_model_id = model_id_for(self.model_path)
-        self.model_id = document_model_id(self.model_path, quantization)
+        self.model_id = document_model_id(self.model_path, quantization, bare_weight)
         self._session = None
         self._tokenizer = None
         self._torch: Embedder | None = None
@@ -508,16 +551,18 @@ def document_embedder(settings, workers: int = 1, cache_dir: Path | None = None)
     embedding shards at the same time), ``document_quantization`` none or int8;
     an fp32 graph that cannot be exported or loaded falls back to torch (same
     vectors, same model id).  ``torch``: the sentence-transformers model,
-    ``embed_batch_size`` texts per batch.  Loading is lazy: a sync with nothing
-    to embed never pays for it.
+    ``embed_batch_size`` texts per batch.  ``bare_vector_weight`` > 0: ingestion blends each chunk's
+    vector with its text embedded without the header (``embed_chunks``), under its own model id.
+    Loading is lazy: a sync with nothing to embed never pays for it.
     """
     cores = max(1, settings.torch_threads // max(1, workers))
     if settings.document_encoder == "torch":
         if settings.document_quantization != "none":
             raise ConfigError("document_quantization", settings.document_quantization, "needs document_encoder=onnx")
-        return Embedder(settings.model_path, settings.embed_batch_size, cores, settings.embedding_dim)
+        return Embedder(settings.model_path, settings.embed_batch_size, cores, settings.embedding_dim,
+                        bare_weight=settings.bare_vector_weight)
     return OnnxEmbedder(
         settings.model_path, cache_dir or settings.models_cache_dir, threads=1, dim=settings.embedding_dim,
         quantization=settings.document_quantization, batch_size=settings.onnx_batch_size, parallel=cores,
-        torch_fallback=True,
+        torch_fallback=True, bare_weight=settings.bare_vector_weight,
     )

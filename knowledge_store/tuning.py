@@ -51,6 +51,7 @@ import numpy as np
 
 from evals.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.chunking import SECTION_SEPARATOR
+from knowledge_store.embeddings import bare_weight_of, embed_chunks
 from knowledge_store.errors import GroundworkError
 from knowledge_store.progress import stage_progress
 from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, gather_evidence, rank_rows
@@ -254,7 +255,8 @@ def strip_query_from_targets(snapshot: LoadedSnapshot, pq: PseudoQuery, evidence
     paths = take.column("section_path").to_pylist()
     headers = [_header_without(t, p, pq) for t, p in zip(titles, paths)]
     embed_texts = [f"{h}\n\n{x}" if h else x for h, x in zip(headers, texts)]
-    vectors = embed(embed_texts)
+    # the same recipe as the stored vectors (``bare_vector_weight``, read off the snapshot's model id)
+    vectors = embed_chunks(embed, embed_texts, texts, bare_weight_of(snapshot.info.model_id))
     bm25_chunk = evidence.bm25_chunk.copy()
     bm25_section = evidence.bm25_section.copy()
     vector_chunk = evidence.vector_chunk.copy()

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
+import numpy as np
 import pyarrow as pa
 
-from knowledge_store.embeddings import Embedder
+from knowledge_store.embeddings import Embedder, bare_weight_of, embed_chunks
 from knowledge_store.ingest.sync_runs import add_counts
 from knowledge_store.progress import Sink, stage_progress
 from knowledge_store.settings import Settings
@@ -39,16 +41,32 @@ def shard_of(content_hash: str, shards: int) -> int:
     return int(content_hash[:8], 16) % shards if shards > 1 else 0
 
 
+class MissingText(NamedTuple):
+    """A chunk text with no vector yet: what is embedded (header + text) and the text alone."""
+
+    content_hash: str
+    embed_text: str
+    text: str
+
+
+def chunk_vectors(embedder, part: list[MissingText]) -> np.ndarray:
+    """The vectors of ``part`` as the embedder's model id says they are made (``+bare<w>``: blended with
+    the bare text, ``embed_chunks``).  Read off the id, not an attribute, so a wrapper that passes the id
+    on can never store plain vectors under a blend's id."""
+    return embed_chunks(embedder.embed, [m.embed_text for m in part], [m.text for m in part],
+                        bare_weight_of(embedder.model_id))
+
+
 def missing_embeddings(
     settings: Settings, model_id: str, shard: int = 0, shards: int = 1
-) -> tuple[list[tuple[str, str]], int]:
-    """``(content_hash, embed_text)`` of the chunk texts of pending/active versions with no vector for
-    ``model_id`` (this shard only), and how many pending chunks reuse a cached vector."""
+) -> tuple[list[MissingText], int]:
+    """The chunk texts of pending/active versions with no vector for ``model_id`` (this shard only),
+    and how many pending chunks reuse a cached vector."""
     with store_connection(settings.store_path, read_only=True, timeout_s=settings.lock_timeout_s) as conn:
         # chunks of versions that are waiting to go live, or live ones re-chunked
         wanted = conn.execute(
             """
-            SELECT c.content_hash, any_value(c.embed_text), bool_or(e.content_hash IS NOT NULL)
+            SELECT c.content_hash, any_value(c.embed_text), any_value(c.text), bool_or(e.content_hash IS NOT NULL)
             FROM chunks c
             JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version
             LEFT JOIN embeddings e ON e.content_hash = c.content_hash AND e.model_id = ?
@@ -65,7 +83,7 @@ def missing_embeddings(
             """,
             [model_id],
         ).fetchone()[0]
-    missing = [(h, t) for h, t, have in wanted if not have and shard_of(h, shards) == shard]
+    missing = [MissingText(h, t, x) for h, t, x, have in wanted if not have and shard_of(h, shards) == shard]
     return missing, int(reused_pending)
 
 
@@ -88,11 +106,11 @@ def embed_missing(
     for offset in range(0, len(missing), batch):
         part = missing[offset:offset + batch]
         model_started = time.perf_counter()
-        vectors = embedder.embed([t for _, t in part])
+        vectors = chunk_vectors(embedder, part)
         result.model_seconds += time.perf_counter() - model_started
         frame = pa.table(
             {
-                "content_hash": [h for h, _ in part],
+                "content_hash": [m.content_hash for m in part],
                 "model_id": [embedder.model_id] * len(part),
                 "embedding": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), embedder.dim),
                 "created_at": pa.array([utcnow()] * len(part), type=pa.timestamp("us")),

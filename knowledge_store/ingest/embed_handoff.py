@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from knowledge_store.embeddings import Embedder
-from knowledge_store.ingest.embed import EmbedResult, missing_embeddings
+from knowledge_store.ingest.embed import EmbedResult, chunk_vectors, missing_embeddings
 from knowledge_store.ingest.sync_runs import add_counts
 from knowledge_store.progress import Sink, stage_progress
 from knowledge_store.settings import Settings
@@ -56,14 +56,14 @@ def embed_shard_to_parts(
     for offset in range(0, len(missing), batch):
         part = missing[offset:offset + batch]
         model_started = time.perf_counter()
-        vectors = embedder.embed([t for _, t in part])
+        vectors = chunk_vectors(embedder, part)
         result.model_seconds += time.perf_counter() - model_started
         table = pa.table({
-            "content_hash": [h for h, _ in part],
+            "content_hash": [m.content_hash for m in part],
             "model_id": [embedder.model_id] * len(part),
             "embedding": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), type=pa.float32()), embedder.dim),
         })
-        name = hashlib.sha256("".join(h for h, _ in part).encode()).hexdigest()[:16]
+        name = hashlib.sha256("".join(m.content_hash for m in part).encode()).hexdigest()[:16]
         final = folder / f"shard-{shard}-{name}.parquet"
         temp = final.with_suffix(".parquet.tmp")
         pq.write_table(table, temp)

@@ -68,7 +68,7 @@ def delete_source_now(settings: Settings, name: str) -> dict[str, Any]:
         run_id = start_sync_run(conn, None, "source-delete", scope=[name])
         with transaction(conn):
             conn.execute("UPDATE sync_runs SET removed = ? WHERE sync_run_id = ?", [documents, run_id])
-    publish = publish_index(settings, document_model_id(settings.model_path, settings.document_quantization), run_id)
+    publish = publish_index(settings, document_model_id(settings.model_path, settings.document_quantization, settings.bare_vector_weight), run_id)
     return {
         "name": name, "deleted_at": source.as_dict()["deleted_at"], "documents_deleted": documents,
         "snapshot_version": publish.snapshot_version, "chunks_indexed": publish.chunk_count,

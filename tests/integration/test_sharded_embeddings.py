@@ -119,6 +119,7 @@ def test_parts_left_by_a_killed_run_are_imported_once(tmp_path):
     """Whole parts survive a kill; importing them is idempotent and removes them."""
     import numpy as np
 
+    from knowledge_store.ingest.embed import MissingText
     from knowledge_store.ingest.embed_handoff import embed_shard_to_parts, import_parts
     from knowledge_store.settings import Settings
 
@@ -136,7 +137,7 @@ def test_parts_left_by_a_killed_run_are_imported_once(tmp_path):
     import knowledge_store.ingest.embed_handoff as handoff_module
 
     original = handoff_module.missing_embeddings
-    handoff_module.missing_embeddings = lambda s, m, shard, shards: (list(texts.items()), 0)
+    handoff_module.missing_embeddings = lambda s, m, shard, shards: ([MissingText(h, t, t) for h, t in texts.items()], 0)
     try:
         result = embed_shard_to_parts(settings, FakeEmbedder(), 0, 1, tmp_path / "handoff")
     finally:
