@@ -311,9 +311,10 @@ class SweepRow:
                 "ndcg@10_by_kind": {k: round(v, 4) for k, v in self.by_kind.items()}}
 
 
-def sweep(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Callable[[list[str]], np.ndarray],
-          grid: list[RankingParams], pool: int = 100, rrf_k: int = 60, strip: bool = True) -> list[SweepRow]:
-    """Mean nDCG@10 / Recall@5 of every grid point over ``queries``, best first."""
+def score_grid(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Callable[[list[str]], np.ndarray],
+               grid: list[RankingParams], pool: int = 100, rrf_k: int = 60,
+               strip: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """nDCG@10 and Recall@5 of every grid point (rows) on every pseudo-query (columns)."""
     vectors = embed([q.query for q in queries]) if queries else np.zeros((0, snapshot.embeddings.shape[1]), dtype=np.float32)
     counter = _TermCounter(snapshot)
     mask = snapshot.active
@@ -332,6 +333,13 @@ def sweep(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Callable[
             ndcg[i, j] = ndcg_at_k(ranked, pq.targets, 10)
             recall[i, j] = recall_at_k(ranked, pq.targets, 5)
     counts.finish()
+    return ndcg, recall
+
+
+def sweep(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Callable[[list[str]], np.ndarray],
+          grid: list[RankingParams], pool: int = 100, rrf_k: int = 60, strip: bool = True) -> list[SweepRow]:
+    """Mean nDCG@10 / Recall@5 of every grid point over ``queries``, best first."""
+    ndcg, recall = score_grid(snapshot, queries, embed, grid, pool, rrf_k, strip)
     kinds = sorted({q.kind for q in queries})
     rows = []
     for i, params in enumerate(grid):
