@@ -639,6 +639,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     columns = ["", "alpha", "fusion", "section", "lead", "nDCG@10", "Recall@5"]
     print()
     print(format_table([_ranking_row("built-in", before), _ranking_row("chosen", after), delta], columns))
+    if tuned.decision:
+        print(tuned.decision["reason"])
     print(f"\ntop {min(5, len(tuned.table))} of {len(tuned.table)} configurations:")
     top = [{"#": i, "alpha": f"{r['alpha']:g}", "fusion": r["fusion"], "section": f"{r['section_weight']:g}",
             "lead": f"{r['lead_weight']:g}", "nDCG@10": f"{r['ndcg@10']:.3f}", "Recall@5": f"{r['recall@5']:.3f}",

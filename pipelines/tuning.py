@@ -124,6 +124,9 @@ def corpus_tuning(context: dg.AssetExecutionContext, config: TuningConfig, retri
         f"tuned on {sum(counts.values())} pseudo-queries ({counts}): {tuned.params.label}; nDCG@10 "
         f"{before['ndcg@10']:.4f} -> {after['ndcg@10']:.4f}, Recall@5 {before['recall@5']:.4f} -> {after['recall@5']:.4f}"
     )
+    decision = tuned.decision or {}
+    if decision:
+        context.log.info(decision["reason"])
     sources = ranking_sources(settings, settings.index_dir)
     explicit = sorted(name for name, source in sources.items() if source == "setting")
     if explicit:
@@ -148,6 +151,10 @@ def corpus_tuning(context: dg.AssetExecutionContext, config: TuningConfig, retri
         "recall_at_5_before": float(before["recall@5"]),
         "recall_at_5_after": float(after["recall@5"]),
         "recall_at_5_delta": float(round(after["recall@5"] - before["recall@5"], 4)),
+        "decision": decision.get("reason", ""),
+        "best_gain_ndcg_at_10": float(decision.get("gain", 0.0)),
+        "best_gain_standard_error": float(decision.get("standard_error", 0.0)),
+        "gain_required": float(decision.get("required", 0.0)),
         "duration_s": float(tuned.seconds),
         "snapshot_version": int(tuned.snapshot_version),
         "configurations": len(tuned.table),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from knowledge_store.retrieval.evidence import RankingParams
@@ -15,6 +16,7 @@ from knowledge_store.tuning import (
     TunedConfig,
     builtin_ranking,
     effective_ranking,
+    keep_decision,
     load_tuned,
     ranking_sources,
     save_tuned,
@@ -84,6 +86,44 @@ def test_a_damaged_tuned_file_is_ignored_not_a_crash(tmp_path, content):
     assert load_tuned(settings.index_dir) is None
     assert effective_ranking(settings, settings.index_dir) == builtin_ranking(settings)
     assert RetrievalEngine(settings, embedder=NoEmbedder()).request("anything").ranking == builtin_ranking(settings)
+
+
+def test_a_clear_gain_on_the_pseudo_queries_is_adopted():
+    builtin = np.full(300, 0.5)
+    best = builtin + 0.02 + np.random.default_rng(1).normal(0, 0.05, 300)
+    decision = keep_decision(best, builtin)
+    assert decision["adopted"] and decision["gain"] > decision["required"] >= 0.005
+    assert decision["reason"].startswith("adopted: +0.0")
+
+
+def test_a_gain_within_the_noise_of_the_draw_keeps_the_built_in():
+    """Mean +0.025 (five times the fixed margin) but half the pseudo-queries win and half lose big."""
+    builtin = np.full(40, 0.5)
+    best = builtin + np.tile([0.5, -0.45], 20)
+    decision = keep_decision(best, builtin)
+    assert decision["gain"] == 0.025 and not decision["adopted"]
+    assert decision["required"] > 0.1 and "kept the built-in" in decision["reason"]
+
+
+def test_a_steady_gain_smaller_than_min_gain_keeps_the_built_in():
+    builtin = np.full(300, 0.5)
+    decision = keep_decision(builtin + 0.003, builtin, min_gain=0.005)
+    assert decision["standard_error"] == 0.0 and decision["required"] == 0.005 and not decision["adopted"]
+
+
+def test_the_built_in_as_best_is_not_a_change():
+    scores = np.linspace(0, 1, 50)
+    decision = keep_decision(scores, scores)
+    assert not decision["adopted"] and "is the built-in" in decision["reason"]
+
+
+def test_a_tuned_file_written_before_decisions_were_recorded_still_loads(tmp_path):
+    params = RankingParams(0.6, "weighted", 1.0, 0.3)
+    data = fake_tuned(params).to_dict()
+    del data["decision"]
+    tuned_path(tmp_path).write_text(json.dumps(data))
+    loaded = load_tuned(tmp_path)
+    assert loaded is not None and loaded.params == params and loaded.decision is None
 
 
 def test_fusion_vocabulary_comes_from_fusion_modes():
