@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                            "pseudo_argmax": {"params": top.to_dict(), "pseudo_ndcg@10": tuned.table[0]["ndcg@10"],
                                              "real_ndcg@10": argmax["ndcg@10"], "real_recall@5": argmax["recall@5"],
                                              "gap": rows[0]["ndcg@10"] - argmax["ndcg@10"]},
-                           "seconds": tuned.seconds, "pseudo_after": tuned.after, "pseudo_before": tuned.before}
+                           "seconds": tuned.seconds, "pseudo_after": tuned.after, "pseudo_before": tuned.before,
+                           "decision": tuned.decision}
         print(json.dumps(result["tuned"], indent=2))
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=2))
