@@ -254,8 +254,10 @@ def test_dagster_asset_materialises_with_metadata_and_check(tiny):
     for key in ("pseudo_queries", "pseudo_queries_question", "pseudo_queries_heading", "pseudo_queries_title",
                 "chosen", "alpha", "fusion", "section_weight", "lead_weight", "ndcg_at_10_before", "ndcg_at_10_after",
                 "ndcg_at_10_delta", "recall_at_5_before", "recall_at_5_after", "recall_at_5_delta", "duration_s",
-                "before_after", "top_configurations", "plot", "plot_path", "tuned_path"):
+                "before_after", "top_configurations", "plot", "plot_path", "tuned_path", "decision",
+                "best_gain_ndcg_at_10", "best_gain_standard_error", "gain_required"):
         assert key in metadata, key
+    assert metadata["decision"].value == load_tuned(settings.index_dir).decision["reason"]
     assert metadata["pseudo_queries_question"].value == 8 and metadata["pseudo_queries_heading"].value == 16
     assert isinstance(metadata["ndcg_at_10_after"].value, float)
     assert metadata["ndcg_at_10_after"].value >= metadata["ndcg_at_10_before"].value
@@ -310,6 +312,7 @@ def test_config_endpoint_reports_tuned_and_effective_defaults(tiny, tiny_embedde
             assert set(after["tuned"]) >= {"created_at", "snapshot_version", "pseudo_queries", "before", "after", "seconds"}
             assert "table" not in after["tuned"]
             assert after["tuned"]["after"] == tuned.after and after["tuned"]["pseudo_queries"] == tuned.pseudo_queries
+            assert after["tuned"]["decision"] == tuned.decision and after["tuned"]["decision"]["reason"]
             assert set(after["ranking_sources"].values()) == {"tuned"}
             assert (after["default_alpha"], after["default_fusion"], after["section_weight"], after["lead_weight"]) == (
                 tuned.params.alpha, tuned.params.fusion, tuned.params.section_weight, tuned.params.lead_weight)

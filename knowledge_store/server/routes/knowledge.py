@@ -150,7 +150,7 @@ def config(state: State) -> dict[str, Any]:
         "tuned": None if tuned is None else {
             "created_at": tuned.created_at, "snapshot_version": tuned.snapshot_version,
             "pseudo_queries": tuned.pseudo_queries, "before": tuned.before, "after": tuned.after,
-            "seconds": tuned.seconds, "in_use": engine.settings.use_tuned_ranking,
+            "seconds": tuned.seconds, "in_use": engine.settings.use_tuned_ranking, "decision": tuned.decision,
         },
         "query_adapter": query_adapter_summary(engine),
         "chunk_vectors": chunk_vector_summary(settings, index_dir),

@@ -586,7 +586,8 @@
       tuned.snapshot_version + ", " + String(tuned.created_at || "").replace("T", " ").slice(0, 16) + ", in " +
       fmt(tuned.seconds, 1) + " s." + (tuned.in_use === false
         ? " Not in use: GROUNDWORK_USE_TUNED_RANKING is false."
-        : " Used for every search that does not set these values; explicit server settings win.");
+        : " Used for every search that does not set these values; explicit server settings win.") +
+      (tuned.decision && tuned.decision.reason ? " Decision: " + tuned.decision.reason + "." : "");
   }
 
   /** The stored query adapter's held-out evidence (GET /api/knowledge/config: query_adapter); hidden when none. */
