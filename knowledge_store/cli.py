@@ -427,6 +427,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     else:
         print("index: not published yet (run `groundwork ingest`)")
+    vectors = status["chunk_vectors"]
+    if vectors["model_id"]:
+        print(f"chunk vectors: {vectors['model_id']} (bare-text share {vectors['bare_vector_weight']:g})" + (
+            f"; GROUNDWORK_BARE_VECTOR_WEIGHT is {vectors['configured_bare_vector_weight']:g}: the next sync "
+            "re-embeds every chunk before the index switches" if vectors["re_embed_pending"] else ""))
     ranking = status["ranking"]
     tuned = ranking["tuned"]
     print(f"ranking: {ranking['effective']}" + (

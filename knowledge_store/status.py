@@ -104,7 +104,23 @@ def store_status(settings: Settings, include_history: bool = True) -> dict[str, 
         "last_sync": clean(last_run)[0] if last_run else None,
         "ingestion_failures": clean(failures),
         "ranking": ranking_status(settings),
+        "chunk_vectors": chunk_vector_status(settings, settings.index_dir),
     }
+
+
+def chunk_vector_status(settings: Settings, index_dir) -> dict[str, object]:
+    """Which chunk vectors the served index holds (model id, bare-text share) against what the settings ask
+    for: a changed ``bare_vector_weight`` is served only after the next sync has re-embedded every chunk."""
+    from knowledge_store.embeddings import bare_weight_of
+
+    try:
+        served: str | None = read_pointer(index_dir).model_id
+    except IndexNotBuiltError:  # nothing published yet
+        served = None
+    configured = settings.bare_vector_weight
+    return {"model_id": served, "bare_vector_weight": None if served is None else bare_weight_of(served),
+            "configured_bare_vector_weight": configured,
+            "re_embed_pending": served is not None and bare_weight_of(served) != configured}
 
 
 def ranking_status(settings: Settings) -> dict[str, object]:

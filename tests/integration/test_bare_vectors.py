@@ -7,10 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from knowledge_store.cli import main as status_main
 from knowledge_store.embeddings import Embedder
 from knowledge_store.index import read_pointer
 from knowledge_store.ingest.run import run_sync
 from knowledge_store.retrieval.snapshot_reader import load_snapshot
+from knowledge_store.status import chunk_vector_status
 from knowledge_store.store import store_connection
 from tests.helpers import build_sample_index
 
@@ -25,7 +27,8 @@ def _snapshot_rows(settings) -> tuple[str, dict[str, np.ndarray]]:
         snapshot.conn.close()
 
 
-def test_changing_the_bare_share_re_embeds_once_and_switching_back_reuses_the_cache(tmp_path, embedder, model_path):
+def test_changing_the_bare_share_re_embeds_once_and_switching_back_reuses_the_cache(tmp_path, embedder, model_path,
+                                                                                   capsys, monkeypatch):
     settings = build_sample_index(tmp_path, embedder)
     plain_id, plain = _snapshot_rows(settings)
     with store_connection(settings.store_path, read_only=True) as conn:
@@ -39,6 +42,9 @@ def test_changing_the_bare_share_re_embeds_once_and_switching_back_reuses_the_ca
     assert with_header, "the sample corpus's chunks carry a title/section header"
 
     blended_settings = settings.model_copy(update={"bare_vector_weight": 0.5})
+    pending = chunk_vector_status(blended_settings, settings.index_dir)  # set, not yet synced: still header vectors
+    assert pending == {"model_id": plain_id, "bare_vector_weight": 0.0, "configured_bare_vector_weight": 0.5,
+                       "re_embed_pending": True}
     blend_embedder = Embedder(model_path, batch_size=32, torch_threads=2, bare_weight=0.5)
     report = run_sync(blended_settings, blend_embedder)
     assert report.embed.computed == len(distinct) and report.embed.model_id == plain_id + "+bare0.5"
@@ -46,6 +52,15 @@ def test_changing_the_bare_share_re_embeds_once_and_switching_back_reuses_the_ca
     blend_id, blended = _snapshot_rows(settings)
     assert blend_id == plain_id + "+bare0.5" and read_pointer(settings.index_dir).model_id == blend_id
     assert sorted(blended) == sorted(plain) == sorted(chunk_ids)  # same rows: nothing duplicated or lost
+    assert chunk_vector_status(blended_settings, settings.index_dir)["re_embed_pending"] is False
+    monkeypatch.setenv("GROUNDWORK_BARE_VECTOR_WEIGHT", "0.5")
+    assert status_main(["status", "--data-dir", str(settings.data_dir)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("chunk vectors:"))
+    assert line == f"chunk vectors: {blend_id} (bare-text share 0.5)"  # served = configured: nothing pending
+    monkeypatch.setenv("GROUNDWORK_BARE_VECTOR_WEIGHT", "0")
+    assert status_main(["status", "--data-dir", str(settings.data_dir)]) == 0
+    assert "GROUNDWORK_BARE_VECTOR_WEIGHT is 0: the next sync re-embeds every chunk" in capsys.readouterr().out
+    monkeypatch.delenv("GROUNDWORK_BARE_VECTOR_WEIGHT")
 
     # each stored vector is the blend of the chunk with and without its header, made independently here
     with store_connection(settings.store_path, read_only=True) as conn:

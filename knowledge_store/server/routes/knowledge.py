@@ -27,6 +27,7 @@ from knowledge_store.server.request_models import (
     RequestModels,
 )
 from knowledge_store.server.state import State, with_body_model
+from knowledge_store.status import chunk_vector_status
 
 
 async def query(body: QueryBody, request: Request, state: State) -> dict[str, Any]:
@@ -111,23 +112,6 @@ def query_adapter_summary(engine) -> dict[str, Any] | None:
     return adapter.summary(engine.settings.use_query_adapter)
 
 
-def chunk_vector_summary(settings, index_dir) -> dict[str, Any]:
-    """Which chunk vectors the served index holds (model id, bare-text share) against what the settings ask
-    for: a changed ``bare_vector_weight`` is served only after the next sync has re-embedded every chunk."""
-    from knowledge_store.embeddings import bare_weight_of
-    from knowledge_store.errors import IndexNotBuiltError
-    from knowledge_store.index import read_pointer
-
-    try:
-        served = read_pointer(index_dir).model_id
-    except IndexNotBuiltError:  # nothing published yet
-        served = None
-    configured = settings.bare_vector_weight
-    return {"model_id": served, "bare_vector_weight": None if served is None else bare_weight_of(served),
-            "configured_bare_vector_weight": configured,
-            "re_embed_pending": served is not None and bare_weight_of(served) != configured}
-
-
 def config(state: State) -> dict[str, Any]:
     """Defaults and limits clients need (the console reads them); no secrets.
 
@@ -153,7 +137,7 @@ def config(state: State) -> dict[str, Any]:
             "seconds": tuned.seconds, "in_use": engine.settings.use_tuned_ranking, "decision": tuned.decision,
         },
         "query_adapter": query_adapter_summary(engine),
-        "chunk_vectors": chunk_vector_summary(settings, index_dir),
+        "chunk_vectors": chunk_vector_status(settings, index_dir),
         "default_reranker": engine.default_reranker(), "reranker_source": reranker_source(engine.settings, index_dir),
         "rerankers": list(state.rerankers), "reranker_labels": reranker_labels(state.rerankers),
         "answer_modes": list(state.answer_modes),
