@@ -14,10 +14,10 @@ import sys
 import numpy as np
 
 import knowledge_store.retrieval.snapshot_reader as reader
+from evals.adapter_eval import ranked_rows
 from evals.dev_store import open_dev_store
 from evals.metrics import ndcg_at_k, recall_at_k
 from evals.ranking_sweep import embed_queries
-from knowledge_store.retrieval.evidence import gather_evidence, rank_rows, vector_feedback_for
 from knowledge_store.settings import Settings
 
 K1 = (0.9, 1.2, 1.6)
@@ -39,9 +39,7 @@ def run(name: str) -> None:
                 sections.post_norm = reader.bm25_norm(sections.length[sections.post_groups], sections.avgdl).astype(np.float32)
                 scores = []
                 for qid, text in dataset.queries.items():
-                    evidence = gather_evidence(snapshot, text, vectors[qid])
-                    rows = rank_rows(evidence, params, snapshot.active, settings.candidate_pool, settings.rrf_k,
-                                     snapshot=snapshot, query=text, feedback=vector_feedback_for(settings, vectors[qid])).rows
+                    rows = ranked_rows(snapshot, text, vectors[qid], params, settings)
                     ranked = list(dict.fromkeys(beir[d] for d in snapshot.doc_index[rows].tolist()))
                     scores.append((ndcg_at_k(ranked, dataset.qrels[qid], 10), recall_at_k(ranked, dataset.qrels[qid], 5)))
                 ndcg, recall = np.mean(scores, axis=0)

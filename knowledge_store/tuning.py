@@ -336,12 +336,6 @@ def score_grid(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Call
     return ndcg, recall
 
 
-def sweep(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Callable[[list[str]], np.ndarray],
-          grid: list[RankingParams], pool: int = 100, rrf_k: int = 60, strip: bool = True) -> list[SweepRow]:
-    """Mean nDCG@10 / Recall@5 of every grid point over ``queries``, best first."""
-    return summarise_grid(queries, grid, *score_grid(snapshot, queries, embed, grid, pool, rrf_k, strip))
-
-
 def summarise_grid(queries: list[PseudoQuery], grid: list[RankingParams], ndcg: np.ndarray,
                    recall: np.ndarray) -> list[SweepRow]:
     """``score_grid``'s matrices as one row per grid point (means, nDCG@10 by query kind), best first."""
