@@ -1,0 +1,70 @@
+"""A document's score from its chunks: max (shipped) against alternatives, on both dev sets.
+
+A document ranks where its best chunk ranks.  Two alternatives are measured over the default
+ranking's fused candidate pool (``rank_rows``, feedback step included; fused scores are in
+[0, 1] for weighted fusion; a query whose order phrase evidence changed keeps it):
+
+- ``second γ``: max + γ × the document's second-best fused score (several matching passages are
+  evidence; SciFact abstracts have ~2.3 chunks);
+- ``length λ``: max − λ × log(chunks in the document) (a prior against long pages, which get one
+  ticket per chunk in the draw for the top ten).
+
+    .venv/bin/python -m evals.doc_aggregation_experiment scifact:train debian:train
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from evals.dev_store import open_dev_store
+from evals.metrics import ndcg_at_k, recall_at_k
+from evals.ranking_sweep import embed_queries
+from knowledge_store.retrieval.evidence import gather_evidence, rank_rows, vector_feedback_for
+from knowledge_store.settings import Settings
+
+VARIANTS = [("max", 0.0, 0.0)] + [(f"second {g:g}", g, 0.0) for g in (0.1, 0.2, 0.3, 0.5)] \
+    + [(f"length {lam:g}", 0.0, lam) for lam in (0.01, 0.02, 0.05, 0.1)]
+
+
+def aggregate(doc_index: np.ndarray, rows: np.ndarray, fused: np.ndarray, doc_chunks: np.ndarray,
+              second: float, length: float) -> list[int]:
+    """Documents of the pool, best first, scored as max + second·(2nd best) − length·log(chunks)."""
+    best: dict[int, list[float]] = {}
+    for row, score in zip(rows.tolist(), fused.tolist()):
+        best.setdefault(int(doc_index[row]), []).append(score)
+    if np.any(np.diff(fused) > 0):  # phrase evidence put a pasted span's page first: keep its order
+        return list(best)
+    scored = {d: s[0] + second * (s[1] if len(s) > 1 else 0.0) - length * float(np.log(doc_chunks[d]))
+              for d, s in best.items()}  # rows arrive best first, so s[0] >= s[1]
+    return sorted(scored, key=lambda d: (-scored[d], list(best).index(d)))
+
+
+def run(name: str) -> dict[str, tuple[float, float]]:
+    dev = open_dev_store(name)
+    dataset, snapshot, beir, params = dev.dataset, dev.snapshot, dev.beir, dev.params
+    settings = Settings()
+    vectors = embed_queries(dataset, dev.embedder)
+    doc_chunks = np.bincount(snapshot.doc_index, minlength=len(beir)).astype(np.float64)
+    pools = []
+    for qid, text in dataset.queries.items():
+        fused = rank_rows(gather_evidence(snapshot, text, vectors[qid]), params, snapshot.active,
+                          settings.candidate_pool, settings.rrf_k, snapshot=snapshot, query=text,
+                          feedback=vector_feedback_for(settings, vectors[qid]))
+        pools.append((qid, fused))
+    out = {}
+    for label, second, length in VARIANTS:
+        scores = []
+        for qid, fused in pools:
+            docs = aggregate(snapshot.doc_index, fused.rows, fused.fused, doc_chunks, second, length)
+            ranked = [beir[d] for d in docs]
+            scores.append((ndcg_at_k(ranked, dataset.qrels[qid], 10), recall_at_k(ranked, dataset.qrels[qid], 5)))
+        out[label] = tuple(np.round(np.mean(scores, axis=0), 4).tolist())
+        print(f"  {name}: {label}: nDCG@10 {out[label][0]:.4f}  Recall@5 {out[label][1]:.4f}", flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        run(arg)
