@@ -6,10 +6,10 @@ ranking's fused candidate pool (``rank_rows``, feedback step included; fused sco
 
 - ``second γ``: max + γ × the document's second-best fused score (several matching passages are
   evidence; SciFact abstracts have ~2.3 chunks);
-- ``length λ``: max − λ × log(chunks in the document) (a prior against long pages, which get one
-  ticket per chunk in the draw for the top ten).
+- ``length λ [over t]``: max − λ × log(max(1, chunks in the document / t)) (a prior against long
+  pages, which get one ticket per chunk in the draw for the top ten).
 
-    .venv/bin/python -m evals.doc_aggregation_experiment scifact:train debian:train
+    .venv/bin/python -m evals.doc_aggregation_experiment scifact:train debian:train scifact debian:test
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from evals.ranking_sweep import embed_queries
 from knowledge_store.retrieval.evidence import gather_evidence, rank_rows, vector_feedback_for
 from knowledge_store.settings import Settings
 
-VARIANTS = [("max", 0.0, 0.0)] + [(f"second {g:g}", g, 0.0) for g in (0.1, 0.2, 0.3, 0.5)] \
-    + [(f"length {lam:g}", 0.0, lam) for lam in (0.01, 0.02, 0.05, 0.1)]
+# (label, weight of the second-best score, length prior, chunks a document may have before the prior starts)
+VARIANTS = [("max", 0.0, 0.0, 1)] + [(f"second {g:g}", g, 0.0, 1) for g in (0.1, 0.2, 0.3, 0.5)] \
+    + [(f"length {lam:g}", 0.0, lam, 1) for lam in (0.01, 0.02, 0.05, 0.1)] \
+    + [(f"length {lam:g} over {t}", 0.0, lam, t) for t in (2, 3, 4) for lam in (0.03, 0.05, 0.08)]
 
 
 def aggregate(doc_index: np.ndarray, rows: np.ndarray, fused: np.ndarray, doc_chunks: np.ndarray,
@@ -54,10 +56,11 @@ def run(name: str) -> dict[str, tuple[float, float]]:
                           feedback=vector_feedback_for(settings, vectors[qid]))
         pools.append((qid, fused))
     out = {}
-    for label, second, length in VARIANTS:
+    for label, second, length, threshold in VARIANTS:
         scores = []
         for qid, fused in pools:
-            docs = aggregate(snapshot.doc_index, fused.rows, fused.fused, doc_chunks, second, length)
+            docs = aggregate(snapshot.doc_index, fused.rows, fused.fused, np.maximum(1.0, doc_chunks / threshold),
+                             second, length)
             ranked = [beir[d] for d in docs]
             scores.append((ndcg_at_k(ranked, dataset.qrels[qid], 10), recall_at_k(ranked, dataset.qrels[qid], 5)))
         out[label] = tuple(np.round(np.mean(scores, axis=0), 4).tolist())
