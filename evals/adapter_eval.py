@@ -31,16 +31,22 @@ from evals.dev_store import DATASETS, open_dev_store
 from evals.metrics import ndcg_at_k, recall_at_k
 from evals.ranking_sweep import embed_queries
 from knowledge_store.retrieval.evidence import RankingParams, gather_evidence, rank_rows, vector_feedback_for
+from knowledge_store.retrieval.fusion import Fused
 from knowledge_store.retrieval.query_adapter import QueryAdapter, train_query_adapter
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 from knowledge_store.settings import Settings
 
 
+def ranked_pool(snapshot: LoadedSnapshot, text: str, vector: np.ndarray, params: RankingParams,
+                settings: Settings) -> Fused:
+    """The default path's fused candidate pool for one query (feedback step included), best first."""
+    return rank_rows(gather_evidence(snapshot, text, vector), params, snapshot.active, settings.candidate_pool,
+                     settings.rrf_k, snapshot=snapshot, query=text, feedback=vector_feedback_for(settings, vector))
+
+
 def ranked_rows(snapshot: LoadedSnapshot, text: str, vector: np.ndarray, params: RankingParams,
                 settings: Settings) -> np.ndarray:
-    return rank_rows(gather_evidence(snapshot, text, vector), params, snapshot.active, settings.candidate_pool,
-                     settings.rrf_k, snapshot=snapshot, query=text,
-                     feedback=vector_feedback_for(settings, vector)).rows
+    return ranked_pool(snapshot, text, vector, params, settings).rows
 
 
 def thumbs_from_top5(snapshot, train: BeirDataset, vectors, params, settings, beir: list[str]) -> list[dict]:

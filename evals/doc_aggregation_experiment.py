@@ -18,10 +18,10 @@ import sys
 
 import numpy as np
 
+from evals.adapter_eval import ranked_pool
 from evals.dev_store import open_dev_store
 from evals.metrics import ndcg_at_k, recall_at_k
 from evals.ranking_sweep import embed_queries
-from knowledge_store.retrieval.evidence import gather_evidence, rank_rows, vector_feedback_for
 from knowledge_store.settings import Settings
 
 # (label, weight of the second-best score, length prior, chunks a document may have before the prior starts)
@@ -51,10 +51,7 @@ def run(name: str) -> dict[str, tuple[float, float]]:
     doc_chunks = np.bincount(snapshot.doc_index, minlength=len(beir)).astype(np.float64)
     pools = []
     for qid, text in dataset.queries.items():
-        fused = rank_rows(gather_evidence(snapshot, text, vectors[qid]), params, snapshot.active,
-                          settings.candidate_pool, settings.rrf_k, snapshot=snapshot, query=text,
-                          feedback=vector_feedback_for(settings, vectors[qid]))
-        pools.append((qid, fused))
+        pools.append((qid, ranked_pool(snapshot, text, vectors[qid], params, settings)))
     out = {}
     for label, second, length, threshold in VARIANTS:
         scores = []

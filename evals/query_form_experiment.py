@@ -21,7 +21,7 @@ import numpy as np
 
 from evals.adapter_eval import ranked_rows
 from evals.dev_store import open_dev_store
-from evals.metrics import ndcg_at_k, recall_at_k
+from evals.metrics import dedupe_ranking, ndcg_at_k, recall_at_k
 from knowledge_store.settings import Settings
 
 # A leading interrogative, its auxiliary and a pronoun subject: "how do i", "why does",
@@ -64,7 +64,7 @@ def run(name: str) -> dict[str, tuple[float, float]]:
         scores = []
         for qid, vector in zip(ids, vectors):
             rows = ranked_rows(snapshot, dataset.queries[qid], vector.astype(np.float32), params, settings)
-            ranked = list(dict.fromkeys(beir[d] for d in snapshot.doc_index[rows].tolist()))
+            ranked = dedupe_ranking(beir[d] for d in snapshot.doc_index[rows].tolist())
             scores.append((ndcg_at_k(ranked, dataset.qrels[qid], 10), recall_at_k(ranked, dataset.qrels[qid], 5)))
         out[form] = tuple(np.round(np.mean(scores, axis=0), 4).tolist())
         print(f"  {name} ({changed}/{len(ids)} queries reworded): {form}: "
