@@ -23,6 +23,16 @@ def test_default_corpus_is_the_sample_documents_and_project_docs(tmp_path):
     assert settings.source_dirs[0] == (tmp_path / "sample_corpus").resolve()
 
 
+def test_the_project_docs_in_the_default_corpus_scan_without_failures(tmp_path):
+    """`make run` ingests docs/: a data file added there (benchmark JSON, plots) must be ignored, not a failure."""
+    from knowledge_store.ingest.raw_documents import scan_sources
+    from knowledge_store.settings import PROJECT_ROOT
+
+    scan = scan_sources(Settings(data_dir=tmp_path, sources=[PROJECT_ROOT / "docs"]))
+    assert [(f.relative_path, f.reason) for f in scan.failures] == []
+    assert any(f.relative_path == "EVALUATION.md" for f in scan.files)
+
+
 @pytest.mark.parametrize(
     "field,value",
     [("chunk_max_tokens", 300), ("chunk_size_tokens", 254 + 1), ("chunk_overlap_tokens", 150)],
