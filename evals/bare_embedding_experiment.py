@@ -18,7 +18,6 @@ import numpy as np
 
 from evals.adapter_eval import ranked_rows
 from evals.dev_store import open_dev_store
-from evals.metrics import ndcg_at_k, recall_at_k
 from evals.ranking_sweep import embed_queries
 from knowledge_store.embeddings import document_embedder
 from knowledge_store.settings import Settings
@@ -43,7 +42,7 @@ def bare_vectors(snapshot, store_dir: Path, settings: Settings) -> np.ndarray:
 
 def run(name: str) -> dict[float, tuple[float, float]]:
     dev = open_dev_store(name)
-    dataset, snapshot, beir, params = dev.dataset, dev.snapshot, dev.beir, dev.params
+    dataset, snapshot, params = dev.dataset, dev.snapshot, dev.params
     settings = Settings()
     bare = bare_vectors(snapshot, dev.store.index_dir.parent, settings)
     stored = snapshot.embeddings.copy()
@@ -52,12 +51,8 @@ def run(name: str) -> dict[float, tuple[float, float]]:
     for w in BLENDS:
         blend = (1 - w) * stored + w * bare
         snapshot.embeddings = (blend / np.linalg.norm(blend, axis=1, keepdims=True)).astype(np.float32)
-        scores = []
-        for qid, text in dataset.queries.items():
-            rows = ranked_rows(snapshot, text, vectors[qid], params, settings)
-            ranked = list(dict.fromkeys(beir[d] for d in snapshot.doc_index[rows].tolist()))
-            scores.append((ndcg_at_k(ranked, dataset.qrels[qid], 10), recall_at_k(ranked, dataset.qrels[qid], 5)))
-        out[w] = tuple(np.round(np.mean(scores, axis=0), 4).tolist())
+        out[w] = dev.mean_scores((qid, dev.ranked_docs(ranked_rows(snapshot, text, vectors[qid], params, settings)))
+                                 for qid, text in dataset.queries.items())
         print(f"  {name}: bare weight {w:g}: nDCG@10 {out[w][0]:.4f}  Recall@5 {out[w][1]:.4f}", flush=True)
     snapshot.embeddings = stored
     return out

@@ -16,7 +16,6 @@ import numpy as np
 import knowledge_store.retrieval.snapshot_reader as reader
 from evals.adapter_eval import ranked_rows
 from evals.dev_store import open_dev_store
-from evals.metrics import ndcg_at_k, recall_at_k
 from evals.ranking_sweep import embed_queries
 from knowledge_store.settings import Settings
 
@@ -26,7 +25,7 @@ B = (0.4, 0.6, 0.75, 0.9)
 
 def run(name: str) -> None:
     dev = open_dev_store(name)
-    dataset, snapshot, beir, params = dev.dataset, dev.snapshot, dev.beir, dev.params
+    dataset, snapshot, params = dev.dataset, dev.snapshot, dev.params
     vectors = embed_queries(dataset, dev.embedder)
     settings = Settings()
     defaults = reader.BM25_K1, reader.BM25_B
@@ -37,12 +36,8 @@ def run(name: str) -> None:
                 snapshot.post_norm = reader.bm25_norm(snapshot.doc_len[snapshot.post_rows], snapshot.avgdl).astype(np.float32)
                 sections = snapshot.sections
                 sections.post_norm = reader.bm25_norm(sections.length[sections.post_groups], sections.avgdl).astype(np.float32)
-                scores = []
-                for qid, text in dataset.queries.items():
-                    rows = ranked_rows(snapshot, text, vectors[qid], params, settings)
-                    ranked = list(dict.fromkeys(beir[d] for d in snapshot.doc_index[rows].tolist()))
-                    scores.append((ndcg_at_k(ranked, dataset.qrels[qid], 10), recall_at_k(ranked, dataset.qrels[qid], 5)))
-                ndcg, recall = np.mean(scores, axis=0)
+                ndcg, recall = dev.mean_scores((qid, dev.ranked_docs(ranked_rows(snapshot, text, vectors[qid], params, settings)))
+                                               for qid, text in dataset.queries.items())
                 print(f"{name:14s} k1 {k1:g} b {b:g}  nDCG@10 {ndcg:.4f}  Recall@5 {recall:.4f}", flush=True)
     finally:
         reader.BM25_K1, reader.BM25_B = defaults

@@ -1,6 +1,7 @@
 """The development sets' published stores, opened for the experiments that rank with ``rank_rows``.
 
-``evals.prf_experiment``, ``adapter_eval``, ``pseudo_adapter_experiment``, ``bare_embedding_experiment``
+``evals.prf_experiment``, ``adapter_eval``, ``pseudo_adapter_experiment``, ``bare_embedding_experiment``,
+``bm25_params_experiment``, ``query_form_experiment``, ``doc_aggregation_experiment``, ``fusion_normalisation_experiment``
 and ``rm3_experiment`` all measure on the same two stores (built by ``evals.beir`` under
 ``data/eval``): SciFact (tuned on train, reported on test) and the Debian docs set built by
 ``make devset``.  A set is named ``scifact`` or ``debian``, optionally with ``:split``.
@@ -8,10 +9,14 @@ and ``rm3_experiment`` all measure on the same two stores (built by ``evals.beir
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from evals.beir import BeirDataset, beir_settings, load_beir
+from evals.metrics import dedupe_ranking, ndcg_at_k, recall_at_k
 from evals.ranking_sweep import doc_beir_ids
 from knowledge_store.retrieval.evidence import RankingParams
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, load_snapshot
@@ -37,6 +42,16 @@ class DevStore:
     def split(self, split: str) -> BeirDataset:
         """Another split of the same set (same corpus, same store)."""
         return load_beir(self.folder, split=split)
+
+    def ranked_docs(self, rows: np.ndarray) -> list[str]:
+        """BEIR ids of the documents of the ranked chunk ``rows``, each where its best chunk ranks."""
+        return dedupe_ranking(self.beir[d] for d in self.snapshot.doc_index[rows].tolist())
+
+    def mean_scores(self, rankings: Iterable[tuple[str, list[str]]]) -> tuple[float, float]:
+        """Mean nDCG@10 and Recall@5 (4 decimals) of ``(query id, ranked BEIR ids)`` on the opened split's qrels."""
+        qrels = self.dataset.qrels
+        scores = [(ndcg_at_k(ranked, qrels[qid], 10), recall_at_k(ranked, qrels[qid], 5)) for qid, ranked in rankings]
+        return tuple(np.round(np.mean(scores, axis=0), 4).tolist())
 
 
 def open_dev_store(spec: str) -> DevStore:

@@ -20,7 +20,6 @@ import numpy as np
 
 from evals.adapter_eval import ranked_pool
 from evals.dev_store import open_dev_store
-from evals.metrics import ndcg_at_k, recall_at_k
 from evals.ranking_sweep import embed_queries
 from knowledge_store.settings import Settings
 
@@ -54,13 +53,10 @@ def run(name: str) -> dict[str, tuple[float, float]]:
         pools.append((qid, ranked_pool(snapshot, text, vectors[qid], params, settings)))
     out = {}
     for label, second, length, threshold in VARIANTS:
-        scores = []
-        for qid, fused in pools:
-            docs = aggregate(snapshot.doc_index, fused.rows, fused.fused, np.maximum(1.0, doc_chunks / threshold),
-                             second, length)
-            ranked = [beir[d] for d in docs]
-            scores.append((ndcg_at_k(ranked, dataset.qrels[qid], 10), recall_at_k(ranked, dataset.qrels[qid], 5)))
-        out[label] = tuple(np.round(np.mean(scores, axis=0), 4).tolist())
+        prior_chunks = np.maximum(1.0, doc_chunks / threshold)
+        out[label] = dev.mean_scores(
+            (qid, [beir[d] for d in aggregate(snapshot.doc_index, fused.rows, fused.fused, prior_chunks, second, length)])
+            for qid, fused in pools)
         print(f"  {name}: {label}: nDCG@10 {out[label][0]:.4f}  Recall@5 {out[label][1]:.4f}", flush=True)
     return out
 

@@ -24,7 +24,6 @@ import numpy as np
 
 from evals.adapter_eval import ranked_rows
 from evals.dev_store import open_dev_store
-from evals.metrics import dedupe_ranking, ndcg_at_k, recall_at_k
 from evals.ranking_sweep import embed_queries
 from knowledge_store.retrieval import fusion
 from knowledge_store.settings import Settings
@@ -64,12 +63,8 @@ def run(spec: str) -> dict[str, tuple[float, float]]:
                for mode in ("tmm0", "tmm1") for alpha in ALPHAS]
     out = {}
     for label, params, settings in points:
-        scores = []
-        for qid, text in dataset.queries.items():
-            rows = ranked_rows(snapshot, text, vectors[qid], params, settings)
-            ranked = dedupe_ranking(dev.beir[d] for d in snapshot.doc_index[rows].tolist())
-            scores.append((ndcg_at_k(ranked, dataset.qrels[qid], 10), recall_at_k(ranked, dataset.qrels[qid], 5)))
-        out[label] = tuple(np.round(np.mean(scores, axis=0), 4).tolist())
+        out[label] = dev.mean_scores((qid, dev.ranked_docs(ranked_rows(snapshot, text, vectors[qid], params, settings)))
+                                     for qid, text in dataset.queries.items())
         print(f"  {spec}: {label}: nDCG@10 {out[label][0]:.4f}  Recall@5 {out[label][1]:.4f}", flush=True)
     return out
 

@@ -21,7 +21,6 @@ import numpy as np
 
 from evals.adapter_eval import ranked_rows
 from evals.dev_store import open_dev_store
-from evals.metrics import dedupe_ranking, ndcg_at_k, recall_at_k
 from knowledge_store.settings import Settings
 
 # A leading interrogative, its auxiliary and a pronoun subject: "how do i", "why does",
@@ -49,7 +48,7 @@ def strip_question(text: str) -> str:
 
 def run(name: str) -> dict[str, tuple[float, float]]:
     dev = open_dev_store(name)
-    dataset, snapshot, beir, params = dev.dataset, dev.snapshot, dev.beir, dev.params
+    dataset, snapshot, params = dev.dataset, dev.snapshot, dev.params
     settings = Settings()
     ids = list(dataset.queries)
     asked = dev.embedder.embed([dataset.queries[i] for i in ids])
@@ -61,12 +60,9 @@ def run(name: str) -> dict[str, tuple[float, float]]:
     forms = {"as asked": asked, "stripped": stripped, "mean": mean}
     out = {}
     for form, vectors in forms.items():
-        scores = []
-        for qid, vector in zip(ids, vectors):
-            rows = ranked_rows(snapshot, dataset.queries[qid], vector.astype(np.float32), params, settings)
-            ranked = dedupe_ranking(beir[d] for d in snapshot.doc_index[rows].tolist())
-            scores.append((ndcg_at_k(ranked, dataset.qrels[qid], 10), recall_at_k(ranked, dataset.qrels[qid], 5)))
-        out[form] = tuple(np.round(np.mean(scores, axis=0), 4).tolist())
+        out[form] = dev.mean_scores(
+            (qid, dev.ranked_docs(ranked_rows(snapshot, dataset.queries[qid], vector.astype(np.float32), params, settings)))
+            for qid, vector in zip(ids, vectors))
         print(f"  {name} ({changed}/{len(ids)} queries reworded): {form}: "
               f"nDCG@10 {out[form][0]:.4f}  Recall@5 {out[form][1]:.4f}", flush=True)
     return out
