@@ -53,9 +53,11 @@ run: ingest
 serve: $(STAMP) tesseract
 	GROUNDWORK_SERVER_PORT=$(API_PORT) $(BIN)/groundwork serve
 
-# The Debian documentation dev set (issue 10): apt-get download of 12 doc packages, built into data/datasets/
+# The documentation dev sets (issue 10): apt-get download of Debian doc packages (12 for the Debian set, perl-doc
+# and perl-modules for the Perl set), built into data/datasets/
 devset: $(STAMP)
 	$(BIN)/python -m evals.debian_docs
+	$(BIN)/python -m evals.perl_docs
 
 # Debian chromium for the real-browser console test (never a browser download by a test tool)
 browser:

@@ -32,8 +32,6 @@ import argparse
 import hashlib
 import json
 import re
-import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -41,8 +39,11 @@ from pathlib import Path
 
 from bs4 import BeautifulSoup, NavigableString, Tag
 
-from knowledge_store.errors import GroundworkError
+from evals import devset_files
+from evals.devset_files import DatasetBuildError, DevSet, is_current, median, readme_tail, split_of, write_devset
 from knowledge_store.settings import PROJECT_ROOT
+
+__all__ = ["BOOKS", "DatasetBuildError", "DevSet", "apt_available", "build", "build_devset", "split_of"]
 
 
 @dataclass(frozen=True)
@@ -89,16 +90,11 @@ DEFAULT_OUT = PROJECT_ROOT / "data" / "datasets" / "debian-docs"
 BUILDER_VERSION = "1"
 MIN_ANSWER_CHARS = 40  # an answer shorter than this is a pointer ("See below."), not an answer
 MIN_SECTION_CHARS = 80  # distractor sections shorter than this are headings with a sentence
-TEST_SHARE = 0.5
 
 _BLOCK_TAGS = {"p", "li", "dt", "dd", "tr", "blockquote", "table", "ul", "ol", "dl", "h1", "h2", "h3", "h4", "h5", "h6",
                "div", "caption"}
 _NUMBERING = re.compile(r"^\s*(?:Chapter\s+\d+\.|Appendix\s+[A-Z]\.|[A-Z]?\d+(?:\.\d+)*\.)\s*")
 _SPACES = re.compile(r"[ \t\r\f\v\u00a0]+")
-
-
-class DatasetBuildError(GroundworkError):
-    """The dev set cannot be built here (no apt, a package missing, an unexpected layout)."""
 
 
 @dataclass(frozen=True)
@@ -127,33 +123,12 @@ class Section:
 
 def apt_available() -> tuple[bool, str]:
     """(True, "") when ``apt-get download`` and ``dpkg-deb`` can fetch the packages, else (False, reason)."""
-    for tool in ("apt-get", "dpkg-deb"):
-        if shutil.which(tool) is None:
-            return False, f"{tool} is not installed (the Debian docs dev set is built from Debian packages)"
-    probe = subprocess.run(["apt-cache", "policy", PACKAGES[0]], capture_output=True, text=True)
-    if probe.returncode != 0 or "Candidate: (none)" in probe.stdout or "Candidate" not in probe.stdout:
-        return False, f"apt knows no candidate for {PACKAGES[0]} (run apt-get update, or the archive is unreachable)"
-    return True, ""
+    return devset_files.apt_available(PACKAGES[0], "the Debian docs dev set")
 
 
 def fetch_packages(work: Path) -> dict[str, str]:
     """Download and unpack :data:`PACKAGES` into ``work/root``; returns {package: .deb file name}."""
-    ok, reason = apt_available()
-    if not ok:
-        raise DatasetBuildError(reason)
-    debs = work / "debs"
-    debs.mkdir(parents=True, exist_ok=True)
-    run = subprocess.run(["apt-get", "download", *PACKAGES], cwd=debs, capture_output=True, text=True)
-    if run.returncode != 0:
-        raise DatasetBuildError(f"apt-get download {' '.join(PACKAGES)} failed: {run.stderr.strip()[-500:]}")
-    found: dict[str, str] = {}
-    for package in PACKAGES:
-        files = sorted(debs.glob(f"{package}_*.deb"))
-        if not files:
-            raise DatasetBuildError(f"apt-get download left no {package}_*.deb in {debs}")
-        found[package] = files[-1].name
-        subprocess.run(["dpkg-deb", "-x", str(files[-1]), str(work / "root")], check=True)
-    return found
+    return devset_files.fetch_packages(work, PACKAGES, "the Debian docs dev set")
 
 
 # --------------------------------------------------------------------------- HTML -> sections
@@ -284,21 +259,6 @@ def book_sections(html_file: Path, book: Book) -> list[Section]:
 # --------------------------------------------------------------------------- the set
 
 
-@dataclass
-class DevSet:
-    corpus: list[dict]
-    queries: list[dict]
-    qrels: list[tuple[str, str, int]]
-    splits: dict[str, str]  # query id -> train | test
-    stats: dict[str, object]
-
-
-def split_of(query_id: str) -> str:
-    """Stable train/test assignment from a hash of the id."""
-    bucket = int(hashlib.sha256(query_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-    return "test" if bucket < TEST_SHARE else "train"
-
-
 def build_devset(root: Path) -> DevSet:
     """Sections -> BEIR rows.  ``root`` holds the unpacked packages."""
     corpus: list[dict] = []
@@ -344,52 +304,14 @@ def build_devset(root: Path) -> DevSet:
         "train_queries": sum(1 for v in splits.values() if v == "train"),
         "test_queries": sum(1 for v in splits.values() if v == "test"),
         "relevant_share_of_corpus": round(len(relevant) / len(corpus), 4),
-        "chars_median_all": _median(lengths), "chars_median_relevant": _median(answer_lengths),
-        "chars_median_manual": _median(manual_lengths), "chars_max_manual": manual_lengths[-1] if manual_lengths else 0,
+        "chars_median_all": median(lengths), "chars_median_relevant": median(answer_lengths),
+        "chars_median_manual": median(manual_lengths), "chars_max_manual": manual_lengths[-1] if manual_lengths else 0,
         **{f"sections_{slug}": n for slug, n in per_book.items()},
     }
     return DevSet(corpus, queries, qrels, splits, stats)
 
 
-def _median(values: list[int]) -> float:
-    if not values:
-        return 0.0
-    mid = len(values) // 2
-    return float(values[mid]) if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def write_devset(devset: DevSet, out: Path, packages: dict[str, str]) -> dict[str, str]:
-    """Write the BEIR files and a README (counts, package versions, checksums); returns {file: sha256}."""
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "corpus.jsonl", "w", encoding="utf-8") as handle:
-        for row in devset.corpus:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    for split, suffix in (("test", ""), ("train", "_train"), ("all", "_all")):
-        ids = {q for q, s in devset.splits.items() if split in (s, "all")}
-        with open(out / f"queries{suffix}.jsonl", "w", encoding="utf-8") as handle:
-            for row in devset.queries:
-                if row["_id"] in ids:
-                    handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-        with open(out / f"qrels{suffix}.tsv", "w", encoding="utf-8") as handle:
-            handle.write("query-id\tcorpus-id\tscore\n")
-            for query_id, doc_id, score in devset.qrels:
-                if query_id in ids:
-                    handle.write(f"{query_id}\t{doc_id}\t{score}\n")
-    files = ["corpus.jsonl", "queries.jsonl", "qrels.tsv", "queries_train.jsonl", "qrels_train.tsv",
-             "queries_all.jsonl", "qrels_all.tsv"]
-    checksums = {name: _sha256(out / name) for name in files}
-    manifest = {"builder_version": BUILDER_VERSION, "packages": packages, "stats": devset.stats, "sha256": checksums}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    (out / "README.md").write_text(_readme(devset, packages, checksums))
-    return checksums
-
-
 def _readme(devset: DevSet, packages: dict[str, str], checksums: dict[str, str]) -> str:
-    s = devset.stats
     lines = [
         "# Debian documentation dev set (built, not committed)",
         "",
@@ -400,23 +322,7 @@ def _readme(devset: DevSet, packages: dict[str, str], checksums: dict[str, str])
         "",
         *(f"- {book.title} (`{book.package}`){' - FAQ pages give the queries' if book.faq_pages else ''}" for book in BOOKS),
         "",
-        "| what | count |",
-        "|---|---|",
-        *(f"| {k.replace('_', ' ')} | {v} |" for k, v in s.items()),
-        "",
-        "Packages (apt-get download, dpkg-deb -x):",
-        "",
-        *(f"- `{deb}`" for deb in packages.values()),
-        "",
-        "Licenses: each package's copyright file (GPL-2+, GFDL, MIT-style and others); evaluation use only.",
-        "For evaluation only; do not redistribute the built files.",
-        "",
-        "sha256:",
-        "",
-        "```",
-        *(f"{digest}  {name}" for name, digest in checksums.items()),
-        "```",
-        "",
+        *readme_tail(devset, packages, checksums),
     ]
     return "\n".join(lines)
 
@@ -427,20 +333,14 @@ def build(out: Path = DEFAULT_OUT, keep_work: Path | None = None) -> dict[str, o
         work = keep_work or Path(tmp)
         packages = fetch_packages(work)
         devset = build_devset(work / "root")
-        write_devset(devset, Path(out), packages)
+        write_devset(devset, Path(out), packages, BUILDER_VERSION, _readme)
     return json.loads((Path(out) / "manifest.json").read_text())
 
 
 def ensure_built(out: Path = DEFAULT_OUT) -> Path:
     """The dev set folder, built first when it is missing or was made by an older builder."""
-    manifest = Path(out) / "manifest.json"
-    if manifest.is_file():
-        try:
-            if json.loads(manifest.read_text()).get("builder_version") == BUILDER_VERSION:
-                return Path(out)
-        except json.JSONDecodeError:
-            pass
-    build(Path(out))
+    if not is_current(out, BUILDER_VERSION):
+        build(Path(out))
     return Path(out)
 
 

@@ -4,7 +4,8 @@
 ``bm25_params_experiment``, ``query_form_experiment``, ``doc_aggregation_experiment``, ``fusion_normalisation_experiment``
 and ``rm3_experiment`` all measure on the same two stores (built by ``evals.beir`` under
 ``data/eval``): SciFact (tuned on train, reported on test) and the Debian docs set built by
-``make devset``.  A set is named ``scifact`` or ``debian``, optionally with ``:split``.
+``make devset``, and the Perl docs set built by it too (``evals.perl_docs``).  A set is named ``scifact``,
+``debian`` or ``perl``, optionally with ``:split``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from knowledge_store.settings import Settings
 ROOT = Path(__file__).resolve().parents[1]
 # name -> (BEIR folder, the split reported when none is named)
 DATASETS = {"scifact": (ROOT.parent / "shared" / "datasets" / "scifact", "test"),
-            "debian": (ROOT / "data" / "datasets" / "debian-docs", "all")}
+            "debian": (ROOT / "data" / "datasets" / "debian-docs", "all"),
+            "perl": (ROOT / "data" / "datasets" / "perl-docs", "all")}
 
 
 @dataclass
