@@ -27,11 +27,13 @@ from knowledge_store.retrieval.fusion import FUSION_REGISTRY
 def configurations(settings) -> list[tuple[str, EvalConfig]]:
     a, s, lw = settings.default_alpha, settings.section_weight, settings.lead_weight
 
-    def config(alpha: float, fusion: str, section_weight: float, lead_weight: float) -> EvalConfig:
+    def config(alpha: float | None, fusion: str, section_weight: float, lead_weight: float) -> EvalConfig:
         return EvalConfig(alpha=alpha, fusion=fusion, section_weight=section_weight, lead_weight=lead_weight)
 
     return [
-        ("default", config(a, settings.default_fusion, s, lw)),
+        # alpha None: the engine's per-query default (questions at question_alpha, everything else at alpha)
+        ("default", config(None, settings.default_fusion, s, lw)),
+        (f"every query at alpha {a:g} (no question alpha)", config(a, settings.default_fusion, s, lw)),
         ("BM25 only (section-aware)", config(0.0, "weighted", s, lw)),
         ("vector only (section-aware)", config(1.0, "weighted", s, lw)),
         *((f"alpha {x:g}", config(x, "weighted", s, lw)) for x in (0.5, 0.6, 0.8, 0.9)),

@@ -93,11 +93,6 @@ class EvalConfig(BaseModel):
         """The name results are filed under: ``name`` when given, else the label."""
         return self.name or self.label
 
-    def with_default_alpha(self, alpha: float) -> "EvalConfig":
-        """This configuration with ``alpha`` filled in when it was left to the engine's default (so the
-        recorded alpha is the one that ran)."""
-        return self if self.alpha is not None else self.model_copy(update={"alpha": alpha})
-
 
 @dataclass
 class EvalResult:

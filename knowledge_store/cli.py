@@ -550,8 +550,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     dataset = load_beir(folder, split=args.split)  # DatasetError (a GroundworkError) names the bad file
     engine, doc_map = open_engine(folder)
     defaults = engine.ranking_defaults()  # explicit settings > the store's tuned ranking > built-in
-    config = EvalConfig(alpha=defaults.alpha if args.alpha is None else args.alpha,
-                        fusion=args.fusion or defaults.fusion,
+    # alpha None = the engine's own per-query default: questions get the corpus's question alpha
+    config = EvalConfig(alpha=args.alpha, fusion=args.fusion or defaults.fusion,
                         reranker=args.reranker or engine.default_reranker())
     # every registered metric (evals.metrics.METRICS, what the scorecard records), plus nDCG and MRR at --k
     result = evaluate(engine, dataset, config, doc_map, ks=tuple(sorted({5, 10, args.k})))
@@ -559,14 +559,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     recorded = _record_eval(dataset, args.split, config, result)
     report = {
         "dataset": str(folder), "split": args.split, "queries": result.queries, "configuration": config.label,
-        "alpha": config.alpha, "fusion": config.fusion, "reranker": config.reranker, "k": args.k, **m,
+        "alpha": defaults.alpha if config.alpha is None else config.alpha,
+        "question_alpha": engine.question_alpha() if config.alpha is None else None,
+        "fusion": config.fusion, "reranker": config.reranker, "k": args.k, **m,
         "store": str(engine.settings.data_dir), "recorded_in": str(recorded),
     }
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     columns = [*METRICS, *(name for name in (f"ndcg@{args.k}", f"mrr@{args.k}") if name not in METRICS)]
-    print(f"{dataset.name} ({args.split}, {result.queries} queries), {config.label}, fusion {config.fusion}")
+    alphas = f"alpha {report['alpha']:g}" + (f", questions {report['question_alpha']:g}"
+                                              if report["question_alpha"] is not None else "")
+    print(f"{dataset.name} ({args.split}, {result.queries} queries), {config.label} ({alphas}), fusion {config.fusion}")
     print(format_table([{metric_label(name): f"{m[name]:.{metric_spec(name).digits}f}" for name in columns}],
                        [metric_label(name) for name in columns]))
     print(f"store: {engine.settings.data_dir} (re-used while corpus.jsonl is unchanged)")

@@ -97,6 +97,7 @@ class Settings(BaseSettings):
     # ---- retrieval
     default_k: int = Field(5, ge=1, le=100, description="Passages returned when a query does not say.")
     default_alpha: float = Field(0.7, ge=0, le=1, description="Fusion weight: 0 = pure BM25, 1 = pure vector. 0.7 with section_weight 1 and lead_weight 0.6 is within 0.01 nDCG@10 of the best alpha on SciFact and on the Debian documentation set (docs/EVALUATION.md); `groundwork tune` picks per corpus.")
+    question_alpha: float | None = Field(0.8, ge=0, le=1, description="Fusion weight of questions (a query ending in '?' or opening with how/what/why/which/...) that do not set alpha: a question paraphrases its answer, so the vector side weighs more. Chosen on the train splits of both documentation dev sets (best alpha 0.8 on each, SciFact's claims 0.6-0.7; docs/EVALUATION.md). Unset (GROUNDWORK_QUESTION_ALPHA=null): questions use default_alpha. When default_alpha is pinned (environment or console) and this is not, questions follow it.")
     default_fusion: str = Field("weighted", description="Fusion mode: " + "; ".join(f"{k}: {v}" for k, v in FUSION_MODES.items()) + ".")
     section_weight: float = Field(1.0, ge=0, le=1, description="Share of a chunk's BM25 evidence that is its whole section's BM25 (0 = the chunk alone). See docs/EVALUATION.md.")
     lead_weight: float = Field(0.6, ge=0, le=1, description="Share of a chunk's vector evidence that is its section's first chunk's cosine (0 = the chunk alone).")
@@ -191,6 +192,12 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [Path(part) for part in value.split(":") if part.strip()]
         return value
+
+    @field_validator("question_alpha", mode="before")
+    @classmethod
+    def _question_alpha_off(cls, value: object) -> object:
+        """``GROUNDWORK_QUESTION_ALPHA=null`` (or none/off/empty): questions use default_alpha."""
+        return None if isinstance(value, str) and value.strip().lower() in ("", "null", "none", "off") else value
 
     @field_validator("allowed_hosts", "cors_origins", mode="before")
     @classmethod

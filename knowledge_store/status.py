@@ -127,7 +127,7 @@ def ranking_status(settings: Settings) -> dict[str, object]:
     """What ranks this corpus's queries beyond the built-in defaults: the self-tuned choice and the query
     adapter learned from feedback (each None when there is none; a damaged adapter file reports its error)."""
     from knowledge_store.retrieval.query_adapter import QueryAdapterError, adapter_path, read_adapter
-    from knowledge_store.tuning import effective_ranking, load_tuned
+    from knowledge_store.tuning import effective_question_alpha, effective_ranking, load_tuned
 
     tuned = load_tuned(settings.index_dir)
     adapter: dict[str, object] | None = None
@@ -137,7 +137,11 @@ def ranking_status(settings: Settings) -> dict[str, object]:
             adapter = read_adapter(path).summary(settings.use_query_adapter)
         except QueryAdapterError as error:
             adapter = {"in_use": False, "error": str(error)}
-    return {"effective": effective_ranking(settings, settings.index_dir).label,
+    question_alpha = effective_question_alpha(settings, settings.index_dir)
+    effective = effective_ranking(settings, settings.index_dir).label
+    if question_alpha is not None:
+        effective += f" (questions: alpha={question_alpha:g})"
+    return {"effective": effective, "question_alpha": question_alpha,
             "tuned": None if tuned is None else {"created_at": tuned.created_at, "before": tuned.before,
                                                 "after": tuned.after},
             "query_adapter": adapter}

@@ -42,7 +42,7 @@ import threading
 import time
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -56,6 +56,7 @@ from knowledge_store.errors import GroundworkError
 from knowledge_store.progress import stage_progress
 from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, gather_evidence, rank_rows
 from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.query_form import is_question
 from knowledge_store.retrieval.snapshot_reader import _FTS_SPLIT, LoadedSnapshot, bm25_norm, bm25_term
 
 TUNED_FILE = "tuned.json"
@@ -313,8 +314,13 @@ class SweepRow:
 
 def score_grid(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Callable[[list[str]], np.ndarray],
                grid: list[RankingParams], pool: int = 100, rrf_k: int = 60,
-               strip: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """nDCG@10 and Recall@5 of every grid point (rows) on every pseudo-query (columns)."""
+               strip: bool = True, question_alpha: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """nDCG@10 and Recall@5 of every grid point (rows) on every pseudo-query (columns).
+
+    A pseudo-query phrased as a question (an FAQ heading, a rated user question) is ranked with
+    ``question_alpha`` whatever the grid point's alpha, as the engine ranks it (``query_form.py``): the
+    alpha tuning chooses is the one of every other query.
+    """
     vectors = embed([q.query for q in queries]) if queries else np.zeros((0, snapshot.embeddings.shape[1]), dtype=np.float32)
     counter = _TermCounter(snapshot)
     mask = snapshot.active
@@ -327,7 +333,10 @@ def score_grid(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Call
         if strip:
             evidence = strip_query_from_targets(snapshot, pq, evidence, embed, counter, qv)
         cache: dict[int, float] = {}
+        asked = question_alpha is not None and is_question(pq.query)
         for i, params in enumerate(grid):
+            if asked:
+                params = replace(params, alpha=question_alpha)
             fused = rank_rows(evidence, params, mask, pool, rrf_k, snapshot=snapshot, query=pq.query, phrase_cache=cache)
             ranked = units_of(snapshot, fused.rows, pq.unit)
             ndcg[i, j] = ndcg_at_k(ranked, pq.targets, 10)
@@ -613,9 +622,30 @@ def effective_ranking(settings, index_dir: Path) -> RankingParams:
 
 
 def ranking_sources(settings, index_dir: Path) -> dict[str, str]:
-    """Where each effective ranking value came from: "setting", "console", "tuned" or "default"."""
+    """Where each effective ranking value came from: "setting", "console", "tuned" or "default"
+    (``question_alpha`` included, see ``effective_question_alpha``)."""
     tuned, manual = _load(index_dir)
-    return {name: _source(settings, name, tuned, manual) for name in _RANKING_FIELDS}
+    return {**{name: _source(settings, name, tuned, manual) for name in _RANKING_FIELDS},
+            "question_alpha": _question_alpha(settings, tuned, manual)[1]}
+
+
+def _question_alpha(settings, tuned: TunedConfig | None, manual: ManualRanking | None) -> tuple[float | None, str]:
+    if "question_alpha" in settings.model_fields_set:
+        return settings.question_alpha, "setting"
+    alpha_source = _source(settings, "alpha", tuned, manual)
+    if alpha_source in ("setting", "console"):  # a pinned alpha is meant for every query
+        return None, alpha_source
+    return settings.question_alpha, "default"
+
+
+def effective_question_alpha(settings, index_dir: Path) -> float | None:
+    """The alpha of question-form queries (``retrieval/query_form.py``) that do not set one; None = the
+    effective alpha, as for every other query.  An explicit ``question_alpha`` setting wins; a pinned
+    alpha (explicit setting or the console) applies to questions too; else the built-in ``question_alpha``,
+    whatever alpha self-tuning chose (tuning's pseudo-queries are headings and titles, not questions)."""
+    tuned, manual = _load(index_dir)
+    return _question_alpha(settings, tuned, manual)[0]
+
 
 
 def effective_reranker(settings, index_dir: Path) -> str:
@@ -649,7 +679,8 @@ def tune_snapshot(snapshot: LoadedSnapshot, settings, embed: Callable[[list[str]
     builtin = builtin_ranking(settings)
     if builtin not in grid:
         grid.append(builtin)
-    ndcg, recall = score_grid(snapshot, queries, embed, grid, pool=settings.candidate_pool, rrf_k=settings.rrf_k)
+    ndcg, recall = score_grid(snapshot, queries, embed, grid, pool=settings.candidate_pool, rrf_k=settings.rrf_k,
+                              question_alpha=settings.question_alpha)
     rows = summarise_grid(queries, grid, ndcg, recall)
     before = next(r for r in rows if r.params == builtin)
     decision = keep_decision(ndcg[grid.index(rows[0].params)], ndcg[grid.index(builtin)], min_gain)

@@ -31,6 +31,7 @@ from knowledge_store.errors import ConfigError
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.settings import Settings
 from knowledge_store.store import utcnow
+from knowledge_store.tuning import effective_question_alpha
 from pipelines.metadata import markdown_table
 from pipelines.resources import RetrievalResource
 
@@ -118,13 +119,14 @@ def _evaluation_asset(config: EvalConfig) -> dg.AssetsDefinition:
         from evals.retrieval_eval import evaluate, open_engine
 
         base = retrieval.settings()
-        eval_config = config.with_default_alpha(base.default_alpha)
+        # alpha None = the serving path's per-query default: the serving alpha, and its question alpha for questions
         runs: list[results_store.EvalRun] = []
         for folder in evaluation.folders():
             dataset = load_beir(folder, split=evaluation.split)
             engine, doc_map = open_engine(folder, ingest=False, data_root=evaluation.eval_root(),
-                                          candidate_pool=base.candidate_pool, default_alpha=base.default_alpha)
-            result = evaluate(engine, dataset, eval_config, doc_map)
+                                          candidate_pool=base.candidate_pool, default_alpha=base.default_alpha,
+                                          question_alpha=effective_question_alpha(base, base.index_dir))
+            result = evaluate(engine, dataset, config, doc_map)
             runs.append(results_store.EvalRun.from_result(result, run_id=context.run.run_id, dataset=dataset.name,
                                                           split=evaluation.split, created_at=utcnow()))
             context.log.info(f"{dataset.name} {config.name}: " + ", ".join(

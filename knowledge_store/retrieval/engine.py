@@ -40,6 +40,7 @@ from knowledge_store.retrieval.fusion import FUSION_MODES, relevance
 from knowledge_store.retrieval.llama import hit_to_node
 from knowledge_store.retrieval.query_adapter import AdapterCache, QueryAdapter
 from knowledge_store.retrieval.query_cache import QueryEmbeddingCache
+from knowledge_store.retrieval.query_form import alpha_for, query_form
 from knowledge_store.retrieval.reranker_registry import (
     RERANKER_REGISTRY,
     RERANKERS,
@@ -72,6 +73,7 @@ class SearchRequest:
     client: str = "python"
     section_weight: float = 0.0
     lead_weight: float = 0.0
+    query_form: str = "other"  # "question" or "other" (retrieval/query_form.py): questions get question_alpha
 
     @property
     def ranking(self) -> RankingParams:
@@ -133,7 +135,8 @@ def coverage_label(best_relevance: float, floor: float) -> str:
 def _logged_params(request: SearchRequest) -> dict[str, Any]:
     """The parameters a query ran with, as the response and the query log report them."""
     return {
-        "k": request.k, "alpha": request.alpha, "fusion": request.fusion, "section_weight": request.section_weight,
+        "k": request.k, "alpha": request.alpha, "query_form": request.query_form, "fusion": request.fusion,
+        "section_weight": request.section_weight,
         "lead_weight": request.lead_weight, "reranker": request.reranker,
         "filters": request.filters.model_dump(exclude_defaults=True), "min_relevance": request.min_relevance,
         "answer": request.answer,
@@ -246,7 +249,7 @@ class RetrievalEngine:
         k = s.default_k if k is None else k
         if not isinstance(k, int) or not 1 <= k <= 100:
             raise QueryValidationError("k", k, "must be an integer from 1 to 100")
-        alpha = defaults.alpha if alpha is None else alpha
+        alpha = alpha_for(query, defaults.alpha, self.question_alpha()) if alpha is None else alpha
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
             raise QueryValidationError("alpha", alpha, "must be between 0 (pure BM25) and 1 (pure vector)")
         fusion = fusion or defaults.fusion
@@ -270,7 +273,8 @@ class RetrievalEngine:
         floor = s.min_relevance if min_relevance is None else min_relevance
         return SearchRequest(query=query.strip(), k=k, alpha=float(alpha), fusion=fusion, reranker=reranker,
                              filters=filters or SearchFilters(), min_relevance=float(floor), answer=answer, client=client,
-                             section_weight=float(section_weight), lead_weight=float(lead_weight))
+                             section_weight=float(section_weight), lead_weight=float(lead_weight),
+                             query_form=query_form(query))
 
     def query_adapter(self) -> QueryAdapter | None:
         """The corpus's query adapter learned from feedback (``groundwork adapt``), or None: off in settings,
@@ -283,6 +287,12 @@ class RetrievalEngine:
         from knowledge_store.tuning import effective_ranking
 
         return effective_ranking(self.settings, self.snapshots.index_dir)
+
+    def question_alpha(self) -> float | None:
+        """The alpha of questions that do not set one (None: the default alpha); see ``tuning.effective_question_alpha``."""
+        from knowledge_store.tuning import effective_question_alpha
+
+        return effective_question_alpha(self.settings, self.snapshots.index_dir)
 
     def default_reranker(self) -> str:
         """The reranker a query gets when it does not say: an explicit setting wins, then the one set in the

@@ -25,6 +25,8 @@ import re
 
 import numpy as np
 
+from knowledge_store.retrieval.query_form import is_question
+
 PHRASE_MIN_TOKENS = 8
 PHRASE_MIN_SHARE = 0.7
 _SPLIT = re.compile(r"[^0-9a-z_]+")
@@ -38,16 +40,9 @@ def bigrams(tokens: list[str]) -> set[tuple[str, str]]:
     return set(zip(tokens, tokens[1:]))
 
 
-# wh-words only: auxiliaries ("is", "can", "does") open too many ordinary sentences a user pastes
-QUESTION_WORDS = frozenset("how what why when where which who whom whose".split())
-
-
 def is_phrase_query(query: str) -> bool:
-    """Long and not a question: a passage pasted to find where it came from."""
-    tokens = words(query)
-    if len(tokens) < PHRASE_MIN_TOKENS or query.rstrip().endswith("?"):
-        return False
-    return tokens[0] not in QUESTION_WORDS
+    """Long and not a question (``query_form.is_question``): a passage pasted to find where it came from."""
+    return len(words(query)) >= PHRASE_MIN_TOKENS and not is_question(query)
 
 
 def normalise(text: str) -> str:

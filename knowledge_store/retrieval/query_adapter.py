@@ -31,7 +31,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ import numpy as np
 from evals.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.errors import GroundworkError
 from knowledge_store.retrieval.evidence import RankingParams, gather_evidence, rank_rows, vector_feedback_for
+from knowledge_store.retrieval.query_form import alpha_for
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 
 ADAPTER_FILE = "query_adapter.npz"
@@ -223,16 +224,17 @@ def fit_matrix(queries: np.ndarray, candidates: np.ndarray, valid: np.ndarray, i
 
 
 def held_out_quality(snapshot: LoadedSnapshot, rated: list[RatedQuery], params: RankingParams,
-                     matrix: np.ndarray | None, settings) -> dict[str, float]:
+                     matrix: np.ndarray | None, settings, question_alpha: float | None = None) -> dict[str, float]:
     """Mean nDCG@10 / Recall@5 of the rated sections when ``rated`` are ranked as the engine ranks under
-    ``settings`` (candidate pool, RRF constant, the feedback step)."""
+    ``settings`` (candidate pool, RRF constant, the feedback step; questions at ``question_alpha``)."""
     from knowledge_store.tuning import units_of
 
     adapter = None if matrix is None else QueryAdapter(matrix)
     ndcg, recall = [], []
     for r in rated:
         vector = r.vector if adapter is None else adapter.apply(r.vector)
-        fused = rank_rows(gather_evidence(snapshot, r.query, vector), params, snapshot.active, settings.candidate_pool,
+        ranking = replace(params, alpha=alpha_for(r.query, params.alpha, question_alpha))
+        fused = rank_rows(gather_evidence(snapshot, r.query, vector), ranking, snapshot.active, settings.candidate_pool,
                           settings.rrf_k, snapshot=snapshot, query=r.query, feedback=vector_feedback_for(settings, vector))
         ranked = units_of(snapshot, fused.rows, "section")
         ndcg.append(ndcg_at_k(ranked, r.targets, 10))
@@ -265,7 +267,8 @@ class AdapterTraining:
 def train_query_adapter(snapshot: LoadedSnapshot, settings, feedback: Iterable[dict],
                         embed: Callable[[list[str]], np.ndarray], params: RankingParams,
                         l2_grid: Iterable[float] = L2_GRID, min_queries: int | None = None,
-                        min_gain: float = 0.005, steps: int = 300) -> AdapterTraining:
+                        min_gain: float = 0.005, steps: int = 300,
+                        question_alpha: float | None = None) -> AdapterTraining:
     """Train, check on held-out rated queries, and (if it helps) return the adapter; never saves."""
     started = time.perf_counter()
     if snapshot.sections is None:
@@ -280,12 +283,12 @@ def train_query_adapter(snapshot: LoadedSnapshot, settings, feedback: Iterable[d
     held = [r for r in rated if is_held_out(r.query)]
     if not held or not train:  # tiny sets can hash one-sided
         held, train = rated[: max(1, len(rated) // 4)], rated[max(1, len(rated) // 4):]
-    without = held_out_quality(snapshot, held, params, None, settings)
+    without = held_out_quality(snapshot, held, params, None, settings, question_alpha)
     table = []
     for l2 in l2_grid:
         matrix = fit_adapter(snapshot, train, l2, steps=steps)
         table.append({"l2": l2, "norm": round(float(np.linalg.norm(matrix)), 3),
-                      **held_out_quality(snapshot, held, params, matrix, settings)})
+                      **held_out_quality(snapshot, held, params, matrix, settings, question_alpha)})
     best = max(table, key=lambda row: (row["ndcg@10"], row["recall@5"]))
     gain = best["ndcg@10"] - without["ndcg@10"]
     if gain <= min_gain:
@@ -397,7 +400,7 @@ def adapt_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None
     ``read_labels``) and, when ``save``, store it if adopted - or remove a stored one the new measurement did
     not adopt (what is served is what the latest evidence chose).  Labels naming no indexed document are an
     error when none match, and are counted in the result otherwise."""
-    from knowledge_store.tuning import corpus_inputs, effective_ranking
+    from knowledge_store.tuning import corpus_inputs, effective_question_alpha, effective_ranking
 
     with corpus_inputs(settings, embedder, feedback) as (snapshot, embedder, feedback):
         missing: list[dict] = []
@@ -409,7 +412,8 @@ def adapt_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None
                                         "name documents by the relative path `groundwork` lists")
             feedback += labelled
         training = train_query_adapter(snapshot, settings, feedback, embedder.embed,
-                                       effective_ranking(settings, settings.index_dir))
+                                       effective_ranking(settings, settings.index_dir),
+                                       question_alpha=effective_question_alpha(settings, settings.index_dir))
         training.labels_used = len(labels or []) - len(missing)
         training.labels_unmatched = [{"line": m["line"], "document": m["document"]} for m in missing]
     if save:

@@ -266,6 +266,9 @@ class ConfigResponse(Open):
     default_k: int
     max_k: int
     default_alpha: float
+    question_alpha: float | None = Field(None, description="Alpha of questions (ending in '?' or opening with "
+                                         "how/what/why/...) that do not set alpha; null = they use default_alpha. "
+                                         "ranking_sources.question_alpha says where it comes from.")
     default_fusion: str
     section_weight: float
     lead_weight: float

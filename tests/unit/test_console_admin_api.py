@@ -44,7 +44,8 @@ def test_console_values_win_over_the_tuned_choice_and_settings_win_over_both(tmp
 
     assert effective_ranking(settings, settings.index_dir) == RankingParams(0.4, "rrf", 0.0, 0.3)
     assert ranking_sources(settings, settings.index_dir) == {"alpha": "console", "fusion": "tuned",
-                                                             "section_weight": "tuned", "lead_weight": "tuned"}
+                                                             "section_weight": "tuned", "lead_weight": "tuned",
+                                                             "question_alpha": "console"}  # questions follow it
     assert (effective_reranker(settings, settings.index_dir), reranker_source(settings, settings.index_dir)) == ("mmr", "console")
     assert load_tuned(settings.index_dir).params.alpha == 0.8  # the tuning evidence is untouched
 

@@ -70,8 +70,7 @@ def test_eval_config_is_the_one_configuration_type_of_the_cli_notebooks_and_dags
     assert all(isinstance(c, EvalConfig) for c in CONFIGURATIONS)
     assert {c.name for c in CONFIGURATIONS} >= {"bm25", "vector", "hybrid", "hybrid_rrf", "hybrid_dbsf", "hybrid_mmr"}
     hybrid = next(c for c in CONFIGURATIONS if c.name == "hybrid")
-    assert hybrid.alpha is None and hybrid.with_default_alpha(0.7).alpha == 0.7
-    assert EvalConfig(alpha=0.0).with_default_alpha(0.7).alpha == 0.0
+    assert hybrid.alpha is None and hybrid.label == "hybrid alpha=default"  # the serving path's per-query alpha
     assert EvalConfig(alpha=0.5, fusion="rrf").configuration == "rrf (alpha 0.5)"
     with pytest.raises(ValidationError, match="nope"):
         EvalConfig(alpha=0.5, fusion="nope")

@@ -15,10 +15,12 @@ from knowledge_store.settings import Settings
 from knowledge_store.tuning import (
     TunedConfig,
     builtin_ranking,
+    effective_question_alpha,
     effective_ranking,
     keep_decision,
     load_tuned,
     ranking_sources,
+    save_manual,
     save_tuned,
     tuned_path,
 )
@@ -58,14 +60,16 @@ def test_effective_ranking_precedence_setting_over_tuned_over_builtin(tmp_path):
     save_tuned(settings.index_dir, fake_tuned(chosen))
     # tuned wins over the built-in defaults, in the engine too
     assert effective_ranking(settings, settings.index_dir) == chosen
-    assert ranking_sources(settings, settings.index_dir) == dict.fromkeys(("alpha", "fusion", "section_weight", "lead_weight"), "tuned")
+    assert ranking_sources(settings, settings.index_dir) == {
+        **dict.fromkeys(("alpha", "fusion", "section_weight", "lead_weight"), "tuned"), "question_alpha": "default"}
     assert RetrievalEngine(settings, embedder=NoEmbedder()).request("anything").ranking == chosen
 
     # a setting given explicitly wins over the tuned value, field by field
     explicit = Settings(data_dir=tmp_path, default_alpha=0.6, lead_weight=0.3)
     assert effective_ranking(explicit, explicit.index_dir) == RankingParams(0.6, "rrf", 1.0, 0.3)
     assert ranking_sources(explicit, explicit.index_dir) == {"alpha": "setting", "fusion": "tuned",
-                                                             "section_weight": "tuned", "lead_weight": "setting"}
+                                                             "section_weight": "tuned", "lead_weight": "setting",
+                                                             "question_alpha": "setting"}  # a pinned alpha: every query
     # and a value the query passes wins over everything
     request = RetrievalEngine(explicit, embedder=NoEmbedder()).request("anything", alpha=0.2, fusion="dbsf")
     assert request.ranking == RankingParams(0.2, "dbsf", 1.0, 0.3)
@@ -171,3 +175,31 @@ def test_cli_tune_reset_and_a_missing_index(tmp_path, capsys):
     assert effective_ranking(settings, settings.index_dir) == builtin_ranking(settings)
     assert main(["tune", "--reset", "--data-dir", str(data), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["removed"] is False
+
+
+def test_questions_get_the_question_alpha_unless_a_query_or_a_pinned_alpha_says_otherwise(tmp_path):
+    from knowledge_store.retrieval.engine import RetrievalEngine
+
+    settings = Settings(data_dir=tmp_path)
+    engine = RetrievalEngine(settings, embedder=NoEmbedder())
+    question, other = "How do I sort a hash by value?", "sort hash by value"
+    assert engine.request(question).alpha == settings.question_alpha == 0.8
+    assert engine.request(question).query_form == "question" and engine.request(other).query_form == "other"
+    assert engine.request(other).alpha == settings.default_alpha == 0.7
+    assert engine.request("why does my build fail").alpha == 0.8  # a wh-word opens a question without "?"
+    assert engine.request(question, alpha=0.3).alpha == 0.3  # the query's own alpha wins
+
+    # self-tuning chooses the alpha of everything else; questions keep theirs
+    save_tuned(settings.index_dir, fake_tuned(RankingParams(0.5, "weighted", 1.0, 0.6)))
+    assert (engine.request(question).alpha, engine.request(other).alpha) == (0.8, 0.5)
+
+    # an alpha pinned by a setting or in the console is meant for every query
+    pinned = RetrievalEngine(Settings(data_dir=tmp_path, default_alpha=0.6), embedder=NoEmbedder())
+    assert (pinned.request(question).alpha, pinned.question_alpha()) == (0.6, None)
+    save_manual(settings.index_dir, {"alpha": 0.45})
+    assert (engine.request(question).alpha, ranking_sources(settings, settings.index_dir)["question_alpha"]) == (0.45, "console")
+    # ... unless the question alpha is set explicitly too; and it can be switched off
+    both = Settings(data_dir=tmp_path, default_alpha=0.6, question_alpha=0.9)
+    assert effective_question_alpha(both, both.index_dir) == 0.9
+    off = RetrievalEngine(Settings(data_dir=tmp_path, question_alpha=None), embedder=NoEmbedder())
+    assert off.request(question).alpha == 0.45 and off.question_alpha() is None

@@ -127,7 +127,7 @@ def config(state: State) -> dict[str, Any]:
     tuned = load_tuned(index_dir)
     return {
         "default_k": settings.default_k, "max_k": 100, "default_alpha": ranking.alpha,
-        "default_fusion": ranking.fusion, "section_weight": ranking.section_weight,
+        "question_alpha": engine.question_alpha(), "default_fusion": ranking.fusion, "section_weight": ranking.section_weight,
         "lead_weight": ranking.lead_weight, "feedback_docs": settings.feedback_docs,
         "feedback_beta": settings.feedback_beta, "fusion_modes": dict(FUSION_MODES),
         "ranking_sources": ranking_sources(engine.settings, index_dir),

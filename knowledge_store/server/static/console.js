@@ -505,6 +505,8 @@
       ["fusion", config.default_fusion + " fusion"], ["alpha", "alpha " + fmt(config.default_alpha, 2)],
       ["section_weight", "section weight " + weight(config.section_weight)], ["lead_weight", "lead weight " + weight(config.lead_weight)]
     ];
+    // questions ("How do I ...?") get their own alpha unless it is off or a pinned alpha applies to them too
+    if (typeof config.question_alpha === "number") parts.splice(2, 0, ["question_alpha", "questions alpha " + fmt(config.question_alpha, 2)]);
     var kinds = parts.map(function (p) { return sources[p[0]] || "default"; });
     var same = kinds.every(function (k) { return k === kinds[0]; });
     var text = parts.map(function (p, i) {

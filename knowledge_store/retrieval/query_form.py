@@ -1,0 +1,44 @@
+"""What kind of query this is: a question someone asks, or words someone types or pastes.
+
+Two parts of the ranking depend on it:
+
+- **fusion weight** (``question_alpha``): a question is a paraphrase of its answer by someone who does
+  not know the answer's words ("How do I keep a hash in insertion order?" vs a section on
+  ``Tie::IxHash``), so the vector side deserves more weight than for keywords, claims or pasted text,
+  whose words are the document's own.  Measured on the two documentation dev sets (FAQ questions):
+  the best alpha was 0.8 on both train splits, against 0.6-0.7 on SciFact's claims
+  (docs/EVALUATION.md, "Questions and statements");
+- **phrase evidence** (``phrase.py``) is for pasted passages, never questions: questions are
+  repeated verbatim in tables of contents and other FAQs.
+
+A question ends in "?" or opens with a wh-word.  Auxiliaries ("is", "can", "does") are not enough:
+they open too many ordinary sentences a user pastes.
+"""
+
+from __future__ import annotations
+
+import re
+
+QUESTION_WORDS = frozenset("how what why when where which who whom whose".split())
+_FIRST_WORD = re.compile(r"[0-9a-z_]+")
+
+QUESTION = "question"
+OTHER = "other"
+
+
+def is_question(query: str) -> bool:
+    """True for "How do I ...", "why does x fail" and anything ending in "?"."""
+    if query.rstrip().endswith("?"):
+        return True
+    first = _FIRST_WORD.search(query.lower())
+    return first is not None and first.group(0) in QUESTION_WORDS
+
+
+def query_form(query: str) -> str:
+    """``"question"`` or ``"other"``: what responses and the query log report as ``params.query_form``."""
+    return QUESTION if is_question(query) else OTHER
+
+
+def alpha_for(query: str, default_alpha: float, question_alpha: float | None) -> float:
+    """The alpha ``query`` gets when it does not set one: ``question_alpha`` for a question (unless None)."""
+    return question_alpha if question_alpha is not None and is_question(query) else default_alpha
