@@ -313,17 +313,22 @@ def test_config_endpoint_reports_tuned_and_effective_defaults(tiny, tiny_embedde
             assert "table" not in after["tuned"]
             assert after["tuned"]["after"] == tuned.after and after["tuned"]["pseudo_queries"] == tuned.pseudo_queries
             assert after["tuned"]["decision"] == tuned.decision and after["tuned"]["decision"]["reason"]
-            assert set(after["ranking_sources"].values()) == {"tuned"}
+            assert after["ranking_sources"] == {**dict.fromkeys(("alpha", "fusion", "section_weight", "lead_weight"), "tuned"),
+                                                "question_alpha": "default"}
             assert (after["default_alpha"], after["default_fusion"], after["section_weight"], after["lead_weight"]) == (
                 tuned.params.alpha, tuned.params.fusion, tuned.params.section_weight, tuned.params.lead_weight)
+            assert after["question_alpha"] == settings.question_alpha
 
-            # a search that does not say uses the tuned ranking; one that does gets what it asked for
+            # a search that does not say uses the tuned ranking (a question: at the question alpha); one that does
+            # gets what it asked for
             response = client.post("/api/knowledge/query", json={"query": "How do I adjust rim brakes?", "k": 3})
             assert response.status_code == 200, response.text
             params = response.json()["params"]
-            assert (params["alpha"], params["fusion"], params["section_weight"], params["lead_weight"]) == (
-                tuned.params.alpha, tuned.params.fusion, tuned.params.section_weight, tuned.params.lead_weight)
+            assert (params["alpha"], params["query_form"], params["fusion"], params["section_weight"], params["lead_weight"]) == (
+                settings.question_alpha, "question", tuned.params.fusion, tuned.params.section_weight, tuned.params.lead_weight)
             assert response.json()["results"][0]["title"] == "Bicycle Maintenance Guide"
+            params = client.post("/api/knowledge/query", json={"query": "rim brake adjustment", "k": 3}).json()["params"]
+            assert (params["alpha"], params["query_form"]) == (tuned.params.alpha, "other")
             response = client.post("/api/knowledge/query", json={
                 "query": "How do I adjust rim brakes?", "k": 3, "fusion": "dbsf", "section_weight": 0.2, "lead_weight": 0.0})
             assert response.status_code == 200, response.text
