@@ -290,10 +290,29 @@ def document_markdown(doc: BeirDoc) -> str:
         width=1_000_000,
         default_flow_style=False,
     )
-    body = doc.text.replace("\r\n", "\n").replace("\r", "\n").strip("\n")
+    body = literal_markdown(doc.text.replace("\r\n", "\n").replace("\r", "\n").strip("\n"))
     if not body.strip():
         body = doc.title.strip()
     return f"---\n{front}---\n\n{body}\n"
+
+
+_ATX_LIKE = re.compile(r"^( {0,3})(#{1,6}(?:[ \t]|$))")
+_SETEXT_LIKE = re.compile(r"^( {0,3})((?:=+|-+)[ \t]*)$")
+
+
+def literal_markdown(text: str) -> str:
+    """BEIR text is plain text: escape the lines Markdown would read as headings.
+
+    A shell prompt or code comment at the start of a line ("# apt-get install x", "# sort by value")
+    is an ATX heading in Markdown, and a line of "===" or "---" under a line of text a setext one; left
+    as they are, ~8% of the documentation dev sets' documents were cut into sections named after a
+    code comment.  A backslash makes each a literal line (CommonMark escapes); nothing else changes.
+    """
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if _ATX_LIKE.match(line) or (_SETEXT_LIKE.match(line) and i > 0 and lines[i - 1].strip()):
+            lines[i] = re.sub(r"^( {0,3})", r"\1\\", line, count=1)
+    return "\n".join(lines)
 
 
 def materialise_corpus(ds: BeirDataset, out_dir: Path) -> int:

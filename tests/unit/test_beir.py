@@ -98,6 +98,21 @@ def test_materialise_writes_front_matter_without_h1(tiny_beir: Path, tmp_path: P
         assert all(block.section_path == () for block in parsed.blocks)
 
 
+def test_plain_text_lines_that_look_like_markdown_headings_stay_text(tmp_path: Path) -> None:
+    """Code comments and shell prompts in BEIR text ("# apt-get install x") must not become sections."""
+    from evals.beir import BeirDoc, document_markdown
+
+    text = ("Install it as root:\n\n# apt-get install mdadm\n## not a heading either\n\nAn underlined line\n---\n\n"
+            "#hashtag stays as it is")
+    path = tmp_path / "doc.md"
+    path.write_text(document_markdown(BeirDoc("d1", "Software RAID", text)))
+    parsed = parse_markdown(path)
+    assert all(block.section_path == () for block in parsed.blocks), "no heading was made of the text"
+    joined = "\n".join(block.text for block in parsed.blocks)
+    assert "# apt-get install mdadm" in joined and "#hashtag stays as it is" in joined
+    assert document_markdown(BeirDoc("d2", "T", "plain text only")).endswith("---\n\nplain text only\n")
+
+
 def test_materialise_is_idempotent(tiny_beir: Path, tmp_path: Path) -> None:
     ds = load_beir(tiny_beir)
     out = tmp_path / "corpus"
