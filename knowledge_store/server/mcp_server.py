@@ -320,7 +320,8 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
             Field(description="Restrict the search: sources, doc_ids, paths (globs), metadata, entities (SOP-42, ASSET-104, API 510: passages mentioning one), include_superseded."),
         ] = None,
         alpha: Annotated[
-            float | None, Field(ge=0.0, le=1.0, description="0 = keywords only (BM25), 1 = meaning only (vectors).")
+            float | None, Field(ge=0.0, le=1.0, description="0 = keywords only (BM25), 1 = meaning only (vectors); default: "
+                                                            "the corpus's, higher for questions (question_alpha).")
         ] = None,
         reranker: str | None = None,  # typed from the registry below (vocabulary_parameters)
         fusion: str | None = None,  # typed from the registry below (vocabulary_parameters)

@@ -101,7 +101,8 @@ class QueryBody(BaseModel):
                        description="Free text: a question, a prompt fragment, a parameter name (not only whitespace).")
     k: JsonInt = Field(5, ge=1, le=100)
     alpha: float | None = Field(None, ge=0.0, le=1.0, strict=True, description="0 = pure BM25, 1 = pure vector; default: the "
-                                "corpus's effective default (GET /api/knowledge/config).")
+                                "corpus's effective default, or its question_alpha for a question (GET /api/knowledge/config; "
+                                "the response's params say which: alpha, query_form).")
     fusion: FusionName | None = Field(None, description=_fusion_text("How BM25 and vector scores are combined: ",  # type: ignore[valid-type]
                                                                      " Default: the corpus's effective default."))
     section_weight: float | None = Field(None, ge=0.0, le=1.0, strict=True, description="Share of a passage's BM25 evidence taken "
