@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -33,27 +34,30 @@ from evals.ranking_sweep import embed_queries
 from knowledge_store.retrieval.evidence import RankingParams, gather_evidence, rank_rows, vector_feedback_for
 from knowledge_store.retrieval.fusion import Fused
 from knowledge_store.retrieval.query_adapter import QueryAdapter, train_query_adapter
+from knowledge_store.retrieval.query_form import alpha_for
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 from knowledge_store.settings import Settings
 
 
 def ranked_pool(snapshot: LoadedSnapshot, text: str, vector: np.ndarray, params: RankingParams,
-                settings: Settings) -> Fused:
-    """The default path's fused candidate pool for one query (feedback step included), best first."""
+                settings: Settings, question_alpha: float | None = None) -> Fused:
+    """The default path's fused candidate pool for one query (feedback step included), best first; with
+    ``question_alpha`` a question ranks at that alpha, as the engine serves it (``query_form.py``)."""
+    params = replace(params, alpha=alpha_for(text, params.alpha, question_alpha))
     return rank_rows(gather_evidence(snapshot, text, vector), params, snapshot.active, settings.candidate_pool,
                      settings.rrf_k, snapshot=snapshot, query=text, feedback=vector_feedback_for(settings, vector))
 
 
 def ranked_rows(snapshot: LoadedSnapshot, text: str, vector: np.ndarray, params: RankingParams,
-                settings: Settings) -> np.ndarray:
-    return ranked_pool(snapshot, text, vector, params, settings).rows
+                settings: Settings, question_alpha: float | None = None) -> np.ndarray:
+    return ranked_pool(snapshot, text, vector, params, settings, question_alpha).rows
 
 
 def thumbs_from_top5(snapshot, train: BeirDataset, vectors, params, settings, beir: list[str]) -> list[dict]:
     """A careful user's votes on the default ranking's first five passages of every train query."""
     rows = []
     for qid, text in train.queries.items():
-        for row in ranked_rows(snapshot, text, vectors[qid], params, settings)[:5].tolist():
+        for row in ranked_rows(snapshot, text, vectors[qid], params, settings, settings.question_alpha)[:5].tolist():
             good = train.qrels[qid].get(beir[snapshot.doc_index[row]], 0) > 0
             rows.append({"query": text, "chunk_id": snapshot.chunk_ids[row], "rating": "up" if good else "down"})
     return rows
@@ -80,7 +84,7 @@ def score(snapshot, test: BeirDataset, vectors, params, settings, beir, adapter:
     per = []
     for qid, text in test.queries.items():
         vector = vectors[qid] if adapter is None else adapter.apply(vectors[qid])
-        rows = ranked_rows(snapshot, text, vector, params, settings)
+        rows = ranked_rows(snapshot, text, vector, params, settings, settings.question_alpha)
         ranked = list(dict.fromkeys(beir[d] for d in snapshot.doc_index[rows].tolist()))
         relevant = test.qrels[qid]
         per.append((ndcg_at_k(ranked, relevant, 10), recall_at_k(ranked, relevant, 5),
@@ -102,7 +106,7 @@ def run(name: str) -> dict:
     snapshot, embedder, beir, params = dev.snapshot, dev.embedder, dev.beir, dev.params
     train_vectors, test_vectors = embed_queries(train, embedder), embed_queries(test, embedder)
     out: dict = {"dataset": name, "train_queries": len(train.queries), "test_queries": len(test.queries),
-                 "ranking": params.to_dict()}
+                 "ranking": params.to_dict(), "question_alpha": settings.question_alpha}
     sources = {"thumbs on the top 5 of train queries": thumbs_from_top5(snapshot, train, train_vectors, params,
                                                                         settings, beir),
                "train labels as thumbs": thumbs_from_labels(snapshot, train, train_vectors, beir)}
@@ -111,7 +115,8 @@ def run(name: str) -> dict:
         up = [r for r in feedback if r["rating"] == "up"]
         seen_docs = {chunk_doc[r["chunk_id"]] for r in up}
         started = time.perf_counter()
-        training = train_query_adapter(snapshot, settings, feedback, embedder.embed, params)
+        training = train_query_adapter(snapshot, settings, feedback, embedder.embed, params,
+                                       question_alpha=settings.question_alpha)
         entry = {"votes": len(feedback), "up_votes": len(up), "training": training.to_dict(),
                  "train_seconds": round(time.perf_counter() - started, 1),
                  "test without adapter": score(snapshot, test, test_vectors, params, settings, beir, None, seen_docs)}
