@@ -28,19 +28,16 @@ Needs ``apt-get download`` (Debian/Ubuntu with the bookworm archive reachable) a
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
 import re
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from bs4 import BeautifulSoup, NavigableString, Tag
 
 from evals import devset_files
-from evals.devset_files import DatasetBuildError, DevSet, is_current, median, readme_tail, split_of, write_devset
+from evals.devset_files import DatasetBuildError, DevSet, DevSetBuilder, median, readme_tail, split_of
 from knowledge_store.settings import PROJECT_ROOT
 
 __all__ = ["BOOKS", "DatasetBuildError", "DevSet", "apt_available", "build", "build_devset", "split_of"]
@@ -124,11 +121,6 @@ class Section:
 def apt_available() -> tuple[bool, str]:
     """(True, "") when ``apt-get download`` and ``dpkg-deb`` can fetch the packages, else (False, reason)."""
     return devset_files.apt_available(PACKAGES[0], "the Debian docs dev set")
-
-
-def fetch_packages(work: Path) -> dict[str, str]:
-    """Download and unpack :data:`PACKAGES` into ``work/root``; returns {package: .deb file name}."""
-    return devset_files.fetch_packages(work, PACKAGES, "the Debian docs dev set")
 
 
 # --------------------------------------------------------------------------- HTML -> sections
@@ -327,36 +319,12 @@ def _readme(devset: DevSet, packages: dict[str, str], checksums: dict[str, str])
     return "\n".join(lines)
 
 
-def build(out: Path = DEFAULT_OUT, keep_work: Path | None = None) -> dict[str, object]:
-    """Fetch, parse and write the set into ``out``; returns the manifest."""
-    with tempfile.TemporaryDirectory(prefix="debian-docs-") as tmp:
-        work = keep_work or Path(tmp)
-        packages = fetch_packages(work)
-        devset = build_devset(work / "root")
-        write_devset(devset, Path(out), packages, BUILDER_VERSION, _readme)
-    return json.loads((Path(out) / "manifest.json").read_text())
-
-
-def ensure_built(out: Path = DEFAULT_OUT) -> Path:
-    """The dev set folder, built first when it is missing or was made by an older builder."""
-    if not is_current(out, BUILDER_VERSION):
-        build(Path(out))
-    return Path(out)
+BUILDER = DevSetBuilder("the Debian docs dev set", lambda: PACKAGES, build_devset, _readme, BUILDER_VERSION, DEFAULT_OUT)
+build, ensure_built = BUILDER.build, BUILDER.ensure_built
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--force", action="store_true", help="rebuild even when an up-to-date build exists")
-    args = parser.parse_args(argv)
-    try:
-        manifest = build(args.out) if args.force else json.loads((ensure_built(args.out) / "manifest.json").read_text())
-    except DatasetBuildError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(json.dumps(manifest["stats"], indent=2))
-    print(f"written to {args.out}")
-    return 0
+    return BUILDER.main(argv, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

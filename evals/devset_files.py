@@ -10,10 +10,13 @@ build is committed.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import shutil
 import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,3 +148,46 @@ def is_current(out: Path, builder_version: str) -> bool:
         return json.loads(manifest.read_text()).get("builder_version") == builder_version
     except json.JSONDecodeError:
         return False
+
+
+@dataclass(frozen=True)
+class DevSetBuilder:
+    """How one dev set is fetched, parsed and written; ``build``, ``ensure_built`` and ``main`` are the same for all."""
+
+    what: str  # "the Debian docs dev set": what error messages call it
+    packages: Callable[[], Sequence[str]]  # the Debian packages to fetch (a call: a name may depend on the release)
+    parse: Callable[[Path], DevSet]  # unpacked packages' root -> the set
+    readme: Callable[[DevSet, dict[str, str], dict[str, str]], str]
+    version: str  # written to manifest.json; a build by another version is rebuilt by ensure_built
+    default_out: Path
+
+    def build(self, out: Path | None = None, keep_work: Path | None = None) -> dict[str, object]:
+        """Fetch, parse and write the set into ``out``; returns the manifest."""
+        out = Path(out or self.default_out)
+        with tempfile.TemporaryDirectory(prefix="devset-") as tmp:
+            work = keep_work or Path(tmp)
+            packages = fetch_packages(work, self.packages(), self.what)
+            write_devset(self.parse(work / "root"), out, packages, self.version, self.readme)
+        return json.loads((out / "manifest.json").read_text())
+
+    def ensure_built(self, out: Path | None = None) -> Path:
+        """The dev set folder, built first when it is missing or was made by an older builder."""
+        out = Path(out or self.default_out)
+        if not is_current(out, self.version):
+            self.build(out)
+        return out
+
+    def main(self, argv: list[str] | None, description: str) -> int:
+        parser = argparse.ArgumentParser(description=description)
+        parser.add_argument("--out", type=Path, default=self.default_out)
+        parser.add_argument("--force", action="store_true", help="rebuild even when an up-to-date build exists")
+        args = parser.parse_args(argv)
+        try:
+            manifest = self.build(args.out) if args.force else \
+                json.loads((self.ensure_built(args.out) / "manifest.json").read_text())
+        except DatasetBuildError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        print(json.dumps(manifest["stats"], indent=2))
+        print(f"written to {args.out}")
+        return 0

@@ -27,18 +27,15 @@ Queries are split into ``train`` and ``test`` by a hash of the question id, as f
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
 import re
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from evals import devset_files
-from evals.devset_files import DatasetBuildError, DevSet, is_current, median, readme_tail, split_of, write_devset
+from evals.devset_files import DatasetBuildError, DevSet, DevSetBuilder, median, readme_tail, split_of
 from knowledge_store.settings import PROJECT_ROOT
 
 PACKAGES = ("perl-doc",)  # plus the perl-modules-5.x package of this release (modules_package())
@@ -287,36 +284,13 @@ def apt_available() -> tuple[bool, str]:
     return devset_files.apt_available(PACKAGES[0], "the Perl docs dev set")
 
 
-def build(out: Path = DEFAULT_OUT, keep_work: Path | None = None) -> dict[str, object]:
-    """Fetch, parse and write the set into ``out``; returns the manifest."""
-    with tempfile.TemporaryDirectory(prefix="perl-docs-") as tmp:
-        work = keep_work or Path(tmp)
-        packages = devset_files.fetch_packages(work, (*PACKAGES, modules_package()), "the Perl docs dev set")
-        devset = build_devset(work / "root")
-        write_devset(devset, Path(out), packages, BUILDER_VERSION, _readme)
-    return json.loads((Path(out) / "manifest.json").read_text())
-
-
-def ensure_built(out: Path = DEFAULT_OUT) -> Path:
-    """The dev set folder, built first when it is missing or was made by an older builder."""
-    if not is_current(out, BUILDER_VERSION):
-        build(Path(out))
-    return Path(out)
+BUILDER = DevSetBuilder("the Perl docs dev set", lambda: (*PACKAGES, modules_package()), build_devset, _readme,
+                        BUILDER_VERSION, DEFAULT_OUT)
+build, ensure_built = BUILDER.build, BUILDER.ensure_built
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--force", action="store_true", help="rebuild even when an up-to-date build exists")
-    args = parser.parse_args(argv)
-    try:
-        manifest = build(args.out) if args.force else json.loads((ensure_built(args.out) / "manifest.json").read_text())
-    except DatasetBuildError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(json.dumps(manifest["stats"], indent=2))
-    print(f"written to {args.out}")
-    return 0
+    return BUILDER.main(argv, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

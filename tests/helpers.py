@@ -170,6 +170,16 @@ BEIR_DOCS = [
 ]
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_qrels(path: Path) -> list[tuple[str, str, int]]:
+    """A BEIR qrels file's rows (query id, corpus id, score), header skipped."""
+    rows = [line.split("\t") for line in path.read_text().splitlines()[1:] if line.strip()]
+    return [(q, d, int(s)) for q, d, s in rows]
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
