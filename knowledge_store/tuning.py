@@ -234,30 +234,51 @@ def _reduced_title(title: str, pq: PseudoQuery) -> str:
     return "" if reduced == title else reduced
 
 
-def strip_query_from_targets(snapshot: LoadedSnapshot, pq: PseudoQuery, evidence: QueryEvidence,
-                             embed: Callable[[list[str]], np.ndarray], counter: _TermCounter,
-                             query_vector: np.ndarray) -> QueryEvidence:
-    """``evidence`` with the target rows rescored as if their header did not contain the query."""
-    if not pq.strip_field:
-        return evidence
-    sections = snapshot.sections
+def target_rows(snapshot: LoadedSnapshot, pq: PseudoQuery) -> np.ndarray:
+    """The rows of ``pq``'s target sections or documents."""
     if pq.unit == "section":
-        rows = np.flatnonzero(np.isin(sections.group, list(pq.targets)))
-    else:
-        rows = np.flatnonzero(np.isin(snapshot.doc_index, list(pq.targets)))
-    if not len(rows):
-        return evidence
+        return np.flatnonzero(np.isin(snapshot.sections.group, list(pq.targets)))
+    return np.flatnonzero(np.isin(snapshot.doc_index, list(pq.targets)))
+
+
+def _stripped_texts(snapshot: LoadedSnapshot, pq: PseudoQuery, rows: np.ndarray) -> tuple[list[str], list, list]:
+    """(texts, titles, section paths) of ``rows``; the texts without the query's own words."""
     take = snapshot.records.take(rows)
     # Markdown keeps a "## Heading" line in the chunk's own text: the query goes from there too
     own_words = re.compile("|".join(re.escape(t) for t in sorted({pq.strip, pq.query}, key=len, reverse=True) if t),
                            re.IGNORECASE)
     texts = [own_words.sub(" ", t or "") for t in take.column("text").to_pylist()]
-    titles = take.column("title").to_pylist()
-    paths = take.column("section_path").to_pylist()
+    return texts, take.column("title").to_pylist(), take.column("section_path").to_pylist()
+
+
+def stripped_vectors(snapshot: LoadedSnapshot, pq: PseudoQuery, rows: np.ndarray,
+                     embed: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+    """``rows``' chunk vectors re-embedded as if their header and text did not hold the query."""
+    return _embed_stripped(snapshot, pq, embed, *_stripped_texts(snapshot, pq, rows))
+
+
+def _embed_stripped(snapshot: LoadedSnapshot, pq: PseudoQuery, embed: Callable[[list[str]], np.ndarray],
+                    texts: list[str], titles: list, paths: list) -> np.ndarray:
     headers = [_header_without(t, p, pq) for t, p in zip(titles, paths)]
     embed_texts = [f"{h}\n\n{x}" if h else x for h, x in zip(headers, texts)]
     # the same recipe as the stored vectors (``bare_vector_weight``, read off the snapshot's model id)
-    vectors = embed_chunks(embed, embed_texts, texts, bare_weight_of(snapshot.info.model_id))
+    return embed_chunks(embed, embed_texts, texts, bare_weight_of(snapshot.info.model_id))
+
+
+def strip_query_from_targets(snapshot: LoadedSnapshot, pq: PseudoQuery, evidence: QueryEvidence,
+                             embed: Callable[[list[str]], np.ndarray], counter: _TermCounter,
+                             query_vector: np.ndarray, vectors: np.ndarray | None = None) -> QueryEvidence:
+    """``evidence`` with the target rows rescored as if their header did not contain the query
+    (``vectors``: the targets' ``stripped_vectors`` when the caller has them already)."""
+    if not pq.strip_field:
+        return evidence
+    sections = snapshot.sections
+    rows = target_rows(snapshot, pq)
+    if not len(rows):
+        return evidence
+    texts, titles, paths = _stripped_texts(snapshot, pq, rows)
+    if vectors is None:
+        vectors = _embed_stripped(snapshot, pq, embed, texts, titles, paths)
     bm25_chunk = evidence.bm25_chunk.copy()
     bm25_section = evidence.bm25_section.copy()
     vector_chunk = evidence.vector_chunk.copy()
