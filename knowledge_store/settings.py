@@ -49,9 +49,13 @@ class Settings(BaseSettings):
         "(generated sample documents + this project's docs/).",
     )
     eval_datasets: Annotated[list[Path], NoDecode] = Field(
-        default_factory=lambda: [PROJECT_ROOT.parent / "shared" / "datasets" / "scifact"],
+        default_factory=lambda: [PROJECT_ROOT.parent / "shared" / "datasets" / "scifact",
+                                 PROJECT_ROOT / "data" / "datasets" / "debian-docs",
+                                 PROJECT_ROOT / "data" / "datasets" / "perl-docs"],
         description="BEIR folders (corpus.jsonl, queries.jsonl, qrels) the Dagster evaluation assets measure, "
-        "separated by ':'; those that do not exist are skipped. Default: the shared SciFact set beside the checkout.",
+        "separated by ':'; those that do not exist are skipped. Default: the shared SciFact set beside the checkout "
+        "and the two documentation dev sets once `make devset` has built them (quality is measured on more than "
+        "one kind of corpus: docs/EVALUATION.md).",
     )
     model_path: Path = Field(default_factory=_default_model_path, description="sentence-transformers model folder.")
     embedding_dim: int = Field(384, ge=1, description="Width of the embedding vectors: what the model must produce "
