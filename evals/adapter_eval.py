@@ -43,7 +43,7 @@ def ranked_pool(snapshot: LoadedSnapshot, text: str, vector: np.ndarray, params:
                 settings: Settings, question_alpha: float | None = None) -> Fused:
     """The default path's fused candidate pool for one query (feedback step included), best first; with
     ``question_alpha`` a question ranks at that alpha, as the engine serves it (``query_form.py``)."""
-    params = replace(params, alpha=alpha_for(text, params.alpha, question_alpha))
+    params = replace(params, alpha=alpha_for(text, params.alpha, question_alpha, snapshot))
     return rank_rows(gather_evidence(snapshot, text, vector), params, snapshot.active, settings.candidate_pool,
                      settings.rrf_k, snapshot=snapshot, query=text, feedback=vector_feedback_for(settings, vector))
 

@@ -47,7 +47,7 @@ def run(spec: str) -> dict[str, float]:
         stripped = stripped_vectors(snapshot, pq, rows, dev.embedder.embed) if pq.strip_field and len(rows) else None
         evidence = strip_query_from_targets(snapshot, pq, gather_evidence(snapshot, pq.query, qv), dev.embedder.embed,
                                             counter, qv, vectors=stripped)
-        params = replace(dev.params, alpha=alpha_for(pq.query, dev.params.alpha, settings.question_alpha))
+        params = replace(dev.params, alpha=alpha_for(pq.query, dev.params.alpha, settings.question_alpha, snapshot))
         plain = rank_rows(evidence, params, snapshot.active, settings.candidate_pool, settings.rrf_k,
                           snapshot=snapshot, query=pq.query).rows
         saved = snapshot.embeddings[rows].copy()

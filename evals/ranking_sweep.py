@@ -51,7 +51,7 @@ def real_label_sweep(snapshot: LoadedSnapshot, dataset: BeirDataset, query_vecto
         relevant = dataset.qrels[qid]
         cache: dict[int, float] = {}
         for i, params in enumerate(grid):
-            params = replace(params, alpha=alpha_for(text, params.alpha, question_alpha))
+            params = replace(params, alpha=alpha_for(text, params.alpha, question_alpha, snapshot))
             rows = rank_rows(evidence, params, snapshot.active, pool, rrf_k, snapshot=snapshot,
                              query=text if phrase else None, phrase_cache=cache).rows
             ranked = list(dict.fromkeys(beir[d] for d in snapshot.doc_index[rows].tolist()))

@@ -56,7 +56,7 @@ from knowledge_store.errors import GroundworkError
 from knowledge_store.progress import stage_progress
 from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, gather_evidence, rank_rows
 from knowledge_store.retrieval.fusion import FUSION_MODES
-from knowledge_store.retrieval.query_form import is_question
+from knowledge_store.retrieval.query_form import alpha_for
 from knowledge_store.retrieval.snapshot_reader import _FTS_SPLIT, LoadedSnapshot, bm25_norm, bm25_term
 
 TUNED_FILE = "tuned.json"
@@ -338,9 +338,9 @@ def score_grid(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Call
                strip: bool = True, question_alpha: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """nDCG@10 and Recall@5 of every grid point (rows) on every pseudo-query (columns).
 
-    A pseudo-query phrased as a question (an FAQ heading, a rated user question) is ranked with
-    ``question_alpha`` whatever the grid point's alpha, as the engine ranks it (``query_form.py``): the
-    alpha tuning chooses is the one of every other query.
+    A pseudo-query phrased as a question (an FAQ heading, a rated user question) that names no entity is
+    ranked with ``question_alpha`` whatever the grid point's alpha, as the engine ranks it
+    (``query_form.alpha_for``): the alpha tuning chooses is the one of every other query.
     """
     vectors = embed([q.query for q in queries]) if queries else np.zeros((0, snapshot.embeddings.shape[1]), dtype=np.float32)
     counter = _TermCounter(snapshot)
@@ -354,10 +354,8 @@ def score_grid(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Call
         if strip:
             evidence = strip_query_from_targets(snapshot, pq, evidence, embed, counter, qv)
         cache: dict[int, float] = {}
-        asked = question_alpha is not None and is_question(pq.query)
         for i, params in enumerate(grid):
-            if asked:
-                params = replace(params, alpha=question_alpha)
+            params = replace(params, alpha=alpha_for(pq.query, params.alpha, question_alpha, snapshot))
             fused = rank_rows(evidence, params, mask, pool, rrf_k, snapshot=snapshot, query=pq.query, phrase_cache=cache)
             ranked = units_of(snapshot, fused.rows, pq.unit)
             ndcg[i, j] = ndcg_at_k(ranked, pq.targets, 10)

@@ -20,7 +20,7 @@ import numpy as np
 from llama_index.core.schema import QueryBundle
 
 from knowledge_store.embeddings import BatchingEmbedder, Embedder, query_embedder
-from knowledge_store.errors import QueryValidationError
+from knowledge_store.errors import IndexNotBuiltError, QueryValidationError
 from knowledge_store.query_log import redact
 from knowledge_store.retrieval.ann import AnnConfig
 from knowledge_store.retrieval.answer import ANSWER_MODES, Answer, LLMAnswerer, extractive_answer
@@ -73,7 +73,7 @@ class SearchRequest:
     client: str = "python"
     section_weight: float = 0.0
     lead_weight: float = 0.0
-    query_form: str = "other"  # "question" or "other" (retrieval/query_form.py): questions get question_alpha
+    query_form: str = "other"  # "question", "named_entity" or "other" (retrieval/query_form.py): questions get question_alpha
 
     @property
     def ranking(self) -> RankingParams:
@@ -249,7 +249,8 @@ class RetrievalEngine:
         k = s.default_k if k is None else k
         if not isinstance(k, int) or not 1 <= k <= 100:
             raise QueryValidationError("k", k, "must be an integer from 1 to 100")
-        alpha = alpha_for(query, defaults.alpha, self.question_alpha()) if alpha is None else alpha
+        snapshot = self._snapshot_or_none()  # the entities a query names are the corpus's
+        alpha = alpha_for(query, defaults.alpha, self.question_alpha(), snapshot) if alpha is None else alpha
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
             raise QueryValidationError("alpha", alpha, "must be between 0 (pure BM25) and 1 (pure vector)")
         fusion = fusion or defaults.fusion
@@ -274,7 +275,7 @@ class RetrievalEngine:
         return SearchRequest(query=query.strip(), k=k, alpha=float(alpha), fusion=fusion, reranker=reranker,
                              filters=filters or SearchFilters(), min_relevance=float(floor), answer=answer, client=client,
                              section_weight=float(section_weight), lead_weight=float(lead_weight),
-                             query_form=query_form(query))
+                             query_form=query_form(query, snapshot))
 
     def query_adapter(self) -> QueryAdapter | None:
         """The corpus's query adapter learned from feedback (``groundwork adapt``), or None: off in settings,
@@ -287,6 +288,13 @@ class RetrievalEngine:
         from knowledge_store.tuning import effective_ranking
 
         return effective_ranking(self.settings, self.snapshots.index_dir)
+
+    def _snapshot_or_none(self) -> LoadedSnapshot | None:
+        """The served snapshot, or None before one is published (a request can be checked without an index)."""
+        try:
+            return self.snapshots.current()
+        except IndexNotBuiltError:
+            return None
 
     def question_alpha(self) -> float | None:
         """The alpha of questions that do not set one (None: the default alpha); see ``tuning.effective_question_alpha``."""

@@ -233,7 +233,7 @@ def held_out_quality(snapshot: LoadedSnapshot, rated: list[RatedQuery], params: 
     ndcg, recall = [], []
     for r in rated:
         vector = r.vector if adapter is None else adapter.apply(r.vector)
-        ranking = replace(params, alpha=alpha_for(r.query, params.alpha, question_alpha))
+        ranking = replace(params, alpha=alpha_for(r.query, params.alpha, question_alpha, snapshot))
         fused = rank_rows(gather_evidence(snapshot, r.query, vector), ranking, snapshot.active, settings.candidate_pool,
                           settings.rrf_k, snapshot=snapshot, query=r.query, feedback=vector_feedback_for(settings, vector))
         ranked = units_of(snapshot, fused.rows, "section")

@@ -87,3 +87,20 @@ def test_phrase_order_moves_the_chunk_holding_the_span_first_and_keeps_the_rest(
     assert order.tolist() == [2, 0, 1]
     assert shares[2] == pytest.approx(1.0)
     assert bigram_share(span.split(), texts[0]) < 0.7
+
+
+def test_a_question_naming_a_corpus_entity_keeps_the_corpus_alpha():
+    from knowledge_store.retrieval.query_form import NAMED_ENTITY, OTHER, QUESTION, alpha_for, query_form
+
+    class Corpus:  # what query_form reads of a snapshot: the rows mentioning each entity the query names
+        def query_entity_rows(self, query):
+            return [np.array([3, 7])] if "API 510" in query else []
+
+    corpus = Corpus()
+    assert query_form("what does API 510 require", corpus) == NAMED_ENTITY
+    assert alpha_for("what does API 510 require", 0.7, 0.8, corpus) == 0.7  # BM25 and the boost know "API 510"
+    assert query_form("what does the inspection require?", corpus) == QUESTION
+    assert alpha_for("what does the inspection require?", 0.7, 0.8, corpus) == 0.8
+    assert query_form("API 510 inspection", corpus) == NAMED_ENTITY and query_form("inspection interval", corpus) == OTHER
+    assert query_form("what does API 510 require") == QUESTION  # without a corpus, form alone decides
+    assert alpha_for("how do I inspect?", 0.7, None, corpus) == 0.7  # question_alpha off
