@@ -78,6 +78,8 @@ def test_query_shows_cited_results_and_stores_feedback(page, live):
     assert page.locator("#answer-text a.cite").count() >= 1
     expect(page.locator("#answer-meta")).to_contain_text("Coverage:")
     expect(page.locator("#meta-line")).to_contain_text("Latency")
+    # "how do I ..." is a question: it ran at the question alpha, and the line says so
+    expect(page.locator("#meta-line")).to_contain_text(f"alpha {live['settings'].question_alpha:.2f} (a question)")
     expect(page.locator("#status")).to_contain_text("results in")
 
     # thumbs up on the first result -> a stored feedback row for that chunk

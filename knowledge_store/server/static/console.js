@@ -324,7 +324,11 @@
     var parts = ["embed", "bm25", "vector", "fuse", "rerank", "format"].filter(function (key) {
       return typeof latency[key] === "number";
     }).map(function (key) { return (key === "bm25" ? "BM25" : key) + " " + fmt(latency[key], 1); });
+    // the alpha this query ran with, and why when it is not the corpus default's (a question, an entity named)
+    var ran = data.params || {};
+    var form = { question: " (a question)", named_entity: " (names an entity)" }[ran.query_form] || "";
     metaLine.textContent = "Latency " + fmt(latency.total, 0) + " ms" + (parts.length ? " (" + parts.join(" \u00b7 ") + " ms)" : "") +
+      (typeof ran.alpha === "number" ? " \u00b7 alpha " + fmt(ran.alpha, 2) + form : "") +
       (data.snapshot_version !== undefined && data.snapshot_version !== null ? " \u00b7 index snapshot v" + data.snapshot_version : "");
 
     var rs = String(data.reranker_status || "");
