@@ -182,13 +182,16 @@ def main() -> int:
                              "ann-adapter: the graph with a query adapter stored (a random one of a trained norm). "
                              "Each runs on the same snapshot, one after the other; top-5 agreement "
                              "is against the first variant")
+    parser.add_argument("--queries-file", type=Path, default=None,
+                        help="a BEIR queries.jsonl to ask instead of the SciFact claims (e.g. the Perl docs set's "
+                             "questions, which rank at question_alpha: the cost of that path)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "query_latency.md")
     args = parser.parse_args()
     source = args.source_index
     if source is None:
         evals = sorted((ROOT / "data" / "eval").glob("scifact-*/store/index"))
         source = evals[0] if evals else ROOT / "data" / "index"
-    qfile = ROOT.parent / "shared" / "datasets" / "scifact" / "queries.jsonl"
+    qfile = args.queries_file or ROOT.parent / "shared" / "datasets" / "scifact" / "queries.jsonl"
     if qfile.exists():
         queries = [json.loads(line)["text"] for line in qfile.open()][: args.queries]
     else:
@@ -219,7 +222,7 @@ def main() -> int:
         f"embedding: {args.threads}; BLAS threads: 1; vector search: exact = one NumPy matrix-vector product, ann = the usearch graph "
         "(built before measuring, build seconds in the JSON), ann-no-feedback = the graph without the feedback step, "
         "ann-adapter = the graph with a stored query adapter (a random one of norm 3: its cost, not its ranking). "
-        f"Source chunks: `{source}` replicated with perturbed vectors. {len(queries)} SciFact claims as queries, "
+        f"Source chunks: `{source}` replicated with perturbed vectors. {len(queries)} queries from `{qfile}`, "
         "one at a time, after 20 warm-up queries; each query = embed + BM25 + vector + fusion + citations + "
         "extractive answer + query-log append. Reproduce: `.venv/bin/python bench/query_latency.py`.",
         "",
