@@ -40,7 +40,7 @@ from knowledge_store.retrieval.fusion import FUSION_MODES, relevance
 from knowledge_store.retrieval.llama import hit_to_node
 from knowledge_store.retrieval.query_adapter import AdapterCache, QueryAdapter
 from knowledge_store.retrieval.query_cache import QueryEmbeddingCache
-from knowledge_store.retrieval.query_form import alpha_for, query_form
+from knowledge_store.retrieval.query_form import alpha_for_form, query_form
 from knowledge_store.retrieval.reranker_registry import (
     RERANKER_REGISTRY,
     RERANKERS,
@@ -249,8 +249,8 @@ class RetrievalEngine:
         k = s.default_k if k is None else k
         if not isinstance(k, int) or not 1 <= k <= 100:
             raise QueryValidationError("k", k, "must be an integer from 1 to 100")
-        snapshot = self._snapshot_or_none()  # the entities a query names are the corpus's
-        alpha = alpha_for(query, defaults.alpha, self.question_alpha(), snapshot) if alpha is None else alpha
+        form = query_form(query, self._snapshot_or_none())  # the entities a query names are the corpus's
+        alpha = alpha_for_form(form, defaults.alpha, self.question_alpha()) if alpha is None else alpha
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
             raise QueryValidationError("alpha", alpha, "must be between 0 (pure BM25) and 1 (pure vector)")
         fusion = fusion or defaults.fusion
@@ -275,7 +275,7 @@ class RetrievalEngine:
         return SearchRequest(query=query.strip(), k=k, alpha=float(alpha), fusion=fusion, reranker=reranker,
                              filters=filters or SearchFilters(), min_relevance=float(floor), answer=answer, client=client,
                              section_weight=float(section_weight), lead_weight=float(lead_weight),
-                             query_form=query_form(query, snapshot))
+                             query_form=form)
 
     def query_adapter(self) -> QueryAdapter | None:
         """The corpus's query adapter learned from feedback (``groundwork adapt``), or None: off in settings,

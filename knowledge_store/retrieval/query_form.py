@@ -50,6 +50,9 @@ def query_form(query: str, snapshot=None) -> str:
 def alpha_for(query: str, default_alpha: float, question_alpha: float | None, snapshot=None) -> float:
     """The alpha ``query`` gets when it does not set one: ``question_alpha`` for a question (unless None) that
     names no entity of ``snapshot``; ``default_alpha`` for everything else."""
-    if question_alpha is None or query_form(query, snapshot) != QUESTION:
-        return default_alpha
-    return question_alpha
+    return alpha_for_form(query_form(query, snapshot), default_alpha, question_alpha)
+
+
+def alpha_for_form(form: str, default_alpha: float, question_alpha: float | None) -> float:
+    """``alpha_for`` when the query's form is known already."""
+    return question_alpha if form == QUESTION and question_alpha is not None else default_alpha

@@ -267,8 +267,9 @@ class ConfigResponse(Open):
     max_k: int
     default_alpha: float
     question_alpha: float | None = Field(None, description="Alpha of questions (ending in '?' or opening with "
-                                         "how/what/why/...) that do not set alpha; null = they use default_alpha. "
-                                         "ranking_sources.question_alpha says where it comes from.")
+                                         "how/what/why/...) that do not set alpha and name no entity of the corpus; "
+                                         "null = they use default_alpha. ranking_sources.question_alpha says where "
+                                         "it comes from; each response's params.query_form which one a query got.")
     default_fusion: str
     section_weight: float
     lead_weight: float
