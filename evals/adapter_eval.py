@@ -31,7 +31,13 @@ from evals.beir import BeirDataset
 from evals.dev_store import DATASETS, open_dev_store
 from evals.metrics import ndcg_at_k, recall_at_k
 from evals.ranking_sweep import embed_queries
-from knowledge_store.retrieval.evidence import RankingParams, gather_evidence, rank_rows, vector_feedback_for
+from knowledge_store.retrieval.evidence import (
+    RankingParams,
+    gather_evidence,
+    rank_rows,
+    sentence_evidence_for,
+    vector_feedback_for,
+)
 from knowledge_store.retrieval.fusion import Fused
 from knowledge_store.retrieval.query_adapter import QueryAdapter, train_query_adapter
 from knowledge_store.retrieval.query_form import alpha_for
@@ -41,11 +47,12 @@ from knowledge_store.settings import Settings
 
 def ranked_pool(snapshot: LoadedSnapshot, text: str, vector: np.ndarray, params: RankingParams,
                 settings: Settings, question_alpha: float | None = None) -> Fused:
-    """The default path's fused candidate pool for one query (feedback step included), best first; with
-    ``question_alpha`` a question ranks at that alpha, as the engine serves it (``query_form.py``)."""
+    """The default path's fused candidate pool for one query (sentence evidence and the feedback step included),
+    best first; with ``question_alpha`` a question ranks at that alpha, as the engine serves it."""
     params = replace(params, alpha=alpha_for(text, params.alpha, question_alpha, snapshot))
     return rank_rows(gather_evidence(snapshot, text, vector), params, snapshot.active, settings.candidate_pool,
-                     settings.rrf_k, snapshot=snapshot, query=text, feedback=vector_feedback_for(settings, vector))
+                     settings.rrf_k, snapshot=snapshot, query=text, feedback=vector_feedback_for(settings, vector),
+                     sentences=sentence_evidence_for(settings, snapshot, vector))
 
 
 def ranked_rows(snapshot: LoadedSnapshot, text: str, vector: np.ndarray, params: RankingParams,

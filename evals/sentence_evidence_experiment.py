@@ -14,7 +14,6 @@ way.  Questions rank at ``question_alpha``, as served.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from dataclasses import replace
@@ -33,26 +32,10 @@ from knowledge_store.retrieval.evidence import (
 )
 from knowledge_store.retrieval.fusion import Fused, fuse_scores
 from knowledge_store.retrieval.query_form import alpha_for
+from knowledge_store.retrieval.sentences import split_sentences
 from knowledge_store.settings import Settings
 
 WEIGHTS = (0.0, 0.1, 0.2, 0.3)
-_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])|\n\s*\n|\n(?=\s*[-*]\s)")
-
-
-def sentences(text: str, min_words: int = 4, max_words: int = 60) -> list[str]:
-    """A chunk's sentences (list items and paragraphs count as sentences); short ones join the next."""
-    out, pending = [], ""
-    for part in (p.strip() for p in _SPLIT.split(text or "") if p and p.strip()):
-        pending = f"{pending} {part}".strip()
-        if len(pending.split()) >= min_words:
-            words = pending.split()
-            out += [" ".join(words[i:i + max_words]) for i in range(0, len(words), max_words)]
-            pending = ""
-    if pending:
-        out = out[:-1] + [f"{out[-1]} {pending}"] if out else [pending]
-    return out or [text or ""]
-
-
 class SentenceVectors:
     """Every chunk's sentence vectors, contiguous per row: ``starts[r]:starts[r + 1]``."""
 
@@ -64,7 +47,7 @@ class SentenceVectors:
             self.vectors, self.starts = data["vectors"], data["starts"]
             return
         texts = [t or "" for t in dev.snapshot.records.column("text").to_pylist()]
-        split = [sentences(t) for t in texts]
+        split = [split_sentences(t) for t in texts]
         flat = [s for parts in split for s in parts]
         started = time.perf_counter()
         embedder = document_embedder(settings)

@@ -432,6 +432,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"chunk vectors: {vectors['model_id']} (bare-text share {vectors['bare_vector_weight']:g})" + (
             f"; GROUNDWORK_BARE_VECTOR_WEIGHT is {vectors['configured_bare_vector_weight']:g}: the next sync "
             "re-embeds every chunk before the index switches" if vectors["re_embed_pending"] else ""))
+        print("sentence vectors: " + (
+            f"in the index, sentence evidence weight {vectors['sentence_weight']:g}"
+            + ("" if vectors["sentence_evidence"] else " (off: GROUNDWORK_SENTENCE_WEIGHT=0)")
+            if vectors["sentence_vectors"] else
+            "not in the index yet: the next sync embeds them (GROUNDWORK_SENTENCE_VECTORS)"
+            if vectors["sentence_vectors_pending"] else "off (GROUNDWORK_SENTENCE_VECTORS=false)"))
     ranking = status["ranking"]
     tuned = ranking["tuned"]
     print(f"ranking: {ranking['effective']}" + (

@@ -7,8 +7,10 @@ Layout under ``<data_dir>/index/``::
                              see active only unless asked), the fts BM25 index over them,
                              ``bm25_postings`` (the fts term index aggregated for fast
                              in-memory scoring), documents, the entity mentions of those
-                             chunks (``chunk_entities``, ``entities``), meta (with the
-                             entity vocabulary, so queries read names the way ingestion did)
+                             chunks (``chunk_entities``, ``entities``), each chunk text's
+                             sentence vectors (``sentence_embeddings``, when every chunk has
+                             them), meta (with the entity vocabulary, so queries read names
+                             the way ingestion did)
     CURRENT.json             {"snapshot_version": 7, "file": "snapshot-000007.duckdb", ...}
 
 A snapshot is written under a temporary name, checkpointed, fsynced and
@@ -117,11 +119,13 @@ SNAPSHOT_DOCUMENTS_SQL = """
 
 
 def build_snapshot(store: duckdb.DuckDBPyConnection, index_dir: Path, info: SnapshotInfo,
-                   entity_vocabulary: EntityVocabulary | None = None) -> Path:
+                   entity_vocabulary: EntityVocabulary | None = None, sentences: bool = False) -> Path:
     """Write snapshot ``info.snapshot_version`` from the store's active versions and return its path.
 
     ``entity_vocabulary`` (default: the built-in patterns) is recorded in the meta: the server
     extracts entities from queries and filter values with the patterns that extracted the chunks'.
+    ``sentences``: copy the chunks' sentence vectors (``sentence_embeddings``, one row per sentence of
+    each distinct chunk text; the caller checked every chunk has them).
     The caller publishes it with ``write_pointer`` once it is complete.
     """
     vocabulary = entity_vocabulary or DEFAULT_VOCABULARY
@@ -148,6 +152,11 @@ def build_snapshot(store: duckdb.DuckDBPyConnection, index_dir: Path, info: Snap
             "CREATE TABLE snap.entities AS SELECT e.entity_id, e.type, e.canonical_value, e.alt_labels FROM entities e "
             "SEMI JOIN snap.chunk_entities ce ON ce.entity_id = e.entity_id ORDER BY e.type, e.canonical_value"
         )
+        if sentences:
+            store.execute(
+                "CREATE TABLE snap.sentence_embeddings AS SELECT s.content_hash, s.ordinal, s.embedding "
+                "FROM sentence_embeddings s SEMI JOIN snap.chunks c ON c.content_hash = s.content_hash "
+                "WHERE s.model_id = ? ORDER BY s.content_hash, s.ordinal", [info.model_id])
         store.execute("CREATE TABLE snap.meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
         store.execute(
             "INSERT INTO snap.meta VALUES " + ", ".join(["(?, ?)"] * 7),

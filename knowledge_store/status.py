@@ -114,13 +114,20 @@ def chunk_vector_status(settings: Settings, index_dir) -> dict[str, object]:
     from knowledge_store.embeddings import bare_weight_of
 
     try:
-        served: str | None = read_pointer(index_dir).model_id
+        pointer = read_pointer(index_dir)
     except IndexNotBuiltError:  # nothing published yet
-        served = None
+        pointer = None
+    served = pointer.model_id if pointer is not None else None
     configured = settings.bare_vector_weight
+    # a snapshot built with every chunk's sentence vectors says so in its fingerprint (ingest/publish.py)
+    sentences = None if pointer is None else pointer.fingerprint.endswith(":sentences")
     return {"model_id": served, "bare_vector_weight": None if served is None else bare_weight_of(served),
             "configured_bare_vector_weight": configured,
-            "re_embed_pending": served is not None and bare_weight_of(served) != configured}
+            "re_embed_pending": served is not None and bare_weight_of(served) != configured,
+            "sentence_vectors": sentences, "configured_sentence_vectors": settings.sentence_vectors,
+            "sentence_weight": settings.sentence_weight,
+            "sentence_evidence": bool(sentences) and settings.sentence_weight > 0,
+            "sentence_vectors_pending": pointer is not None and settings.sentence_vectors and not sentences}
 
 
 def ranking_status(settings: Settings) -> dict[str, object]:

@@ -276,6 +276,19 @@ MIGRATIONS: list[Migration] = [
         CREATE INDEX rel_dst_idx ON relations (dst_id, rel_type);
         """,
     ),
+    (
+        7,
+        "sentence vectors: each chunk text's sentences embedded alone (retrieval/sentences.py, sentence evidence)",
+        """
+        CREATE TABLE sentence_embeddings (
+            content_hash   VARCHAR NOT NULL,            -- the chunk text's (chunks.content_hash): the cache key
+            model_id       VARCHAR NOT NULL,            -- the chunk vectors' model id
+            ordinal        INTEGER NOT NULL,            -- the sentence's place in the chunk text (split_sentences)
+            embedding      FLOAT[] NOT NULL,            -- as wide as the store's embeddings
+            PRIMARY KEY (content_hash, model_id, ordinal)
+        );
+        """,
+    ),
 ]
 
 

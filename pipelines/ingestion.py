@@ -169,7 +169,12 @@ def embed_shard(context: dg.OpExecutionContext, shard: int, store: KnowledgeStor
         f"shard {shard}/{settings.embed_workers}: embedded {result.computed} new texts "
         f"({result.chunks_per_second:.1f}/s, {embedder.torch_threads} thread(s)), reused {result.reused} from cache"
     )
+    if result.sentence_texts:
+        context.log.info(f"shard {shard}: embedded the {result.sentences} sentences of {result.sentence_texts} chunk "
+                         f"texts in {result.sentence_seconds:.1f} s (sentence evidence)")
     return {"shard": shard, "computed": result.computed, "reused": result.reused, "model_id": result.model_id,
+            "sentence_texts": result.sentence_texts, "sentences": result.sentences,
+            "sentence_seconds": round(result.sentence_seconds, 3),
             "seconds": round(result.seconds, 3), "model_seconds": round(result.model_seconds, 3),
             "chunks_per_second": round(result.chunks_per_second, 1), "threads": embedder.torch_threads}
 
@@ -194,6 +199,10 @@ def combine_embedding_shards(context: dg.OpExecutionContext, shards: list[dict],
         # the shards run at once under a multiprocess/K8s/Celery executor: throughput is over the slowest shard
         "chunks_per_second": round(computed / wall, 1) if wall else 0.0,
         "torch_threads": shards[0]["threads"] if shards else 0,
+        # every chunk text's sentences embedded alone (settings.sentence_vectors; retrieval/sentences.py)
+        "sentence_texts_embedded": sum(r["sentence_texts"] for r in shards),
+        "sentences_embedded": sum(r["sentences"] for r in shards),
+        "sentence_seconds": round(max((r["sentence_seconds"] for r in shards), default=0.0), 3),
         "per_shard": markdown_table([{k: r[k] for k in ("shard", "computed", "seconds", "chunks_per_second", "threads")}
                                      for r in shards]),
     })
@@ -236,6 +245,8 @@ def search_index(context: dg.AssetExecutionContext, store: KnowledgeStoreResourc
             "relations_supersedes": int(result.revisions.get("supersedes", 0)),
             "relations_see_also": int(result.revisions.get("see_also", 0)),
             "revision_changes": dg.MetadataValue.json(result.revisions.get("changes", [])),
+            "sentence_vectors": result.sentence_vectors,  # the snapshot carries them: sentence evidence is on
+            "sentence_texts_missing": result.sentence_texts_missing,
             "build_duration_s": round(result.build_seconds, 3),
             "duration_s": round(result.seconds, 3),
             "open_ingestion_failures": len(failures),

@@ -9,6 +9,7 @@ loses at most one batch and the next run resumes from the cache.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -29,6 +30,10 @@ class EmbedResult:
     seconds: float = 0.0
     model_seconds: float = 0.0
     model_id: str = ""
+    # sentence vectors (settings.sentence_vectors): chunk texts whose sentences were embedded, and how many sentences
+    sentence_texts: int = 0
+    sentences: int = 0
+    sentence_seconds: float = 0.0
 
     @property
     def chunks_per_second(self) -> float:
@@ -130,5 +135,75 @@ def embed_missing(
     if result.reused:
         with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
             add_counts(conn, sync_run_id, embeddings_reused=result.reused)
+    if settings.sentence_vectors:
+        embed_missing_sentences(settings, embedder, result, shard, shards, progress)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def missing_sentence_texts(settings: Settings, model_id: str, shard: int = 0, shards: int = 1) -> list[tuple[str, str]]:
+    """(content hash, text) of the chunk texts a snapshot may hold (pending, active, retained) whose sentences
+    have no vectors for ``model_id`` yet (this shard only)."""
+    with store_connection(settings.store_path, read_only=True, timeout_s=settings.lock_timeout_s) as conn:
+        rows = conn.execute(
+            """
+            SELECT c.content_hash, any_value(c.text) FROM chunks c
+            JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version
+            WHERE d.status IN ('pending', 'active', 'superseded')
+              AND NOT EXISTS (SELECT 1 FROM sentence_embeddings s
+                              WHERE s.content_hash = c.content_hash AND s.model_id = ?)
+            GROUP BY c.content_hash ORDER BY c.content_hash
+            """,
+            [model_id],
+        ).fetchall()
+    return [(h, t or "") for h, t in rows if shard_of(h, shards) == shard]
+
+
+def sentence_table(embedder, part: list[tuple[str, str]]) -> pa.Table:
+    """The sentence vectors of ``part`` ((content hash, text) pairs) as ``sentence_embeddings`` rows."""
+    from knowledge_store.retrieval.sentences import split_sentences
+
+    split = [split_sentences(text) for _, text in part]
+    flat = [sentence for sentences in split for sentence in sentences]
+    vectors = np.asarray(embedder.embed(flat), dtype=np.float32).reshape(len(flat), embedder.dim)
+    return pa.table({
+        "content_hash": [h for (h, _), sentences in zip(part, split) for _ in sentences],
+        "model_id": [embedder.model_id] * len(flat),
+        "ordinal": pa.array([i for sentences in split for i in range(len(sentences))], type=pa.int32()),
+        "embedding": pa.ListArray.from_arrays(
+            pa.array(np.arange(0, len(flat) * embedder.dim + 1, embedder.dim, dtype=np.int32)),
+            pa.array(vectors.reshape(-1), type=pa.float32())),
+    })
+
+
+def write_sentence_table(settings: Settings, table: pa.Table) -> None:
+    """Insert ``sentence_table`` rows into the store (one transaction: a text gets all its sentences or none)."""
+    with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn, transaction(conn):
+        conn.register("sentence_df", table)
+        conn.execute("INSERT OR IGNORE INTO sentence_embeddings SELECT content_hash, model_id, ordinal, embedding "
+                     "FROM sentence_df")
+        conn.unregister("sentence_df")
+
+
+def embed_missing_sentences(settings: Settings, embedder: Embedder, result: EmbedResult, shard: int = 0,
+                            shards: int = 1, progress: Sink | None = None,
+                            write: Callable[[Settings, pa.Table], None] = write_sentence_table) -> None:
+    """Embed the sentences of every chunk text that has none yet (``retrieval/sentences.py``), in the same
+    short batches as the chunk vectors: a kill loses at most one batch, the next run resumes.  ``write``
+    stores each batch (default: into the store; ``embed_handoff`` hands them off as Parquet parts)."""
+    started = time.perf_counter()
+    missing = missing_sentence_texts(settings, embedder.model_id, shard, shards)
+    if missing and hasattr(embedder, "load"):
+        embedder.load()
+    label = "embed sentences" if shards == 1 else f"embed sentences shard {shard}"
+    counts = stage_progress(label, "chunk texts", progress).start(len(missing))
+    batch = settings.write_batch_chunks
+    for offset in range(0, len(missing), batch):
+        part = missing[offset:offset + batch]
+        table = sentence_table(embedder, part)
+        write(settings, table)
+        result.sentence_texts += len(part)
+        result.sentences += table.num_rows
+        counts.advance(len(part))
+    counts.finish()
+    result.sentence_seconds = time.perf_counter() - started

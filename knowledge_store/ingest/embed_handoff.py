@@ -28,7 +28,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from knowledge_store.embeddings import Embedder
-from knowledge_store.ingest.embed import EmbedResult, chunk_vectors, missing_embeddings
+from knowledge_store.ingest.embed import (
+    EmbedResult,
+    chunk_vectors,
+    embed_missing_sentences,
+    missing_embeddings,
+    write_sentence_table,
+)
 from knowledge_store.ingest.sync_runs import add_counts
 from knowledge_store.progress import Sink, stage_progress
 from knowledge_store.settings import Settings
@@ -63,23 +69,36 @@ def embed_shard_to_parts(
             "model_id": [embedder.model_id] * len(part),
             "embedding": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), type=pa.float32()), embedder.dim),
         })
-        name = hashlib.sha256("".join(m.content_hash for m in part).encode()).hexdigest()[:16]
-        final = folder / f"shard-{shard}-{name}.parquet"
-        temp = final.with_suffix(".parquet.tmp")
-        pq.write_table(table, temp)
-        with open(temp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(temp, final)
+        _write_part(folder, f"shard-{shard}", table)
         result.computed += len(part)
         counts.advance(len(part))
     counts.finish()
+    if settings.sentence_vectors:  # the sentences of the same shard, handed off the same way
+        embed_missing_sentences(settings, embedder, result, shard, shards, progress,
+                                write=lambda _settings, table: _write_part(folder, f"sentences-{shard}", table))
     result.seconds = time.perf_counter() - started
     return result
 
 
+def _write_part(folder: Path, prefix: str, table: pa.Table) -> Path:
+    """``table`` as ``<folder>/<prefix>-<hash>.parquet``, written to a temporary name and renamed: whole or absent."""
+    name = hashlib.sha256("".join(table["content_hash"].to_pylist()).encode()).hexdigest()[:16]
+    final = folder / f"{prefix}-{name}.parquet"
+    temp = final.with_suffix(".parquet.tmp")
+    pq.write_table(table, temp)
+    with open(temp, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(temp, final)
+    return final
+
+
 def import_parts(settings: Settings, handoff: Path, model_id: str, sync_run_id: str | None = None) -> int:
-    """Load every whole part for ``model_id`` into the store (one writer), then delete them; returns rows read."""
+    """Load every whole part for ``model_id`` into the store (one writer), then delete them; returns the chunk
+    vectors read (sentence parts are imported too, not counted)."""
     folder = _model_dir(handoff, model_id)
+    for part in sorted(folder.glob("sentences-*.parquet")) if folder.is_dir() else []:
+        write_sentence_table(settings, pq.read_table(part))  # INSERT OR IGNORE: importing twice is harmless
+        part.unlink(missing_ok=True)
     parts = sorted(folder.glob("shard-*.parquet")) if folder.is_dir() else []
     if not parts:
         return 0

@@ -56,6 +56,10 @@ class PublishResult:
     sync_run: dict[str, object] = field(default_factory=dict)
     # seed 003's document model (ingest/relations.py): labels derived, revisions superseded/reactivated, relations
     revisions: dict[str, object] = field(default_factory=dict)
+    # the snapshot carries each chunk's sentence vectors (retrieval/sentences.py); when settings.sentence_vectors is
+    # on but some indexed chunk texts have none yet (an interrupted or handed-off embedding), it is built without
+    sentence_vectors: bool = False
+    sentence_texts_missing: int = 0
 
 
 def ready_versions(conn, model_id: str) -> list[tuple[str, int, int | None, str | None]]:
@@ -169,6 +173,18 @@ def active_fingerprint(conn, model_id: str) -> tuple[str, int, int]:
     return f"{row[0][:32]}:{model_id}:{FTS_CONFIG_ID}", int(row[1]), int(row[2])
 
 
+def sentence_texts_missing(conn, model_id: str) -> int:
+    """How many chunk texts of the versions a snapshot holds (active, retained) have no sentence vectors."""
+    return conn.execute(
+        """
+        SELECT count(DISTINCT c.content_hash) FROM chunks c
+        JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version AND d.status IN ('active', 'superseded')
+        WHERE NOT EXISTS (SELECT 1 FROM sentence_embeddings s WHERE s.content_hash = c.content_hash AND s.model_id = ?)
+        """,
+        [model_id],
+    ).fetchone()[0]
+
+
 def publish_index(settings: Settings, model_id: str, sync_run_id: str) -> PublishResult:
     result = PublishResult(sync_run_id=sync_run_id)
     started = time.perf_counter()
@@ -204,6 +220,11 @@ def publish_index(settings: Settings, model_id: str, sync_run_id: str) -> Publis
             )
         fingerprint, chunk_count, document_count = active_fingerprint(conn, model_id)
         fingerprint += f":{document_model_digest(conn)}"  # labels, supersedence and relations are in the snapshot too
+        if settings.sentence_vectors:
+            result.sentence_texts_missing = sentence_texts_missing(conn, model_id)
+            result.sentence_vectors = result.sentence_texts_missing == 0
+        if result.sentence_vectors:  # a snapshot without them is replaced once they are all there
+            fingerprint += ":sentences"
         result.chunk_count, result.document_count = chunk_count, document_count
         try:
             current = read_pointer(index_dir)
@@ -219,7 +240,7 @@ def publish_index(settings: Settings, model_id: str, sync_run_id: str) -> Publis
                 chunk_count=chunk_count, document_count=document_count, fingerprint=fingerprint, model_id=model_id,
             )
             build_started = time.perf_counter()
-            build_snapshot(conn, index_dir, info, settings.entity_vocabulary)
+            build_snapshot(conn, index_dir, info, settings.entity_vocabulary, sentences=result.sentence_vectors)
             result.build_seconds = time.perf_counter() - build_started
             with transaction(conn):
                 conn.execute(

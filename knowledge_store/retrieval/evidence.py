@@ -163,20 +163,57 @@ def moved_query_vector(snapshot: LoadedSnapshot, query_vector: np.ndarray, rows:
     return (moved / np.linalg.norm(moved)).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class SentenceEvidence:
+    """Sentence evidence for one query (``settings.sentence_weight``; ``retrieval/sentences.py``): the pool's
+    chunks and section leads are scored again as ``(1 - weight) * chunk cosine + weight * best sentence
+    cosine`` and the pool is fused again; the feedback step then scores the same way."""
+
+    query_vector: np.ndarray
+    weight: float
+
+
+def sentence_evidence_for(settings, snapshot: LoadedSnapshot, query_vector: np.ndarray) -> SentenceEvidence | None:
+    """The sentence step for a query under ``settings``; None when it is off or the snapshot has no sentence vectors."""
+    if settings.sentence_weight <= 0.0 or snapshot.sentence_index is None:
+        return None
+    return SentenceEvidence(np.asarray(query_vector, dtype=np.float32), float(settings.sentence_weight))
+
+
+def pool_vector_evidence(snapshot: LoadedSnapshot, rows: np.ndarray, query_vector: np.ndarray, lead_weight: float,
+                         sentence_weight: float = 0.0) -> np.ndarray:
+    """The semantic evidence of ``rows`` for ``query_vector``: each chunk's cosine (blended with its best
+    sentence's when ``sentence_weight`` and the snapshot has sentence vectors), blended with its section lead's."""
+    sentences = snapshot.sentence_index if sentence_weight > 0.0 else None
+
+    def cosine(r: np.ndarray) -> np.ndarray:
+        own = snapshot.embeddings[r] @ query_vector
+        return own if sentences is None else (1.0 - sentence_weight) * own + sentence_weight * sentences.best(r, query_vector)
+
+    chunk = cosine(rows)
+    if snapshot.sections is None:
+        return chunk
+    return blend(chunk, cosine(snapshot.sections.lead_row[snapshot.sections.group[rows]]), lead_weight)
+
+
+def refuse_pool(fused: Fused, vector: np.ndarray, params: RankingParams, pool: int, rrf_k: int) -> Fused:
+    """``fused``'s candidates fused again with new semantic evidence ``vector`` (same order as ``fused.rows``)."""
+    rows = fused.rows
+    again = fuse_scores(fused.bm25, vector, None, params.alpha, pool, params.fusion, rrf_k)
+    return Fused(rows=rows[again.rows], fused=again.fused, bm25=again.bm25, vector=again.vector,
+                 bm25_rank=again.bm25_rank, vector_rank=again.vector_rank)
+
+
 def feedback_rescore(fused: Fused, feedback: VectorFeedback, snapshot: LoadedSnapshot, params: RankingParams,
-                     pool: int, rrf_k: int) -> Fused:
+                     pool: int, rrf_k: int, sentence_weight: float = 0.0) -> Fused:
     """``fused`` fused again with the vector moved towards its own top documents (``VectorFeedback``)."""
     rows = fused.rows
     if len(rows) < 2 or params.alpha <= 0.0:
         return fused
     moved = moved_query_vector(snapshot, feedback.query_vector, first_document_rows(snapshot, rows, feedback.docs),
                                feedback.beta)
-    chunk = snapshot.embeddings[rows] @ moved
-    lead = chunk if snapshot.sections is None else \
-        snapshot.embeddings[snapshot.sections.lead_row[snapshot.sections.group[rows]]] @ moved
-    again = fuse_scores(fused.bm25, blend(chunk, lead, params.lead_weight), None, params.alpha, pool, params.fusion, rrf_k)
-    return Fused(rows=rows[again.rows], fused=again.fused, bm25=again.bm25, vector=again.vector,
-                 bm25_rank=again.bm25_rank, vector_rank=again.vector_rank)
+    return refuse_pool(fused, pool_vector_evidence(snapshot, rows, moved, params.lead_weight, sentence_weight),
+                       params, pool, rrf_k)
 
 
 @dataclass
@@ -279,11 +316,12 @@ def phrase_texts(snapshot: LoadedSnapshot, rows: list[int]) -> list[tuple[str, s
 def rank_rows(evidence: QueryEvidence, params: RankingParams, mask: np.ndarray | None, pool: int,
               rrf_k: int = 60, snapshot: LoadedSnapshot | None = None, query: str | None = None,
               phrase_cache: dict[int, float] | None = None, entity_boost: EntityBoost | None = None,
-              feedback: VectorFeedback | None = None) -> Fused:
+              feedback: VectorFeedback | None = None, sentences: SentenceEvidence | None = None) -> Fused:
     """The fused candidate list (best first) for one query under ``params``.
 
-    ``feedback`` (``vector_feedback_for``, needs ``snapshot``) fuses the pool again with the query
-    vector moved towards its top documents.  ``entity_boost`` (``entity_boost_for``) lifts
+    ``sentences`` (``sentence_evidence_for``, needs ``snapshot``) fuses the pool again with each chunk's best
+    sentence in its vector evidence; ``feedback`` (``vector_feedback_for``, needs ``snapshot``) fuses the
+    pool again with the query vector moved towards its top documents (with the sentence evidence too).  ``entity_boost`` (``entity_boost_for``) lifts
     candidates mentioning the entities the query names.  With ``snapshot`` and ``query`` given, a long query then gets phrase
     evidence (``phrase.py``): candidates that hold most of its word pairs in order go first.
     """
@@ -297,8 +335,12 @@ def rank_rows(evidence: QueryEvidence, params: RankingParams, mask: np.ndarray |
     vector = evidence.vector(params.lead_weight) if evidence.partial is None else evidence.partial.blended(params.lead_weight)
     fused = fuse_scores(bm25, vector, mask, params.alpha, pool, params.fusion, rrf_k,
                         vector_candidates=vector_candidates, bm25_top=bm25_top)
+    sentence_weight = sentences.weight if sentences is not None and snapshot is not None else 0.0
+    if sentence_weight > 0.0 and len(fused.rows) > 1 and params.alpha > 0.0:
+        fused = refuse_pool(fused, pool_vector_evidence(snapshot, fused.rows, sentences.query_vector, params.lead_weight,
+                                                        sentence_weight), params, pool, rrf_k)
     if feedback is not None and snapshot is not None:
-        fused = feedback_rescore(fused, feedback, snapshot, params, pool, rrf_k)
+        fused = feedback_rescore(fused, feedback, snapshot, params, pool, rrf_k, sentence_weight)
     if entity_boost is not None:
         fused = apply_entity_boost(fused, entity_boost)
     if snapshot is None or query is None or not len(fused.rows) or not is_phrase_query(query):

@@ -40,7 +40,13 @@ import numpy as np
 
 from evals.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.errors import GroundworkError
-from knowledge_store.retrieval.evidence import RankingParams, gather_evidence, rank_rows, vector_feedback_for
+from knowledge_store.retrieval.evidence import (
+    RankingParams,
+    gather_evidence,
+    rank_rows,
+    sentence_evidence_for,
+    vector_feedback_for,
+)
 from knowledge_store.retrieval.query_form import alpha_for
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 
@@ -226,7 +232,7 @@ def fit_matrix(queries: np.ndarray, candidates: np.ndarray, valid: np.ndarray, i
 def held_out_quality(snapshot: LoadedSnapshot, rated: list[RatedQuery], params: RankingParams,
                      matrix: np.ndarray | None, settings, question_alpha: float | None = None) -> dict[str, float]:
     """Mean nDCG@10 / Recall@5 of the rated sections when ``rated`` are ranked as the engine ranks under
-    ``settings`` (candidate pool, RRF constant, the feedback step; questions at ``question_alpha``)."""
+    ``settings`` (candidate pool, RRF constant, sentence evidence, the feedback step; questions at ``question_alpha``)."""
     from knowledge_store.tuning import units_of
 
     adapter = None if matrix is None else QueryAdapter(matrix)
@@ -235,7 +241,8 @@ def held_out_quality(snapshot: LoadedSnapshot, rated: list[RatedQuery], params: 
         vector = r.vector if adapter is None else adapter.apply(r.vector)
         ranking = replace(params, alpha=alpha_for(r.query, params.alpha, question_alpha, snapshot))
         fused = rank_rows(gather_evidence(snapshot, r.query, vector), ranking, snapshot.active, settings.candidate_pool,
-                          settings.rrf_k, snapshot=snapshot, query=r.query, feedback=vector_feedback_for(settings, vector))
+                          settings.rrf_k, snapshot=snapshot, query=r.query, feedback=vector_feedback_for(settings, vector),
+                          sentences=sentence_evidence_for(settings, snapshot, vector))
         ranked = units_of(snapshot, fused.rows, "section")
         ndcg.append(ndcg_at_k(ranked, r.targets, 10))
         recall.append(recall_at_k(ranked, r.targets, 5))

@@ -25,6 +25,7 @@ import numpy as np
 
 from knowledge_store.entities import DEFAULT_VOCABULARY, EntityRef, EntityVocabulary, entity_key
 from knowledge_store.index import FTS_IGNORE, SnapshotInfo, open_snapshot, read_pointer
+from knowledge_store.retrieval.sentences import SentenceIndex, sentence_index_from
 from knowledge_store.retrieval.types import SearchHit
 
 _FTS_SPLIT = re.compile(FTS_IGNORE)
@@ -85,6 +86,8 @@ class LoadedSnapshot:
     documents: list[dict]  # per doc index: doc_id, version, source_id, source_name, path, relative_path, title, metadata
     stopwords: frozenset[str] = frozenset()
     sections: "SectionIndex | None" = None
+    # each row's sentences embedded alone (retrieval/sentences.py); None when the snapshot was built without them
+    sentence_index: SentenceIndex | None = None
     post_norm: np.ndarray | None = None  # float32 per chunk posting: bm25_norm of its row, derived below
     phrase_text_cache: dict = field(default_factory=dict)  # row -> normalised (own, pair) texts, see evidence.py
     normalised_text_cache: dict = field(default_factory=dict)  # row -> normalised text
@@ -465,6 +468,19 @@ def load_entities(conn, row_of: dict[str, int]) -> tuple[EntityVocabulary, dict[
     return vocabulary, row_entities, entity_rows
 
 
+def load_sentence_index(conn, content_hashes: list[str], dim: int) -> SentenceIndex | None:
+    """The snapshot's sentence vectors (float16 in memory), or None: built without them, or some row has none."""
+    if not conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'sentence_embeddings'"
+                        ).fetchone()[0]:
+        return None
+    table = conn.execute("SELECT content_hash, embedding FROM sentence_embeddings ORDER BY content_hash, ordinal").arrow()
+    if not table.num_rows:
+        return None
+    column = table.column("embedding").combine_chunks()
+    vectors = column.values.to_numpy(zero_copy_only=False).astype(np.float16).reshape(-1, dim)
+    return sentence_index_from(content_hashes, table.column("content_hash").to_pylist(), vectors)
+
+
 def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSnapshot:
     """Read a published snapshot into memory (vectors, postings, row metadata)."""
     import time
@@ -549,7 +565,9 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
     sections = build_section_index(group, doc_len, term_ptr, post_rows, post_tf)
     vocabulary, row_entities, entity_rows = load_entities(conn, row_of)
     relations, doc_relations = load_relations(conn)
+    sentence_index = load_sentence_index(conn, records.column("content_hash").to_pylist(), dim)
     return LoadedSnapshot(
+        sentence_index=sentence_index,
         relations=relations, doc_relations=doc_relations,
         info=info, path=info.path(index_dir), conn=conn, chunk_ids=chunk_ids, row_of=row_of, doc_ids=doc_ids,
         doc_index=doc_index, active=active, embeddings=embeddings, records=records,

@@ -1,0 +1,83 @@
+"""Sentence evidence: a chunk's best-matching sentence, beside its whole-chunk cosine.
+
+A chunk's vector is the mean of everything its ~200 word-pieces say; an FAQ answer, a function's
+description or an abstract's finding often answers in one sentence, which the mean dilutes.
+Ingestion therefore also embeds every sentence of every chunk on its own (``split_sentences``; the
+text alone, no header), stored per chunk text in ``sentence_embeddings`` and copied into each
+snapshot.  At query time the fused pool (a few hundred rows, never the corpus) is scored again with
+``(1 - w) * chunk cosine + w * best sentence cosine`` for each candidate and its section lead, and
+fused again (``evidence.rank_rows``; ``settings.sentence_weight``).
+
+Measured on all three dev sets (docs/EVALUATION.md, 2026-11-26): weight 0.15, chosen on the train
+splits as the best worst case, gains nDCG@10 on every train split (Perl docs +0.021, Debian docs
++0.019, SciFact +0.005) and on both documentation test splits (+0.041, +0.015; SciFact test
+-0.002).  It costs a second embedding pass at ingestion (sentences are short: about as many
+word-pieces as the chunks themselves) and ~2 bytes x 384 per sentence in memory (float16).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+SENTENCE_MIN_WORDS = 4  # shorter pieces ("See below.", "- foo") join the next sentence
+SENTENCE_MAX_WORDS = 60  # longer runs (code, tables) are cut into windows of this many words
+_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])|\n\s*\n|\n(?=\s*[-*]\s)")
+
+
+def split_sentences(text: str) -> list[str]:
+    """A chunk text's sentences, in order: sentence ends, blank lines and list items split it; pieces of
+    fewer than ``SENTENCE_MIN_WORDS`` words join the next one, runs of more than ``SENTENCE_MAX_WORDS``
+    are cut.  Never empty: a text with no split point is one sentence (an empty text gives ``[""]``)."""
+    out: list[str] = []
+    pending = ""
+    for part in (p.strip() for p in _SPLIT.split(text or "") if p and p.strip()):
+        pending = f"{pending} {part}".strip()
+        words = pending.split()
+        if len(words) >= SENTENCE_MIN_WORDS:
+            out += [" ".join(words[i:i + SENTENCE_MAX_WORDS]) for i in range(0, len(words), SENTENCE_MAX_WORDS)]
+            pending = ""
+    if pending:
+        out = out[:-1] + [f"{out[-1]} {pending}"] if out else [pending]
+    return out or [(text or "").strip()]
+
+
+@dataclass(frozen=True)
+class SentenceIndex:
+    """Every snapshot row's sentence vectors: ``vectors[start[r]:end[r]]`` (rows of one chunk text share them)."""
+
+    vectors: np.ndarray  # float16 (sentences, dim), L2-normalised
+    start: np.ndarray  # int64 per row
+    end: np.ndarray  # int64 per row
+
+    @property
+    def count(self) -> int:
+        return len(self.vectors)
+
+    def best(self, rows: np.ndarray, query_vector: np.ndarray) -> np.ndarray:
+        """Each row's best sentence cosine with ``query_vector`` (float32, one gather and one product)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        counts = self.end[rows] - self.start[rows]
+        offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        index = np.repeat(self.start[rows] - offsets, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        cosines = self.vectors[index].astype(np.float32) @ np.asarray(query_vector, dtype=np.float32)
+        return np.maximum.reduceat(cosines, offsets) if len(rows) else np.zeros(0, dtype=np.float32)
+
+
+def sentence_index_from(content_hashes: list[str], table_hashes: list[str], vectors: np.ndarray) -> SentenceIndex | None:
+    """The index of a snapshot whose rows have ``content_hashes``, from its ``sentence_embeddings`` rows (ordered
+    by content hash, then ordinal: ``table_hashes`` per sentence).  None when some row has no sentences."""
+    if not len(content_hashes):
+        return None
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for i, h in enumerate(table_hashes):
+        first.setdefault(h, i)
+        last[h] = i + 1
+    if any(h not in first for h in content_hashes):
+        return None
+    start = np.array([first[h] for h in content_hashes], dtype=np.int64)
+    end = np.array([last[h] for h in content_hashes], dtype=np.int64)
+    return SentenceIndex(np.ascontiguousarray(vectors, dtype=np.float16), start, end)
