@@ -1,0 +1,86 @@
+"""Sentence evidence: how chunk texts become sentences, and how a chunk's best sentence enters its vector evidence."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from knowledge_store.retrieval.evidence import (
+    QueryEvidence,
+    RankingParams,
+    SentenceEvidence,
+    pool_vector_evidence,
+    rank_rows,
+)
+from knowledge_store.retrieval.sentences import (
+    SENTENCE_MAX_WORDS,
+    SentenceIndex,
+    sentence_index_from,
+    split_sentences,
+)
+
+
+def test_sentences_split_at_sentence_ends_blank_lines_and_list_items_and_short_pieces_join_the_next():
+    text = ("Use the reaper code from perlipc. It calls wait() when SIGCHLD arrives.\n\nSee below.\n"
+            "- first item of a list\n- second item of a list")
+    assert split_sentences(text) == [
+        "Use the reaper code from perlipc.", "It calls wait() when SIGCHLD arrives.",
+        "See below. - first item of a list", "- second item of a list"]
+    assert split_sentences("short") == ["short"] and split_sentences("") == [""]
+    assert split_sentences("Ends with a piece. Ok.") == ["Ends with a piece. Ok."]  # a short tail joins the last one
+    long = " ".join(f"w{i}" for i in range(2 * SENTENCE_MAX_WORDS + 5))
+    assert [len(s.split()) for s in split_sentences(long)] == [SENTENCE_MAX_WORDS, SENTENCE_MAX_WORDS, 5]
+
+
+def _unit(rng, n, dim=8):
+    v = rng.normal(size=(n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def test_best_sentence_cosine_is_each_rows_maximum_and_rows_of_one_text_share_sentences():
+    rng = np.random.default_rng(3)
+    table_hashes = ["a", "a", "a", "b", "c", "c"]  # ordered by content hash, then ordinal
+    vectors = _unit(rng, 6)
+    index = sentence_index_from(["c", "a", "b", "a"], table_hashes, vectors)
+    q = _unit(rng, 1)[0]
+    expected = [max(vectors[4:6] @ q), max(vectors[0:3] @ q), vectors[3] @ q, max(vectors[0:3] @ q)]
+    np.testing.assert_allclose(index.best(np.array([0, 1, 2, 3]), q), expected, atol=2e-3)  # float16 storage
+    np.testing.assert_allclose(index.best(np.array([3, 2]), q), [expected[3], expected[2]], atol=2e-3)
+    assert index.vectors.dtype == np.float16 and index.count == 6
+    assert sentence_index_from(["a", "zzz"], table_hashes, vectors) is None, "a row without sentences: no index"
+
+
+def _snapshot(chunk_vectors, sentence_rows):
+    """What pool_vector_evidence and rank_rows read: vectors, sentence index, no sections, all rows active."""
+    hashes = [str(i) for i in range(len(chunk_vectors))]
+    table = [str(i) for i, rows in enumerate(sentence_rows) for _ in rows]
+    index = sentence_index_from(hashes, table, np.concatenate(sentence_rows))
+    return SimpleNamespace(embeddings=np.asarray(chunk_vectors, dtype=np.float32), sentence_index=index, sections=None,
+                           doc_index=np.arange(len(chunk_vectors)), size=len(chunk_vectors))
+
+
+def test_a_chunk_whose_one_sentence_answers_moves_up_by_its_sentence_evidence():
+    q = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+    answer_sentence = np.array([[1.0, 0.0, 0.0]], dtype=np.float32)
+    other = np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], dtype=np.float32)
+    chunks = [[0.70, 0.71, 0.0], [0.60, 0.0, 0.80], [0.0, 1.0, 0.0]]  # row 1's mean is further off than row 0's
+    snap = _snapshot(chunks, [other, np.concatenate([answer_sentence, other[1:]]), other[:1]])
+    rows = np.arange(3)
+    np.testing.assert_allclose(pool_vector_evidence(snap, rows, q, 0.6), np.asarray(chunks) @ q)  # weight 0: chunk cosine
+    mixed = pool_vector_evidence(snap, rows, q, 0.6, sentence_weight=0.5)
+    np.testing.assert_allclose(mixed, 0.5 * (np.asarray(chunks) @ q) + 0.5 * np.array([0.0, 1.0, 0.0]), atol=2e-3)
+
+    evidence = QueryEvidence(None, np.zeros(3), np.zeros(3), np.zeros(3), np.asarray(chunks, np.float32) @ q,
+                             np.asarray(chunks, np.float32) @ q)
+    params = RankingParams(alpha=1.0)
+    assert rank_rows(evidence, params, None, 10).rows[0] == 0
+    assert rank_rows(evidence, params, None, 10, snapshot=snap, sentences=SentenceEvidence(q, 0.5)).rows[0] == 1
+    # without sentence vectors in the snapshot the step does nothing
+    bare = SimpleNamespace(**{**vars(snap), "sentence_index": None})
+    assert rank_rows(evidence, params, None, 10, snapshot=bare, sentences=SentenceEvidence(q, 0.5)).rows[0] == 0
+
+
+def test_sentence_index_type_is_frozen_data():
+    index = SentenceIndex(np.zeros((1, 2), np.float16), np.array([0]), np.array([1]))
+    assert index.best(np.array([0]), np.array([1.0, 0.0])).tolist() == [0.0]
