@@ -57,13 +57,17 @@ def build_synthetic(source: Path, target_dir: Path, size: int, make_vectors=None
     base = conn.execute("SELECT * FROM chunks WHERE status = 'active' ORDER BY rowid").arrow()
     documents = conn.execute("SELECT * FROM documents").arrow()
     sources = conn.execute("SELECT * FROM sources").arrow()
+    # each chunk text's sentence vectors (retrieval/sentences.py), replicated with their chunks below
+    has_sentences = bool(conn.execute("SELECT count(*) FROM information_schema.tables "
+                                      "WHERE table_name = 'sentence_embeddings'").fetchone()[0])
+    sentences = conn.execute("SELECT * FROM sentence_embeddings").arrow() if has_sentences else None
     conn.close()
     n = base.num_rows
     reps = -(-size // n)
     rng = np.random.default_rng(0)
     emb = np.asarray(base.column("embedding").combine_chunks().values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(n, -1)
     generated = make_vectors(emb, size) if make_vectors is not None else None
-    parts, doc_parts = [], []
+    parts, doc_parts, sentence_parts = [], [], []
     for r in range(reps):
         take = min(n, size - r * n)
         if take <= 0:
@@ -77,6 +81,12 @@ def build_synthetic(source: Path, target_dir: Path, size: int, make_vectors=None
         e = e / np.linalg.norm(e, axis=1, keepdims=True)
         t = t.set_column(t.schema.get_field_index("chunk_id"), "chunk_id", pc.binary_join_element_wise(t.column("chunk_id"), pa.scalar(suffix), ""))
         t = t.set_column(t.schema.get_field_index("doc_id"), "doc_id", pc.binary_join_element_wise(t.column("doc_id"), pa.scalar(suffix), ""))
+        if sentences is not None:  # a replica's text is a text of its own: its sentences are stored again
+            t = t.set_column(t.schema.get_field_index("content_hash"), "content_hash",
+                             pc.binary_join_element_wise(t.column("content_hash"), pa.scalar(suffix), ""))
+            sentence_parts.append(sentences.set_column(
+                sentences.schema.get_field_index("content_hash"), "content_hash",
+                pc.binary_join_element_wise(sentences.column("content_hash"), pa.scalar(suffix), "")))
         t = t.set_column(t.schema.get_field_index("embedding"), "embedding",
                          pa.FixedSizeListArray.from_arrays(pa.array(e.reshape(-1)), emb.shape[1]))
         parts.append(t)
@@ -95,6 +105,9 @@ def build_synthetic(source: Path, target_dir: Path, size: int, make_vectors=None
     out.execute("CREATE TABLE documents AS SELECT * FROM docs_arrow")
     out.register("sources_arrow", sources)
     out.execute("CREATE TABLE sources AS SELECT * FROM sources_arrow")
+    if sentence_parts:
+        out.register("sentences_arrow", pa.concat_tables(sentence_parts))
+        out.execute("CREATE TABLE sentence_embeddings AS SELECT * FROM sentences_arrow ORDER BY content_hash, ordinal")
     out.execute("CREATE TABLE meta (key VARCHAR, value VARCHAR)")
     out.close()
     started = time.perf_counter()
@@ -108,6 +121,7 @@ def build_synthetic(source: Path, target_dir: Path, size: int, make_vectors=None
 # what is compared in one run: name -> settings that differ (exact: ann_min_chunks above any size here, no graph)
 VARIANTS = {"exact": {"ann_min_chunks": 10**9}, "ann": {"ann_min_chunks": 1},
             "ann-no-feedback": {"ann_min_chunks": 1, "feedback_docs": 0},
+            "ann-no-sentences": {"ann_min_chunks": 1, "sentence_weight": 0.0},
             "ann-adapter": {"ann_min_chunks": 1}}
 # variants served with a query adapter (query_adapter.py) stored for the run: a random map of the norm
 # trained ones have here (|W| 1-5, docs/EVALUATION.md): its cost, not its quality, is what is measured
@@ -179,6 +193,7 @@ def main() -> int:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
                         help="exact: one NumPy matrix-vector product; ann: the usearch graph (ann_min_chunks at "
                              "most the size); ann-no-feedback: the graph without the pseudo-relevance feedback step; "
+                             "ann-no-sentences: the graph without sentence evidence (sentence_weight 0); "
                              "ann-adapter: the graph with a query adapter stored (a random one of a trained norm). "
                              "Each runs on the same snapshot, one after the other; top-5 agreement "
                              "is against the first variant")
@@ -220,7 +235,7 @@ def main() -> int:
         "",
         f"Date: {date}. Machine: {machine_text}; load average at the end {load_after}. Torch threads for the query "
         f"embedding: {args.threads}; BLAS threads: 1; vector search: exact = one NumPy matrix-vector product, ann = the usearch graph "
-        "(built before measuring, build seconds in the JSON), ann-no-feedback = the graph without the feedback step, "
+        "(built before measuring, build seconds in the JSON), ann-no-feedback = the graph without the feedback step, ann-no-sentences = the graph without sentence evidence, "
         "ann-adapter = the graph with a stored query adapter (a random one of norm 3: its cost, not its ranking). "
         f"Source chunks: `{source}` replicated with perturbed vectors. {len(queries)} queries from `{qfile}`, "
         "one at a time, after 20 warm-up queries; each query = embed + BM25 + vector + fusion + citations + "

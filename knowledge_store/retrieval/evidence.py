@@ -25,7 +25,9 @@ dev-set questions, which name none: docs/ARCHITECTURE.md, "Entities").  And the
 engine passes ``VectorFeedback`` (pseudo-relevance feedback, on by default); the
 sweeps do not: it would re-score a pseudo-query's target with its stored vector,
 which holds the heading the query was made from, and undo the stripping tuning
-depends on.  Its effect is measured on its own (``evals/prf_experiment.py``).
+depends on.  Its effect is measured on its own (``evals/prf_experiment.py``).  Likewise
+``SentenceEvidence`` (each chunk's best sentence, ``sentences.py``): a target's stored sentences hold
+the heading its pseudo-query was made from (``evals/sentence_evidence_experiment.py`` measures it).
 """
 
 from __future__ import annotations
