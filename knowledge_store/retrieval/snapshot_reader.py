@@ -473,12 +473,21 @@ def load_sentence_index(conn, content_hashes: list[str], dim: int) -> SentenceIn
     if not conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'sentence_embeddings'"
                         ).fetchone()[0]:
         return None
-    table = conn.execute("SELECT content_hash, embedding FROM sentence_embeddings ORDER BY content_hash, ordinal").arrow()
-    if not table.num_rows:
+    count = conn.execute("SELECT count(*) FROM sentence_embeddings").fetchone()[0]
+    if not count:
         return None
-    column = table.column("embedding").combine_chunks()
-    vectors = column.values.to_numpy(zero_copy_only=False).astype(np.float16).reshape(-1, dim)
-    return sentence_index_from(content_hashes, table.column("content_hash").to_pylist(), vectors)
+    # filled batch by batch: the float32 lists never exist whole beside the float16 copy (peak memory, load time);
+    # the table was written ordered by content hash and ordinal (index.build_snapshot), its row order keeps that
+    vectors = np.empty((count, dim), dtype=np.float16)
+    hashes: list[str] = []
+    reader = conn.execute("SELECT content_hash, embedding FROM sentence_embeddings ORDER BY rowid").fetch_record_batch(65_536)
+    filled = 0
+    for batch in reader:
+        rows = batch.num_rows
+        vectors[filled:filled + rows] = batch.column(1).flatten().to_numpy(zero_copy_only=False).reshape(rows, dim)
+        hashes += batch.column(0).to_pylist()
+        filled += rows
+    return sentence_index_from(content_hashes, hashes, vectors)
 
 
 def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSnapshot:
