@@ -76,9 +76,9 @@ def test_an_upload_job_succeeds_while_clients_keep_reading(env):
         for t in readers:
             t.join()
     assert job["status"] == "succeeded", job
-    # the job showed its stages' counts (parse/chunk/embed: done, total, rate, ETA) while it ran
+    # the job showed its stages' counts (parse/chunk/embed/embed sentences: done, total, rate, ETA) while it ran
     stage = job["progress"]["stage"]
-    assert stage in ("parse", "chunk", "embed") and job["progress"]["stages"][stage]["finished"] is True
+    assert stage in ("parse", "chunk", "embed", "embed sentences") and job["progress"]["stages"][stage]["finished"] is True
     assert {"done", "total", "rate", "unit", "eta_s"} <= set(job["progress"]["stages"]["embed"])
     assert codes and set(codes) == {200}, {code: codes.count(code) for code in set(codes)}
     docs = client.get("/api/knowledge/documents").json()["documents"]

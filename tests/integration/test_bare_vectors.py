@@ -43,8 +43,10 @@ def test_changing_the_bare_share_re_embeds_once_and_switching_back_reuses_the_ca
 
     blended_settings = settings.model_copy(update={"bare_vector_weight": 0.5})
     pending = chunk_vector_status(blended_settings, settings.index_dir)  # set, not yet synced: still header vectors
-    assert pending == {"model_id": plain_id, "bare_vector_weight": 0.0, "configured_bare_vector_weight": 0.5,
-                       "re_embed_pending": True}
+    keys = ("model_id", "bare_vector_weight", "configured_bare_vector_weight", "re_embed_pending")
+    assert {k: pending[k] for k in keys} == {"model_id": plain_id, "bare_vector_weight": 0.0,
+                                             "configured_bare_vector_weight": 0.5, "re_embed_pending": True}
+    assert pending["sentence_vectors"] is True  # the sentence vectors of the served index are a separate matter
     blend_embedder = Embedder(model_path, batch_size=32, torch_threads=2, bare_weight=0.5)
     report = run_sync(blended_settings, blend_embedder)
     assert report.embed.computed == len(distinct) and report.embed.model_id == plain_id + "+bare0.5"

@@ -107,11 +107,11 @@ def _write_docs(folder: Path) -> None:
                                  "## Service\n\nA yearly service checks the flue and the gas pressure.\n")
 
 
-def _rows_per_model(settings: Settings) -> dict[str, int]:
+def _rows_per_model(settings: Settings, table: str = "embeddings") -> dict[str, int]:
     from knowledge_store.store import store_connection
 
     with store_connection(settings.store_path, read_only=True) as conn:
-        return dict(conn.execute("SELECT model_id, count(*) FROM embeddings GROUP BY 1").fetchall())
+        return dict(conn.execute(f"SELECT model_id, count(*) FROM {table} GROUP BY 1").fetchall())
 
 
 def test_changing_the_document_encoder_re_embeds_instead_of_reusing_cached_vectors(tmp_path, onnx_cache, monkeypatch):
@@ -133,15 +133,18 @@ def test_changing_the_document_encoder_re_embeds_instead_of_reusing_cached_vecto
     torch = fp32.model_copy(update={"document_encoder": "torch"})
 
     run_module.run_sync(fp32)
-    chunks = len(made[-1].texts)
-    assert chunks > 0 and isinstance(made[-1].inner, OnnxEmbedder)
     fp32_id = document_model_id(fp32.model_path)
+    chunks = _rows_per_model(fp32)[fp32_id]
+    sentences = _rows_per_model(fp32, "sentence_embeddings")[fp32_id]  # each chunk text's sentences, embedded too
+    assert chunks > 0 and isinstance(made[-1].inner, OnnxEmbedder)
+    assert len(made[-1].texts) == chunks + sentences and sentences >= chunks
     assert _rows_per_model(fp32) == {fp32_id: chunks}
 
     run_module.run_sync(int8)  # another encoder: every text embedded again, under its own id
-    assert len(made[-1].texts) == chunks
+    assert len(made[-1].texts) == chunks + sentences
     int8_id = document_model_id(fp32.model_path, "int8")
     assert _rows_per_model(fp32) == {fp32_id: chunks, int8_id: chunks}
+    assert _rows_per_model(fp32, "sentence_embeddings") == {fp32_id: sentences, int8_id: sentences}
     assert read_pointer(fp32.index_dir).model_id == int8_id  # the index serves the int8 vectors only
 
     run_module.run_sync(torch)  # torch fp32 = ONNX fp32 vectors: the cached ones are reused

@@ -282,9 +282,19 @@ KILLER = textwrap.dedent(
                 os.kill(os.getpid(), signal.SIGKILL)
             return real_embed(self, texts)
         Embedder.embed = embed
+    elif point == "sentences":  # kill while the sentence vectors are written, one batch already stored
+        from knowledge_store.ingest import embed as embed_module
+        real_table = embed_module.sentence_table
+        calls = {"n": 0}
+        def table(embedder, part):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real_table(embedder, part)
+        embed_module.sentence_table = table
     elif point == "snapshot":
         real_build = index_module.build_snapshot
-        def build(store, index_dir, info, *_vocabulary):
+        def build(store, index_dir, info, *_vocabulary, **_options):
             store.execute(f"ATTACH '{index_dir}/.{info.file}.tmp' AS snap")
             store.execute("CREATE TABLE snap.chunks AS SELECT * FROM chunks")
             os.kill(os.getpid(), signal.SIGKILL)
@@ -295,7 +305,7 @@ KILLER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("kill_point", ["embed", "snapshot"])
+@pytest.mark.parametrize("kill_point", ["embed", "sentences", "snapshot"])
 def test_kill_9_midway_keeps_previous_index_and_next_run_completes(tmp_path, counting_embedder, kill_point):
     docs = tmp_path / "docs"
     write_corpus(docs)
@@ -328,8 +338,15 @@ def test_kill_9_midway_keeps_previous_index_and_next_run_completes(tmp_path, cou
     assert_index_consistent(settings)
     total_hashes = query(settings, "SELECT count(DISTINCT content_hash) FROM chunks")[0][0]
     assert query(settings, "SELECT count(*) FROM embeddings")[0][0] == total_hashes
+    # every chunk text has all of its sentences (ordinals 0..n-1), and the new snapshot carries them
+    assert query(settings, "SELECT count(DISTINCT content_hash) FROM sentence_embeddings")[0][0] == total_hashes
+    assert query(settings, "SELECT count(*) FROM (SELECT content_hash FROM sentence_embeddings GROUP BY content_hash "
+                           "HAVING max(ordinal) + 1 <> count(*))")[0][0] == 0
+    assert report.publish.sentence_vectors and read_pointer(settings.index_dir).fingerprint.endswith(":sentences")
     if kill_point == "embed":
         assert report.embed.computed < 6  # the batch written before the kill was reused
+    if kill_point == "sentences":
+        assert report.embed.computed == 0 and 0 < report.embed.sentence_texts < 6  # one batch of sentences reused
 
 
 def test_sensor_requests_a_run_only_when_files_change(tmp_path):
