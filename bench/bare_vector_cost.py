@@ -44,6 +44,33 @@ def sample(store: Path, count: int, seed: int = 7) -> list:
     return [MissingText(*r) for r in rows[:count]]
 
 
+def store_samples(count: int):
+    """(name, sampled chunks) of each evaluation store under ``data/eval`` (not the baselines' or known items')."""
+    for store in sorted((ROOT / "data" / "eval").glob("*/store/store.duckdb")):
+        name = store.parent.parent.name.rsplit("-", 1)[0]
+        if name not in ("baselines", "known-item"):
+            yield name, sample(store, count)
+
+
+def time_alternating(part: list, block: int, runs: dict) -> dict[str, float]:
+    """Seconds each of ``runs`` (name -> function of a block of chunks) takes over ``part``, block by block,
+    the order alternating per block so load from other processes falls on each alike."""
+    seconds = dict.fromkeys(runs, 0.0)
+    names = list(runs)
+    for number, start in enumerate(range(0, len(part), block)):
+        for name in (names if number % 2 == 0 else names[::-1]):
+            started = time.perf_counter()
+            runs[name](part[start:start + block])
+            seconds[name] += time.perf_counter() - started
+    return seconds
+
+
+def header(title: str, reproduce: str, started_load: str) -> list[str]:
+    return [title, "", f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {os.cpu_count()} cores "
+            f"({cpu_model()}), load average at start {started_load}. Embedder: `document_embedder` (ONNX fp32, what "
+            f"ingestion runs). Reproduce: `{reproduce}`.", ""]
+
+
 def main(argv: list[str] | None = None) -> int:
     from knowledge_store.embeddings import chunk_vector_id, document_embedder
     from knowledge_store.ingest.embed import chunk_vectors
@@ -60,29 +87,22 @@ def main(argv: list[str] | None = None) -> int:
     embedder.load()
     plain_id = embedder.model_id
     started_load = load()
-    lines = [
-        "## Chunk vectors with the bare-text blend: ingestion cost (`bare_vector_weight`)", "",
-        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {os.cpu_count()} cores ({cpu_model()}), "
-        f"load average at start {started_load}. Embedder: `document_embedder` (ONNX fp32, what ingestion runs). "
-        f"Reproduce: `.venv/bin/python bench/bare_vector_cost.py --texts {args.texts}`.", "",
+    lines = header("## Chunk vectors with the bare-text blend: ingestion cost (`bare_vector_weight`)",
+                   f".venv/bin/python bench/bare_vector_cost.py --texts {args.texts}", started_load) + [
         "| store | chunks | with a header | header + text only: chunks/s | blend 0.5: chunks/s | time ratio |",
         "|---|---|---|---|---|---|",
     ]
-    for store in sorted((ROOT / "data" / "eval").glob("*/store/store.duckdb")):
-        name = store.parent.parent.name.rsplit("-", 1)[0]
-        if name in ("baselines", "known-item"):
-            continue
-        part = sample(store, args.texts)
+
+    def vectors_as(model_id: str):
+        def run(block: list) -> None:
+            embedder.model_id = model_id
+            chunk_vectors(embedder, block)
+        return run
+
+    for name, part in store_samples(args.texts):
         embedder.embed([m.embed_text for m in part[:4]])  # warm up outside the clock
-        seconds = {"plain": 0.0, "bare": 0.0}
-        blocks = [part[i:i + args.block] for i in range(0, len(part), args.block)]
-        for number, block in enumerate(blocks):
-            order = ("plain", "bare") if number % 2 == 0 else ("bare", "plain")
-            for key in order:
-                embedder.model_id = plain_id if key == "plain" else chunk_vector_id(plain_id, 0.5)
-                started = time.perf_counter()
-                chunk_vectors(embedder, block)
-                seconds[key] += time.perf_counter() - started
+        seconds = time_alternating(part, args.block, {"plain": vectors_as(plain_id),
+                                                      "bare": vectors_as(chunk_vector_id(plain_id, 0.5))})
         embedder.model_id = plain_id
         headed = sum(1 for m in part if m.embed_text != m.text)
         lines.append(f"| {name} | {len(part)} | {headed} | {len(part) / seconds['plain']:.1f} | "

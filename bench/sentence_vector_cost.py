@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -25,8 +23,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bare_vector_cost import sample  # noqa: E402
-from bench.embed_throughput import cpu_model, load  # noqa: E402
+from bench.bare_vector_cost import header, store_samples, time_alternating  # noqa: E402
+from bench.embed_throughput import load  # noqa: E402
 from bench.report import publish  # noqa: E402
 
 
@@ -45,36 +43,25 @@ def main(argv: list[str] | None = None) -> int:
     embedder = document_embedder(settings)
     embedder.load()
     started_load = load()
-    lines = [
-        "## Sentence vectors: ingestion cost (`sentence_vectors`)", "",
-        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {os.cpu_count()} cores ({cpu_model()}), "
-        f"load average at start {started_load}. Embedder: `document_embedder` (ONNX fp32, what ingestion runs). "
-        f"Reproduce: `.venv/bin/python bench/sentence_vector_cost.py --texts {args.texts}`.", "",
+    lines = header("## Sentence vectors: ingestion cost (`sentence_vectors`)",
+                   f".venv/bin/python bench/sentence_vector_cost.py --texts {args.texts}", started_load) + [
         "| store | chunks | sentences (per chunk) | chunk vectors: chunks/s | sentence vectors: chunks/s | "
         "embed stage with sentences ÷ without | served memory per 100k chunks (float16) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for store in sorted((ROOT / "data" / "eval").glob("*/store/store.duckdb")):
-        name = store.parent.parent.name.rsplit("-", 1)[0]
-        if name in ("baselines", "known-item"):
-            continue
-        part = sample(store, args.texts)
+    for name, part in store_samples(args.texts):
         embedder.embed([m.embed_text for m in part[:4]])  # warm up outside the clock
-        seconds = {"chunks": 0.0, "sentences": 0.0}
-        sentences = 0
-        blocks = [part[i:i + args.block] for i in range(0, len(part), args.block)]
-        for number, block in enumerate(blocks):
-            for key in (("chunks", "sentences") if number % 2 == 0 else ("sentences", "chunks")):
-                started = time.perf_counter()
-                if key == "chunks":
-                    chunk_vectors(embedder, block)
-                else:
-                    sentences += sentence_table(embedder, [(m.content_hash, m.text) for m in block]).num_rows
-                seconds[key] += time.perf_counter() - started
-        per_chunk = sentences / len(part)
+        counted = {"sentences": 0}
+
+        def sentences(block: list) -> None:
+            counted["sentences"] += sentence_table(embedder, [(m.content_hash, m.text) for m in block]).num_rows
+
+        seconds = time_alternating(part, args.block, {"chunks": lambda block: chunk_vectors(embedder, block),
+                                                      "sentences": sentences})
+        per_chunk = counted["sentences"] / len(part)
         memory_mb = per_chunk * 100_000 * embedder.dim * 2 / 2**20
-        lines.append(f"| {name} | {len(part)} | {sentences} ({per_chunk:.1f}) | {len(part) / seconds['chunks']:.1f} | "
-                     f"{len(part) / seconds['sentences']:.1f} | "
+        lines.append(f"| {name} | {len(part)} | {counted['sentences']} ({per_chunk:.1f}) | "
+                     f"{len(part) / seconds['chunks']:.1f} | {len(part) / seconds['sentences']:.1f} | "
                      f"{(seconds['chunks'] + seconds['sentences']) / seconds['chunks']:.2f}× | {memory_mb:.0f} MB |")
     lines += ["", f"Load average at the end: {load()}.", ""]
     publish(lines, args.out)
