@@ -19,6 +19,7 @@ import pyarrow as pa
 from knowledge_store.embeddings import Embedder, bare_weight_of, embed_chunks
 from knowledge_store.ingest.sync_runs import add_counts
 from knowledge_store.progress import Sink, stage_progress
+from knowledge_store.retrieval.sentences import split_sentences
 from knowledge_store.settings import Settings
 from knowledge_store.store import store_connection, transaction, utcnow
 
@@ -141,28 +142,28 @@ def embed_missing(
     return result
 
 
+def sentenceless_chunks_sql(statuses: tuple[str, ...]) -> str:
+    """``FROM ... WHERE ...`` of the chunks of versions in ``statuses`` whose text has no sentence vectors for the
+    model id bound as the one parameter: what the embed stage fills in and what publishing counts."""
+    listed = ", ".join(f"'{s}'" for s in statuses)
+    return f"""
+        FROM chunks c JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version AND d.status IN ({listed})
+        WHERE NOT EXISTS (SELECT 1 FROM sentence_embeddings s WHERE s.content_hash = c.content_hash AND s.model_id = ?)
+    """
+
+
 def missing_sentence_texts(settings: Settings, model_id: str, shard: int = 0, shards: int = 1) -> list[tuple[str, str]]:
     """(content hash, text) of the chunk texts a snapshot may hold (pending, active, retained) whose sentences
     have no vectors for ``model_id`` yet (this shard only)."""
     with store_connection(settings.store_path, read_only=True, timeout_s=settings.lock_timeout_s) as conn:
         rows = conn.execute(
-            """
-            SELECT c.content_hash, any_value(c.text) FROM chunks c
-            JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version
-            WHERE d.status IN ('pending', 'active', 'superseded')
-              AND NOT EXISTS (SELECT 1 FROM sentence_embeddings s
-                              WHERE s.content_hash = c.content_hash AND s.model_id = ?)
-            GROUP BY c.content_hash ORDER BY c.content_hash
-            """,
-            [model_id],
-        ).fetchall()
+            "SELECT c.content_hash, any_value(c.text) " + sentenceless_chunks_sql(("pending", "active", "superseded"))
+            + " GROUP BY c.content_hash ORDER BY c.content_hash", [model_id]).fetchall()
     return [(h, t or "") for h, t in rows if shard_of(h, shards) == shard]
 
 
 def sentence_table(embedder, part: list[tuple[str, str]]) -> pa.Table:
     """The sentence vectors of ``part`` ((content hash, text) pairs) as ``sentence_embeddings`` rows."""
-    from knowledge_store.retrieval.sentences import split_sentences
-
     split = [split_sentences(text) for _, text in part]
     flat = [sentence for sentences in split for sentence in sentences]
     vectors = np.asarray(embedder.embed(flat), dtype=np.float32).reshape(len(flat), embedder.dim)

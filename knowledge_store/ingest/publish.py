@@ -24,6 +24,7 @@ from knowledge_store.index import (
     snapshot_file_name,
     write_pointer,
 )
+from knowledge_store.ingest.embed import sentenceless_chunks_sql
 from knowledge_store.ingest.entities import delete_mentions_of_chunks, delete_orphans
 from knowledge_store.ingest.relations import apply_document_model, document_model_digest
 from knowledge_store.ingest.sync_runs import (
@@ -175,14 +176,8 @@ def active_fingerprint(conn, model_id: str) -> tuple[str, int, int]:
 
 def sentence_texts_missing(conn, model_id: str) -> int:
     """How many chunk texts of the versions a snapshot holds (active, retained) have no sentence vectors."""
-    return conn.execute(
-        """
-        SELECT count(DISTINCT c.content_hash) FROM chunks c
-        JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version AND d.status IN ('active', 'superseded')
-        WHERE NOT EXISTS (SELECT 1 FROM sentence_embeddings s WHERE s.content_hash = c.content_hash AND s.model_id = ?)
-        """,
-        [model_id],
-    ).fetchone()[0]
+    return conn.execute("SELECT count(DISTINCT c.content_hash) " + sentenceless_chunks_sql(("active", "superseded")),
+                        [model_id]).fetchone()[0]
 
 
 def publish_index(settings: Settings, model_id: str, sync_run_id: str) -> PublishResult:
