@@ -48,6 +48,9 @@ def bm25_term(idf, tf: np.ndarray, norm) -> np.ndarray:
     return idf * tf * (BM25_K1 + 1.0) / (tf + norm)
 
 
+QUERY_ENTITY_CACHE = 256  # queries whose entity rows a snapshot remembers
+
+
 @dataclass
 class QueryTerms:
     """The fts view of a query: stemmed terms found in the dictionary, and the rest."""
@@ -91,6 +94,8 @@ class LoadedSnapshot:
     post_norm: np.ndarray | None = None  # float32 per chunk posting: bm25_norm of its row, derived below
     phrase_text_cache: dict = field(default_factory=dict)  # row -> normalised (own, pair) texts, see evidence.py
     normalised_text_cache: dict = field(default_factory=dict)  # row -> normalised text
+    # query text -> query_entity_rows: a query's entities are asked for by query_form and the entity boost alike
+    query_entity_cache: dict = field(default_factory=dict)
     _stems: dict[str, str] = field(default_factory=dict)
     load_seconds: float = 0.0
     # approximate vector index (ann.py): None = exact search; set by SnapshotManager once built or loaded
@@ -200,9 +205,22 @@ class LoadedSnapshot:
         return mask
 
     def query_entity_rows(self, query: str) -> list[np.ndarray]:
-        """For each distinct entity the query names that some chunk mentions: the rows mentioning it."""
-        keys = dict.fromkeys(entity_key(m.canonical_value) for m in self.entity_vocabulary.extract(query))
-        return [self.entity_rows[k] for k in keys if k in self.entity_rows]
+        """For each distinct entity the query names that some chunk mentions: the rows mentioning it.
+
+        Remembered for the last ``QUERY_ENTITY_CACHE`` queries: one search asks twice (its alpha by
+        ``query_form``, then the entity boost), and the patterns are the costly part."""
+        cache = self.query_entity_cache
+        found = cache.get(query)
+        if found is None:
+            keys = dict.fromkeys(entity_key(m.canonical_value) for m in self.entity_vocabulary.extract(query))
+            found = [self.entity_rows[k] for k in keys if k in self.entity_rows]
+            if len(cache) >= QUERY_ENTITY_CACHE:
+                try:  # the oldest query first (dicts keep insertion order); another request may evict it first
+                    cache.pop(next(iter(cache)), None)
+                except (RuntimeError, StopIteration):
+                    pass
+            cache[query] = found
+        return found
 
     # ---------------------------------------------------------------- vectors
     def vector_scores(self, query_vector: np.ndarray) -> np.ndarray:

@@ -86,6 +86,26 @@ def test_a_question_naming_an_entity_is_answered_even_when_the_model_misses_it(s
     assert response.hits[0].relevance >= sample["settings"].min_relevance
 
 
+def test_a_query_s_entities_are_extracted_once_per_snapshot_and_the_memory_is_bounded(sample, monkeypatch):
+    from knowledge_store.retrieval import snapshot_reader
+
+    snapshot = sample["engine"].snapshots.current()
+    snapshot.query_entity_cache.clear()
+    calls = []
+    extract = snapshot.entity_vocabulary.extract
+    monkeypatch.setattr(snapshot, "entity_vocabulary", type("Counting", (), {
+        "extract": lambda self, text: calls.append(text) or extract(text)})())
+    sample["engine"].search("what does API 510 require", k=3, log=False)  # query_form and the entity boost both ask
+    assert calls == ["what does API 510 require"]
+    first = snapshot.query_entity_rows("what does API 510 require")
+    assert len(first) == 1 and len(calls) == 1
+    monkeypatch.setattr(snapshot_reader, "QUERY_ENTITY_CACHE", 3)
+    for i in range(5):
+        snapshot.query_entity_rows(f"API {600 + i}")
+    assert len(snapshot.query_entity_cache) == 3 and "API 604" in snapshot.query_entity_cache
+    snapshot.query_entity_cache.clear()
+
+
 def test_queries_naming_no_entity_rank_exactly_as_without_the_boost(sample, embedder):
     plain = RetrievalEngine(sample["settings"].model_copy(update={"entity_boost": 0.0}), embedder=embedder)
     for question in [q.question for q in EXAMPLE_QUESTIONS] + ["inspection of the expansion vessel"]:
