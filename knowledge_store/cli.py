@@ -704,8 +704,8 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(training.to_dict(), indent=2))
         return 0
-    print(f"query adapter for {settings.data_dir}: {training.rated_queries} rated queries, "
-          f"{training.held_out_queries} held out, {training.seconds:.1f} s")
+    print(f"query adapter for {settings.data_dir}: {training.rated_queries} rated queries, each held out once "
+          f"(cross-validated), {training.seconds:.1f} s")
     if labels:
         print(f"labels: {training.labels_used} of {len(labels)} used as thumbs-up"
               + (f"; {len(training.labels_unmatched)} name no indexed document (first: line "

@@ -717,31 +717,41 @@ def tune_snapshot(snapshot: LoadedSnapshot, settings, embed: Callable[[list[str]
     )
 
 
-def keep_decision(best: np.ndarray, builtin: np.ndarray, min_gain: float = 0.005, z: float = 2.0) -> dict[str, Any]:
-    """Adopt the best grid point only if its gain over the built-in is clear on these pseudo-queries.
+def paired_gain(best: np.ndarray, base: np.ndarray, min_gain: float = 0.005, z: float = 2.0) -> dict[str, Any]:
+    """Is ``best`` clearly better than ``base`` (per-query scores of the same queries, paired)?
 
-    ``best`` and ``builtin`` are per-pseudo-query nDCG@10.  Clear = the mean paired gain exceeds both
-    ``min_gain`` (a change smaller than that is not worth making) and ``z`` standard errors of that
-    mean (it is not the luck of which pseudo-queries were drawn).  Why the second condition: with a
+    Clear = the mean paired gain exceeds both ``min_gain`` (a change smaller than that is not worth
+    making) and ``z`` standard errors of that mean (it is not the luck of which queries were drawn).
+    Returns gain, standard_error, required and adopted; self-tuning (``keep_decision``) and the query
+    adapter's held-out check (``query_adapter.train_query_adapter``) both decide by it.
+    """
+    diff = np.asarray(best, dtype=np.float64) - np.asarray(base, dtype=np.float64)
+    gain = float(diff.mean()) if len(diff) else 0.0
+    se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
+    required = max(min_gain, z * se)
+    return {"gain": round(gain, 4), "standard_error": round(se, 4), "required": round(required, 4),
+            "adopted": bool(gain > required), "changed": bool(diff.any())}
+
+
+def keep_decision(best: np.ndarray, builtin: np.ndarray, min_gain: float = 0.005, z: float = 2.0) -> dict[str, Any]:
+    """Adopt the best grid point only if its gain over the built-in is clear on these pseudo-queries (``paired_gain``).
+
+    ``best`` and ``builtin`` are per-pseudo-query nDCG@10.  Why the standard-error condition: with a
     fixed margin alone, 200 random draws of 300 pseudo-queries from the same corpus changed the
     ranking in 111 (Debian docs) and 32 (SciFact) of them, on average 0.0085 / 0.0097 nDCG@10 away
     from the real labels' choice; with the paired test in 20 and 14, 0.0031 / 0.0084 away
     (``evals/keep_rule_experiment.py``, docs/EVALUATION.md).
     """
-    diff = np.asarray(best, dtype=np.float64) - np.asarray(builtin, dtype=np.float64)
-    gain = float(diff.mean()) if len(diff) else 0.0
-    se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
-    required = max(min_gain, z * se)
-    adopted = bool(gain > required)
-    if not diff.any():
+    decision = paired_gain(best, builtin, min_gain, z)
+    gain, se, required, n = decision["gain"], decision["standard_error"], decision["required"], len(best)
+    if not decision.pop("changed"):
         reason = "the best configuration is the built-in (or ranks every pseudo-query the same)"
-    elif adopted:
-        reason = f"adopted: +{gain:.4f} nDCG@10 on {len(diff)} pseudo-queries, above {required:.4f} (min_gain, {z:g} standard errors)"
+    elif decision["adopted"]:
+        reason = f"adopted: +{gain:.4f} nDCG@10 on {n} pseudo-queries, above {required:.4f} (min_gain, {z:g} standard errors)"
     else:
-        reason = (f"kept the built-in: the best configuration gains {gain:+.4f} nDCG@10 on {len(diff)} pseudo-queries, "
+        reason = (f"kept the built-in: the best configuration gains {gain:+.4f} nDCG@10 on {n} pseudo-queries, "
                   f"not above {required:.4f} (min_gain {min_gain:g}; {z:g} standard errors = {z * se:.4f})")
-    return {"gain": round(gain, 4), "standard_error": round(se, 4), "required": round(required, 4),
-            "adopted": adopted, "reason": reason}
+    return {**decision, "reason": reason}
 
 
 @contextmanager

@@ -214,6 +214,13 @@ def test_a_stored_query_adapter_is_shown_with_its_held_out_evidence_and_searches
         expect(panel).to_contain_text("On 11 held-out of 40 rated queries: nDCG@10 0.610 → 0.680")
         expect(panel).to_contain_text("Recall@5 0.720 → 0.810")
         expect(panel).to_contain_text("in use for every search")
+        # as trained now: every rated query held out once, with the paired gain and its standard error
+        save_adapter(index_dir, QueryAdapter(np.zeros((384, 384), np.float32), {
+            **info, "held_out_queries": 40, "folds": 4,
+            "decision": {"gain": 0.07, "standard_error": 0.021, "required": 0.042, "adopted": True}}))
+        page.reload()
+        expect(panel).to_contain_text("On 40 rated queries, each held out once (4-fold): nDCG@10 0.610 → 0.680 "
+                                      "(paired gain 0.070 ± 0.021), Recall@5 0.720 → 0.810")
         with urllib.request.urlopen(urllib.request.Request(
                 live["base"] + "/api/knowledge/query", data=json.dumps({"query": RESET, "k": 3}).encode(),
                 headers={"Content-Type": "application/json"}), timeout=30) as response:

@@ -16,8 +16,9 @@ from knowledge_store.retrieval.query_adapter import (
     QueryAdapterError,
     RatedQuery,
     adapter_path,
+    assign_folds,
     fit_adapter,
-    is_held_out,
+    fold_of,
     read_adapter,
     reset_adapter,
     save_adapter,
@@ -42,11 +43,20 @@ def test_a_vector_of_another_width_is_refused_with_both_widths() -> None:
         QueryAdapter(np.zeros((8, 8), np.float32)).apply(np.ones(5, np.float32))
 
 
-def test_the_held_out_split_is_stable_and_about_a_quarter() -> None:
+def test_the_folds_are_stable_and_about_a_quarter_each() -> None:
     queries = [f"how do I configure thing {i}?" for i in range(2000)]
-    held = [is_held_out(q) for q in queries]
-    assert held == [is_held_out(q) for q in queries]
-    assert 0.2 < sum(held) / len(held) < 0.3
+    folds = [fold_of(q) for q in queries]
+    assert folds == [fold_of(q) for q in queries]
+    assert all(0.2 < folds.count(f) / len(folds) < 0.3 for f in range(4))
+
+
+def test_a_few_rated_queries_still_fill_every_fold() -> None:
+    # four queries whose hashes share a fold would leave a fold with nothing to hold out
+    rated = [RatedQuery(f"q{i}", np.zeros(4, np.float32), frozenset({i})) for i in range(200)]
+    same = [r for r in rated if fold_of(r.query) == 0][:5]
+    assert sorted(assign_folds(same).tolist()) == [0, 0, 1, 2, 3]
+    many = rated[:40]
+    assert assign_folds(many).tolist() == [fold_of(r.query) for r in many]  # the hash decides when it can
 
 
 def synthetic_corpus(seed: int = 1, sections: int = 60, dim: int = 16):

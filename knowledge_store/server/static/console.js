@@ -605,8 +605,13 @@
       return;
     }
     var without = adapter.held_out_without || {}, withIt = adapter.held_out_with || {};
-    adapterSummary.textContent = "On " + adapter.held_out_queries + " held-out of " + adapter.rated_queries +
-      " rated queries: nDCG@10 " + fmt(without["ndcg@10"]) + " \u2192 " + fmt(withIt["ndcg@10"]) + ", Recall@5 " +
+    // adapters trained since 2026-11-26 hold out every rated query once (cross-validation) and record the paired gain
+    var heldOut = adapter.folds ? adapter.rated_queries + " rated queries, each held out once (" + adapter.folds + "-fold)"
+      : adapter.held_out_queries + " held-out of " + adapter.rated_queries + " rated queries";
+    var decision = adapter.decision && typeof adapter.decision.gain === "number"
+      ? " (paired gain " + fmt(adapter.decision.gain) + " \u00b1 " + fmt(adapter.decision.standard_error) + ")" : "";
+    adapterSummary.textContent = "On " + heldOut + ": nDCG@10 " + fmt(without["ndcg@10"]) + " \u2192 " +
+      fmt(withIt["ndcg@10"]) + decision + ", Recall@5 " +
       fmt(without["recall@5"]) + " \u2192 " + fmt(withIt["recall@5"]) + " \u00b7 trained " +
       String(adapter.trained_at || "").replace("T", " ").slice(0, 16) + " in " + fmt(adapter.seconds, 1) + " s" +
       (adapter.in_use === false ? " \u00b7 not in use: GROUNDWORK_USE_QUERY_ADAPTER is false" : " \u00b7 in use for every search");
