@@ -14,6 +14,11 @@ them too ("answers rated before") or not ("new answers"): gains on the second gr
 the adapter generalises; gains on the first are feedback remembering useful passages.
 
     .venv/bin/python -m evals.adapter_eval scifact debian --json-out docs/evaluation/query_adapter.json
+    .venv/bin/python -m evals.adapter_eval --transfer-from perl debian:train debian:test scifact:train
+
+``--transfer-from SET`` asks whether an adapter is the corpus's or the model's: it learns one from all of
+SET's labels (at each L2 of the grid, no held-out check) and ranks the named splits of the *other* sets
+with and without it.
 """
 
 from __future__ import annotations
@@ -39,7 +44,13 @@ from knowledge_store.retrieval.evidence import (
     vector_feedback_for,
 )
 from knowledge_store.retrieval.fusion import Fused
-from knowledge_store.retrieval.query_adapter import QueryAdapter, train_query_adapter
+from knowledge_store.retrieval.query_adapter import (
+    L2_GRID,
+    QueryAdapter,
+    fit_adapter,
+    rated_queries,
+    train_query_adapter,
+)
 from knowledge_store.retrieval.query_form import alpha_for
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 from knowledge_store.settings import Settings
@@ -136,11 +147,47 @@ def run(name: str) -> dict:
     return out
 
 
+def transfer(source: str, targets: list[str]) -> dict:
+    """Adapters learned from every label of ``source``, applied to the splits ``targets`` of other sets."""
+    settings = Settings()
+    src = open_dev_store(f"{source}:all")
+    vectors = embed_queries(src.dataset, src.embedder)
+    rated = rated_queries(src.snapshot, thumbs_from_labels(src.snapshot, src.dataset, vectors, src.beir), src.embedder.embed)
+    matrices = {l2: fit_adapter(src.snapshot, rated, l2) for l2 in L2_GRID}
+    src.snapshot.close()
+    out: dict = {"source": source, "rated_queries": len(rated), "targets": {}}
+    for spec in targets:
+        if spec.partition(":")[0] == source:
+            raise SystemExit(f"--transfer-from {source}: {spec} is the same set; name another set's split")
+        dev = open_dev_store(spec)
+        target_vectors = embed_queries(dev.dataset, dev.embedder)
+        rows = {"without": score(dev.snapshot, dev.dataset, target_vectors, dev.params, settings, dev.beir, None, set())["all"]}
+        for l2, matrix in matrices.items():
+            rows[f"{source} adapter, l2 {l2:g}"] = score(dev.snapshot, dev.dataset, target_vectors, dev.params, settings,
+                                                        dev.beir, QueryAdapter(matrix), set())["all"]
+        dev.snapshot.close()
+        out["targets"][spec] = rows
+        print(json.dumps({spec: rows}, indent=1), flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("datasets", nargs="+", choices=sorted(DATASETS))
+    parser.add_argument("datasets", nargs="+", help=f"sets ({', '.join(sorted(DATASETS))}); with --transfer-from, "
+                                                    "splits of other sets (debian:test ...)")
+    parser.add_argument("--transfer-from", choices=sorted(DATASETS))
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
+    unknown = [d for d in args.datasets if d.partition(":")[0] not in DATASETS]
+    if unknown:
+        parser.error(f"unknown set(s) {unknown}: choose from {sorted(DATASETS)}")
+    if not args.transfer_from and any(":" in d for d in args.datasets):
+        parser.error("name whole sets (train feedback, test queries); splits are for --transfer-from")
+    if args.transfer_from:
+        results = transfer(args.transfer_from, args.datasets)
+        if args.json_out:
+            args.json_out.write_text(json.dumps(results, indent=2))
+        return 0
     results = [run(name) for name in args.datasets]
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=2))
