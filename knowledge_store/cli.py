@@ -449,8 +449,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     elif adapter.get("error"):
         print(f"query adapter: not in use - {adapter['error']}")
     else:
+        decision = adapter.get("decision") or {}  # adapters trained since 2026-11-26: cross-validated, paired
         print(f"query adapter: trained {adapter['trained_at']} on {adapter['rated_queries']} rated queries; held-out "
               f"nDCG@10 {adapter['held_out_without']['ndcg@10']:.3f} -> {adapter['held_out_with']['ndcg@10']:.3f}"
+              + (f" (paired gain {decision['gain']:+.3f} ± {decision['standard_error']:.3f}, {adapter.get('folds')}-fold)"
+                 if "gain" in decision else "")
               + ("" if adapter["in_use"] else " (not in use: GROUNDWORK_USE_QUERY_ADAPTER is false)"))
     if status["last_sync"]:
         last = status["last_sync"]

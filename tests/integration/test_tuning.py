@@ -538,6 +538,11 @@ def test_status_shows_the_ranking_and_the_query_adapter(tiny, capsys):
         assert main(["status", "--data-dir", data]) == 0
         assert ("query adapter: trained 2026-11-25T00:50:00+00:00 on 31 rated queries; held-out nDCG@10 0.500 -> 0.625"
                 in capsys.readouterr().out)
+        save_adapter(tiny.index_dir, QueryAdapter(np.zeros((384, 384), np.float32), {
+            **info, "held_out_queries": 31, "folds": 4,
+            "decision": {"gain": 0.125, "standard_error": 0.04, "required": 0.08, "adopted": True}}))
+        assert main(["status", "--data-dir", data]) == 0
+        assert ("held-out nDCG@10 0.500 -> 0.625 (paired gain +0.125 ± 0.040, 4-fold)" in capsys.readouterr().out)
         adapter_path(tiny.index_dir).write_bytes(b"damaged")
         assert main(["status", "--data-dir", data]) == 0
         assert "query adapter: not in use - " in capsys.readouterr().out
