@@ -426,6 +426,32 @@ def test_adapter_training_measures_held_out_queries_and_the_engine_serves_the_st
 
 
 @pytest.mark.slow
+def test_the_adapter_asset_reports_its_cross_validated_decision_in_metadata(tiny, snapshot, monkeypatch):
+    import dagster as dg
+
+    import knowledge_store.tuning as tuning
+    from pipelines.resources import EmbeddingModelResource, RetrievalResource
+    from pipelines.tuning import query_adapter
+
+    settings = untuned(tiny)
+    stored = adapter_path(settings.index_dir)
+    stored.unlink(missing_ok=True)
+    monkeypatch.setattr(tuning, "_feedback_rows", lambda _settings: with_chunks(snapshot, heading_feedback()))
+    resources = {"retrieval": RetrievalResource(data_dir=str(settings.data_dir)),
+                 "model": EmbeddingModelResource(torch_threads=1)}
+    result = dg.materialize([query_adapter], resources=resources)
+    metadata = result.asset_materializations_for_node("query_adapter")[0].metadata
+    # every section is already found first on this corpus: no clear gain, nothing stored, the numbers say why
+    assert metadata["adopted"].value is False
+    assert metadata["reason"].value.startswith("not adopted: on 24 rated queries, each held out once (4-fold)")
+    assert metadata["rated_queries"].value == 24 and metadata["held_out_queries"].value == 24
+    assert metadata["paired_gain"].value <= metadata["gain_required"].value
+    assert metadata["gain_required"].value >= 0.005 and metadata["gain_standard_error"].value >= 0.0
+    assert metadata["held_out_table"].value.count("| trained |") == 3
+    assert not stored.exists()
+
+
+@pytest.mark.slow
 def test_cli_adapt_refuses_too_little_feedback_and_reset_removes_the_adapter(tiny, capsys, monkeypatch):
     from knowledge_store.cli import main
     from knowledge_store.retrieval.query_adapter import save_adapter
