@@ -50,14 +50,9 @@ def run(spec: str) -> dict[str, float]:
         params = replace(dev.params, alpha=alpha_for(pq.query, dev.params.alpha, settings.question_alpha, snapshot))
         plain = rank_rows(evidence, params, snapshot.active, settings.candidate_pool, settings.rrf_k,
                           snapshot=snapshot, query=pq.query).rows
-        saved = snapshot.embeddings[rows].copy()
-        if stripped is not None:  # the step's second pass sees the targets without the query text too
-            snapshot.embeddings[rows] = stripped
-        try:
-            stepped = rank_rows(evidence, params, snapshot.active, settings.candidate_pool, settings.rrf_k,
-                                snapshot=snapshot, query=pq.query, feedback=vector_feedback_for(settings, qv)).rows
-        finally:
-            snapshot.embeddings[rows] = saved
+        # the step's second pass sees the targets without the query text too (``evidence.replaced``)
+        stepped = rank_rows(evidence, params, snapshot.active, settings.candidate_pool, settings.rrf_k,
+                            snapshot=snapshot, query=pq.query, feedback=vector_feedback_for(settings, qv)).rows
         without.append(ndcg_at_k(units_of(snapshot, plain, pq.unit), pq.targets, 10))
         with_step.append(ndcg_at_k(units_of(snapshot, stepped, pq.unit), pq.targets, 10))
     diff = np.array(with_step) - np.array(without)

@@ -54,7 +54,14 @@ from knowledge_store.chunking import SECTION_SEPARATOR
 from knowledge_store.embeddings import bare_weight_of, embed_chunks
 from knowledge_store.errors import GroundworkError
 from knowledge_store.progress import stage_progress
-from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, gather_evidence, rank_rows
+from knowledge_store.retrieval.evidence import (
+    QueryEvidence,
+    RankingParams,
+    gather_evidence,
+    rank_rows,
+    sentence_evidence_for,
+    vector_feedback_for,
+)
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.query_form import alpha_for
 from knowledge_store.retrieval.snapshot_reader import _FTS_SPLIT, LoadedSnapshot, bm25_norm, bm25_term
@@ -306,7 +313,10 @@ def strip_query_from_targets(snapshot: LoadedSnapshot, pq: PseudoQuery, evidence
             bm25_section[sections.group == group] = _bm25(tf, section_len[group], sections.avgdl, sec_idf)
     # the section lead's cosine follows its (re-embedded) lead row
     vector_lead = vector_chunk[sections.lead_row][sections.group]
-    return QueryEvidence(terms, bm25_chunk, bm25_section, evidence.coverage, vector_chunk, vector_lead)
+    # the served second passes (sentence evidence, the feedback step) score the pool again from chunk vectors:
+    # they must see the targets' stripped vectors too, or the stored header would hand them the answer
+    replaced = {**(evidence.replaced or {}), **dict(zip(rows.tolist(), np.asarray(vectors, dtype=np.float32)))}
+    return QueryEvidence(terms, bm25_chunk, bm25_section, evidence.coverage, vector_chunk, vector_lead, replaced=replaced)
 
 
 # --------------------------------------------------------------------------- the sweep
@@ -335,12 +345,16 @@ class SweepRow:
 
 def score_grid(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Callable[[list[str]], np.ndarray],
                grid: list[RankingParams], pool: int = 100, rrf_k: int = 60,
-               strip: bool = True, question_alpha: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+               strip: bool = True, question_alpha: float | None = None,
+               served_by=None) -> tuple[np.ndarray, np.ndarray]:
     """nDCG@10 and Recall@5 of every grid point (rows) on every pseudo-query (columns).
 
     A pseudo-query phrased as a question (an FAQ heading, a rated user question) that names no entity is
     ranked with ``question_alpha`` whatever the grid point's alpha, as the engine ranks it
-    (``query_form.alpha_for``): the alpha tuning chooses is the one of every other query.
+    (``query_form.alpha_for``): the alpha tuning chooses is the one of every other query.  ``served_by``
+    (Settings) adds the second passes the engine serves with under them - sentence evidence and the
+    feedback step - with the targets' stripped vectors (``strip_query_from_targets``), so the grid is
+    ranked as it will be served.
     """
     vectors = embed([q.query for q in queries]) if queries else np.zeros((0, snapshot.embeddings.shape[1]), dtype=np.float32)
     counter = _TermCounter(snapshot)
@@ -354,9 +368,13 @@ def score_grid(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Call
         if strip:
             evidence = strip_query_from_targets(snapshot, pq, evidence, embed, counter, qv)
         cache: dict[int, float] = {}
+        sentences = sentence_evidence_for(served_by, snapshot, qv) if served_by is not None else None
+        steps = {} if served_by is None else {"feedback": vector_feedback_for(served_by, qv),
+                                              "sentences": sentences.with_memo() if sentences is not None else None}
         for i, params in enumerate(grid):
             params = replace(params, alpha=alpha_for(pq.query, params.alpha, question_alpha, snapshot))
-            fused = rank_rows(evidence, params, mask, pool, rrf_k, snapshot=snapshot, query=pq.query, phrase_cache=cache)
+            fused = rank_rows(evidence, params, mask, pool, rrf_k, snapshot=snapshot, query=pq.query, phrase_cache=cache,
+                              **steps)
             ranked = units_of(snapshot, fused.rows, pq.unit)
             ndcg[i, j] = ndcg_at_k(ranked, pq.targets, 10)
             recall[i, j] = recall_at_k(ranked, pq.targets, 5)
@@ -699,7 +717,7 @@ def tune_snapshot(snapshot: LoadedSnapshot, settings, embed: Callable[[list[str]
     if builtin not in grid:
         grid.append(builtin)
     ndcg, recall = score_grid(snapshot, queries, embed, grid, pool=settings.candidate_pool, rrf_k=settings.rrf_k,
-                              question_alpha=settings.question_alpha)
+                              question_alpha=settings.question_alpha, served_by=settings)
     rows = summarise_grid(queries, grid, ndcg, recall)
     before = next(r for r in rows if r.params == builtin)
     decision = keep_decision(ndcg[grid.index(rows[0].params)], ndcg[grid.index(builtin)], min_gain)

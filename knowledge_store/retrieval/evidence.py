@@ -33,7 +33,8 @@ the heading its pseudo-query was made from (``evals/sentence_evidence_experiment
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -159,9 +160,21 @@ def first_document_rows(snapshot: LoadedSnapshot, rows: np.ndarray, k: int) -> n
     return rows[np.sort(first)[:k]]
 
 
-def moved_query_vector(snapshot: LoadedSnapshot, query_vector: np.ndarray, rows: np.ndarray, beta: float) -> np.ndarray:
+def chunk_vectors(snapshot: LoadedSnapshot, rows: np.ndarray, replaced: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
+    """The stored vectors of ``rows``; a row in ``replaced`` gets that vector instead (self-tuning scores a
+    pseudo-query's targets as if their header did not hold the query: ``tuning.strip_query_from_targets``)."""
+    vectors = snapshot.embeddings[rows]
+    if replaced:
+        for i, row in enumerate(np.asarray(rows).tolist()):
+            if row in replaced:
+                vectors[i] = replaced[row]  # fancy indexing copied: the snapshot is untouched
+    return vectors
+
+
+def moved_query_vector(snapshot: LoadedSnapshot, query_vector: np.ndarray, rows: np.ndarray, beta: float,
+                       replaced: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
     """Rocchio: the query vector plus ``beta`` times the centroid of ``rows``' vectors, renormalised."""
-    moved = query_vector + beta * snapshot.embeddings[rows].mean(axis=0)
+    moved = query_vector + beta * chunk_vectors(snapshot, rows, replaced).mean(axis=0)
     return (moved / np.linalg.norm(moved)).astype(np.float32)
 
 
@@ -173,6 +186,32 @@ class SentenceEvidence:
 
     query_vector: np.ndarray
     weight: float
+    # query vector (bytes) -> best sentence cosine per snapshot row (NaN = not yet computed), or None: self-tuning
+    # ranks one query under ~250 configurations whose pools and feedback vectors mostly repeat (``with_memo``)
+    memo: dict | None = field(default=None, compare=False, repr=False)
+
+    def with_memo(self) -> SentenceEvidence:
+        """The same evidence, remembering each row's best sentence cosine per query vector across rankings."""
+        return SentenceEvidence(self.query_vector, self.weight, {})
+
+
+def best_sentence_cosines(snapshot: LoadedSnapshot, rows: np.ndarray, query_vector: np.ndarray,
+                          memo: dict | None = None) -> np.ndarray:
+    """Each row's best sentence cosine with ``query_vector`` (``SentenceIndex.best``), computed once per row and
+    vector when ``memo`` (``SentenceEvidence.memo``) is given."""
+    index = snapshot.sentence_index
+    if memo is None:
+        return index.best(rows, query_vector)
+    known = memo.get(query_vector.tobytes())
+    if known is None:
+        known = memo[query_vector.tobytes()] = np.full(len(index.start), np.nan, dtype=np.float32)
+    out = known[rows]
+    missing = np.isnan(out)
+    if missing.any():
+        fresh = index.best(rows[missing], query_vector)
+        known[rows[missing]] = fresh
+        out[missing] = fresh
+    return out
 
 
 def sentence_evidence_for(settings, snapshot: LoadedSnapshot, query_vector: np.ndarray) -> SentenceEvidence | None:
@@ -183,14 +222,19 @@ def sentence_evidence_for(settings, snapshot: LoadedSnapshot, query_vector: np.n
 
 
 def pool_vector_evidence(snapshot: LoadedSnapshot, rows: np.ndarray, query_vector: np.ndarray, lead_weight: float,
-                         sentence_weight: float = 0.0) -> np.ndarray:
+                         sentence_weight: float = 0.0, replaced: Mapping[int, np.ndarray] | None = None,
+                         memo: dict | None = None) -> np.ndarray:
     """The semantic evidence of ``rows`` for ``query_vector``: each chunk's cosine (blended with its best
-    sentence's when ``sentence_weight`` and the snapshot has sentence vectors), blended with its section lead's."""
-    sentences = snapshot.sentence_index if sentence_weight > 0.0 else None
+    sentence's when ``sentence_weight`` and the snapshot has sentence vectors), blended with its section lead's.
+    ``replaced``: rows scored with another vector than the stored one (``chunk_vectors``); ``memo``: see
+    ``best_sentence_cosines``."""
+    with_sentences = sentence_weight > 0.0 and snapshot.sentence_index is not None
 
     def cosine(r: np.ndarray) -> np.ndarray:
-        own = snapshot.embeddings[r] @ query_vector
-        return own if sentences is None else (1.0 - sentence_weight) * own + sentence_weight * sentences.best(r, query_vector)
+        own = chunk_vectors(snapshot, r, replaced) @ query_vector
+        if not with_sentences:
+            return own
+        return (1.0 - sentence_weight) * own + sentence_weight * best_sentence_cosines(snapshot, r, query_vector, memo)
 
     chunk = cosine(rows)
     if snapshot.sections is None:
@@ -207,15 +251,16 @@ def refuse_pool(fused: Fused, vector: np.ndarray, params: RankingParams, pool: i
 
 
 def feedback_rescore(fused: Fused, feedback: VectorFeedback, snapshot: LoadedSnapshot, params: RankingParams,
-                     pool: int, rrf_k: int, sentence_weight: float = 0.0) -> Fused:
+                     pool: int, rrf_k: int, sentence_weight: float = 0.0,
+                     replaced: Mapping[int, np.ndarray] | None = None, memo: dict | None = None) -> Fused:
     """``fused`` fused again with the vector moved towards its own top documents (``VectorFeedback``)."""
     rows = fused.rows
     if len(rows) < 2 or params.alpha <= 0.0:
         return fused
     moved = moved_query_vector(snapshot, feedback.query_vector, first_document_rows(snapshot, rows, feedback.docs),
-                               feedback.beta)
-    return refuse_pool(fused, pool_vector_evidence(snapshot, rows, moved, params.lead_weight, sentence_weight),
-                       params, pool, rrf_k)
+                               feedback.beta, replaced)
+    return refuse_pool(fused, pool_vector_evidence(snapshot, rows, moved, params.lead_weight, sentence_weight, replaced,
+                                                   memo), params, pool, rrf_k)
 
 
 @dataclass
@@ -228,6 +273,8 @@ class QueryEvidence:
     vector_lead: np.ndarray
     # approximate vector search (ann.py): only the rows it scored have cosines; rank_rows scores the BM25 pool too
     partial: PartialVectors | None = None
+    # rows whose vector is not the stored one (self-tuning's stripped targets): the pool's second passes use these
+    replaced: dict[int, np.ndarray] | None = None
 
     def bm25(self, section_weight: float) -> np.ndarray:
         return blend(self.bm25_chunk, self.bm25_section, section_weight)
@@ -340,9 +387,11 @@ def rank_rows(evidence: QueryEvidence, params: RankingParams, mask: np.ndarray |
     sentence_weight = sentences.weight if sentences is not None and snapshot is not None else 0.0
     if sentence_weight > 0.0 and len(fused.rows) > 1 and params.alpha > 0.0:
         fused = refuse_pool(fused, pool_vector_evidence(snapshot, fused.rows, sentences.query_vector, params.lead_weight,
-                                                        sentence_weight), params, pool, rrf_k)
+                                                        sentence_weight, evidence.replaced, sentences.memo),
+                            params, pool, rrf_k)
     if feedback is not None and snapshot is not None:
-        fused = feedback_rescore(fused, feedback, snapshot, params, pool, rrf_k, sentence_weight)
+        fused = feedback_rescore(fused, feedback, snapshot, params, pool, rrf_k, sentence_weight, evidence.replaced,
+                                 sentences.memo if sentences is not None else None)
     if entity_boost is not None:
         fused = apply_entity_boost(fused, entity_boost)
     if snapshot is None or query is None or not len(fused.rows) or not is_phrase_query(query):

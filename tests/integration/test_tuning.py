@@ -181,6 +181,17 @@ def test_the_query_text_is_removed_from_its_target(snapshot, tiny_embedder):
     # every other row keeps its real scores: the competition is the real one
     assert np.array_equal(stripped.bm25_chunk[others], evidence.bm25_chunk[others])
     assert np.array_equal(stripped.vector_chunk[others], evidence.vector_chunk[others])
+    # the served second passes (sentence evidence, the feedback step) score the pool from chunk vectors: they get
+    # the stripped ones for the targets, and the snapshot's own vectors stay as stored
+    from knowledge_store.retrieval.evidence import chunk_vectors, pool_vector_evidence
+
+    stored = snapshot.embeddings[target].copy()
+    assert sorted(stripped.replaced) == target.tolist()
+    assert np.allclose(chunk_vectors(snapshot, target, stripped.replaced) @ vector, stripped.vector_chunk[target], atol=1e-5)
+    rescored = pool_vector_evidence(snapshot, target, vector, 0.0, 0.0, stripped.replaced)
+    assert np.allclose(rescored, stripped.vector_chunk[target], atol=1e-5)
+    assert np.all(pool_vector_evidence(snapshot, target, vector, 0.0) > rescored)  # stored header: the leak it closes
+    assert np.array_equal(snapshot.embeddings[target], stored)
 
 
 @pytest.mark.slow

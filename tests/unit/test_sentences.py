@@ -10,6 +10,8 @@ from knowledge_store.retrieval.evidence import (
     QueryEvidence,
     RankingParams,
     SentenceEvidence,
+    best_sentence_cosines,
+    chunk_vectors,
     pool_vector_evidence,
     rank_rows,
 )
@@ -84,3 +86,35 @@ def test_a_chunk_whose_one_sentence_answers_moves_up_by_its_sentence_evidence():
 def test_sentence_index_type_is_frozen_data():
     index = SentenceIndex(np.zeros((1, 2), np.float16), np.array([0]), np.array([1]))
     assert index.best(np.array([0]), np.array([1.0, 0.0])).tolist() == [0.0]
+
+
+def test_a_memo_gives_the_same_best_sentence_cosines_and_computes_each_row_once_per_vector():
+    rng = np.random.default_rng(5)
+    snapshot = _snapshot(_unit(rng, 6), [_unit(rng, k) for k in (1, 3, 2, 1, 2, 4)])
+    q, moved = _unit(rng, 2)
+    calls = []
+    best = snapshot.sentence_index.best
+    snapshot.sentence_index = SimpleNamespace(start=snapshot.sentence_index.start,
+                                              best=lambda rows, v: calls.append(len(rows)) or best(rows, v))
+    memo = SentenceEvidence(q, 0.2).with_memo().memo
+    rows = np.array([4, 0, 4, 2])  # a row twice, as section leads repeat
+    np.testing.assert_array_equal(best_sentence_cosines(snapshot, rows, q, memo), best(rows, q))
+    np.testing.assert_array_equal(best_sentence_cosines(snapshot, np.array([2, 5, 0]), q, memo), best(np.array([2, 5, 0]), q))
+    assert calls == [4, 1]  # the second call computed only row 5
+    np.testing.assert_array_equal(best_sentence_cosines(snapshot, rows, moved, memo), best(rows, moved))
+    assert calls[-1] == 4 and len(memo) == 2  # another vector is remembered apart
+    assert SentenceEvidence(q, 0.2).memo is None  # the engine's per-query evidence keeps no memo
+
+
+def test_replaced_rows_are_scored_with_their_replacement_and_the_snapshot_is_untouched():
+    rng = np.random.default_rng(7)
+    snapshot = _snapshot(_unit(rng, 4), [_unit(rng, 1) for _ in range(4)])
+    stored = snapshot.embeddings.copy()
+    replacement = _unit(rng, 1)[0]
+    q = _unit(rng, 1)[0]
+    rows = np.array([3, 1, 0])
+    vectors = chunk_vectors(snapshot, rows, {1: replacement})
+    np.testing.assert_array_equal(vectors[1], replacement)
+    np.testing.assert_array_equal(vectors[[0, 2]], stored[[3, 0]])
+    np.testing.assert_allclose(pool_vector_evidence(snapshot, rows, q, 0.0, 0.0, {1: replacement}), vectors @ q, rtol=1e-6)
+    np.testing.assert_array_equal(snapshot.embeddings, stored)
