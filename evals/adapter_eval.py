@@ -40,8 +40,7 @@ from knowledge_store.retrieval.evidence import (
     RankingParams,
     gather_evidence,
     rank_rows,
-    sentence_evidence_for,
-    vector_feedback_for,
+    served_steps,
 )
 from knowledge_store.retrieval.fusion import Fused
 from knowledge_store.retrieval.query_adapter import (
@@ -62,8 +61,7 @@ def ranked_pool(snapshot: LoadedSnapshot, text: str, vector: np.ndarray, params:
     best first; with ``question_alpha`` a question ranks at that alpha, as the engine serves it."""
     params = replace(params, alpha=alpha_for(text, params.alpha, question_alpha, snapshot))
     return rank_rows(gather_evidence(snapshot, text, vector), params, snapshot.active, settings.candidate_pool,
-                     settings.rrf_k, snapshot=snapshot, query=text, feedback=vector_feedback_for(settings, vector),
-                     sentences=sentence_evidence_for(settings, snapshot, vector))
+                     settings.rrf_k, snapshot=snapshot, query=text, **served_steps(settings, snapshot, vector))
 
 
 def ranked_rows(snapshot: LoadedSnapshot, text: str, vector: np.ndarray, params: RankingParams,

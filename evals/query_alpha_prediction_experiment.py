@@ -24,7 +24,11 @@ import numpy as np
 from evals.dev_store import open_dev_store
 from evals.metrics import ndcg_at_k, recall_at_k
 from evals.ranking_sweep import embed_queries
-from knowledge_store.retrieval.evidence import gather_evidence, rank_rows, sentence_evidence_for, vector_feedback_for
+from knowledge_store.retrieval.evidence import (
+    gather_evidence,
+    rank_rows,
+    served_steps,
+)
 from knowledge_store.retrieval.query_form import is_question
 from knowledge_store.settings import Settings
 
@@ -51,8 +55,7 @@ def measure(spec: str) -> dict[str, np.ndarray]:
                        (bm25[0] - bm25[9]) / max(bm25[0], 1e-9),
                        len(terms.known) / max(1, len(terms.known) + len(terms.unknown)), len(text.split()))
         question[j] = is_question(text)
-        steps = {"feedback": vector_feedback_for(settings, vectors[qid]),
-                 "sentences": sentence_evidence_for(settings, snapshot, vectors[qid])}
+        steps = served_steps(settings, snapshot, vectors[qid])
         for i, alpha in enumerate(ALPHAS):
             rows = rank_rows(evidence, replace(dev.params, alpha=alpha), snapshot.active, settings.candidate_pool,
                              settings.rrf_k, snapshot=snapshot, query=text, **steps).rows

@@ -36,8 +36,7 @@ from knowledge_store.retrieval.evidence import (
     RankingParams,
     gather_evidence,
     rank_rows,
-    sentence_evidence_for,
-    vector_feedback_for,
+    served_steps,
 )
 from knowledge_store.retrieval.query_form import alpha_for
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, load_snapshot
@@ -65,9 +64,7 @@ def real_label_sweep(snapshot: LoadedSnapshot, dataset: BeirDataset, query_vecto
         evidence = gather_evidence(snapshot, text, query_vectors[qid])
         relevant = dataset.qrels[qid]
         cache: dict[int, float] = {}
-        steps = {} if served_by is None else {
-            "feedback": vector_feedback_for(served_by, query_vectors[qid]),
-            "sentences": sentence_evidence_for(served_by, snapshot, query_vectors[qid])}
+        steps = {} if served_by is None else served_steps(served_by, snapshot, query_vectors[qid])
         for i, params in enumerate(grid):
             params = replace(params, alpha=alpha_for(text, params.alpha, question_alpha, snapshot))
             rows = rank_rows(evidence, params, snapshot.active, pool, rrf_k, snapshot=snapshot,

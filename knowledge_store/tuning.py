@@ -59,8 +59,7 @@ from knowledge_store.retrieval.evidence import (
     RankingParams,
     gather_evidence,
     rank_rows,
-    sentence_evidence_for,
-    vector_feedback_for,
+    served_steps,
 )
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.query_form import alpha_for
@@ -368,9 +367,7 @@ def score_grid(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Call
         if strip:
             evidence = strip_query_from_targets(snapshot, pq, evidence, embed, counter, qv)
         cache: dict[int, float] = {}
-        sentences = sentence_evidence_for(served_by, snapshot, qv) if served_by is not None else None
-        steps = {} if served_by is None else {"feedback": vector_feedback_for(served_by, qv),
-                                              "sentences": sentences.with_memo() if sentences is not None else None}
+        steps = {} if served_by is None else served_steps(served_by, snapshot, qv, memo=True)
         for i, params in enumerate(grid):
             params = replace(params, alpha=alpha_for(pq.query, params.alpha, question_alpha, snapshot))
             fused = rank_rows(evidence, params, mask, pool, rrf_k, snapshot=snapshot, query=pq.query, phrase_cache=cache,

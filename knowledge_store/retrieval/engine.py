@@ -32,9 +32,8 @@ from knowledge_store.retrieval.evidence import (
     lexical_evidence,
     mention_share,
     rank_rows,
-    sentence_evidence_for,
+    served_steps,
     vector_evidence,
-    vector_feedback_for,
 )
 from knowledge_store.retrieval.filters import MaskCache, SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES, relevance
@@ -337,8 +336,7 @@ class RetrievalEngine:
         boost = entity_boost_for(snapshot, request.query, self.settings.entity_boost)
         fused = rank_rows(evidence, request.ranking, mask, self.settings.candidate_pool, self.settings.rrf_k,
                           snapshot=snapshot, query=request.query if self.settings.phrase_boost else None,
-                          entity_boost=boost, feedback=vector_feedback_for(self.settings, search_vector),
-                          sentences=sentence_evidence_for(self.settings, snapshot, search_vector))
+                          entity_boost=boost, **served_steps(self.settings, snapshot, search_vector))
         rows = fused.rows[:pool_size]
         total = terms.total_weight
         # absolute relevance is calibrated on the chunk's own cosine with the model's query vector, whatever the

@@ -202,9 +202,10 @@ def best_sentence_cosines(snapshot: LoadedSnapshot, rows: np.ndarray, query_vect
     index = snapshot.sentence_index
     if memo is None:
         return index.best(rows, query_vector)
-    known = memo.get(query_vector.tobytes())
+    key = query_vector.tobytes()
+    known = memo.get(key)
     if known is None:
-        known = memo[query_vector.tobytes()] = np.full(len(index.start), np.nan, dtype=np.float32)
+        known = memo[key] = np.full(len(index.start), np.nan, dtype=np.float32)
     out = known[rows]
     missing = np.isnan(out)
     if missing.any():
@@ -219,6 +220,15 @@ def sentence_evidence_for(settings, snapshot: LoadedSnapshot, query_vector: np.n
     if settings.sentence_weight <= 0.0 or snapshot.sentence_index is None:
         return None
     return SentenceEvidence(np.asarray(query_vector, dtype=np.float32), float(settings.sentence_weight))
+
+
+def served_steps(settings, snapshot: LoadedSnapshot, query_vector: np.ndarray, memo: bool = False) -> dict[str, object]:
+    """``rank_rows``' keyword arguments for the second passes the engine serves with under ``settings``: the feedback
+    step and sentence evidence (each None when off).  ``memo``: the sentence evidence remembers best-sentence
+    cosines across rankings of the same query (``SentenceEvidence.with_memo``; self-tuning's grid)."""
+    sentences = sentence_evidence_for(settings, snapshot, query_vector)
+    return {"feedback": vector_feedback_for(settings, query_vector),
+            "sentences": sentences.with_memo() if memo and sentences is not None else sentences}
 
 
 def pool_vector_evidence(snapshot: LoadedSnapshot, rows: np.ndarray, query_vector: np.ndarray, lead_weight: float,

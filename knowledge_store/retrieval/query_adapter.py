@@ -48,8 +48,7 @@ from knowledge_store.retrieval.evidence import (
     RankingParams,
     gather_evidence,
     rank_rows,
-    sentence_evidence_for,
-    vector_feedback_for,
+    served_steps,
 )
 from knowledge_store.retrieval.query_form import alpha_for
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
@@ -257,8 +256,7 @@ def per_query_quality(snapshot: LoadedSnapshot, rated: list[RatedQuery], params:
         vector = r.vector if adapter is None else adapter.apply(r.vector)
         ranking = replace(params, alpha=alpha_for(r.query, params.alpha, question_alpha, snapshot))
         fused = rank_rows(gather_evidence(snapshot, r.query, vector), ranking, snapshot.active, settings.candidate_pool,
-                          settings.rrf_k, snapshot=snapshot, query=r.query, feedback=vector_feedback_for(settings, vector),
-                          sentences=sentence_evidence_for(settings, snapshot, vector))
+                          settings.rrf_k, snapshot=snapshot, query=r.query, **served_steps(settings, snapshot, vector))
         ranked = units_of(snapshot, fused.rows, "section")
         out[i] = ndcg_at_k(ranked, r.targets, 10), recall_at_k(ranked, r.targets, 5)
     return out
