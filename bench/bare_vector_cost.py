@@ -71,24 +71,31 @@ def header(title: str, reproduce: str, started_load: str) -> list[str]:
             f"ingestion runs). Reproduce: `{reproduce}`.", ""]
 
 
-def main(argv: list[str] | None = None) -> int:
-    from knowledge_store.embeddings import chunk_vector_id, document_embedder
-    from knowledge_store.ingest.embed import chunk_vectors
+def start_cost_bench(script: str, description: str, title: str, argv: list[str] | None):
+    """An ingestion-cost bench's start: its arguments (``--texts``, ``--block``, ``--out``, by default
+    ``docs/benchmarks/<script>.md``), the ingest embedder loaded, and the report's header lines."""
+    from knowledge_store.embeddings import document_embedder
     from knowledge_store.settings import Settings
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--texts", type=int, default=1024, help="chunks sampled from each evaluation store")
     parser.add_argument("--block", type=int, default=128)
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "bare_vector_cost.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / f"{script}.md")
     args = parser.parse_args(argv)
-
-    settings = Settings()
-    embedder = document_embedder(settings)
+    embedder = document_embedder(Settings())
     embedder.load()
+    return args, embedder, header(title, f".venv/bin/python bench/{script}.py --texts {args.texts}", load())
+
+
+def main(argv: list[str] | None = None) -> int:
+    from knowledge_store.embeddings import chunk_vector_id
+    from knowledge_store.ingest.embed import chunk_vectors
+
+    args, embedder, lines = start_cost_bench(
+        "bare_vector_cost", __doc__.splitlines()[0],
+        "## Chunk vectors with the bare-text blend: ingestion cost (`bare_vector_weight`)", argv)
     plain_id = embedder.model_id
-    started_load = load()
-    lines = header("## Chunk vectors with the bare-text blend: ingestion cost (`bare_vector_weight`)",
-                   f".venv/bin/python bench/bare_vector_cost.py --texts {args.texts}", started_load) + [
+    lines += [
         "| store | chunks | with a header | header + text only: chunks/s | blend 0.5: chunks/s | time ratio |",
         "|---|---|---|---|---|---|",
     ]

@@ -12,7 +12,6 @@ Memory: the served snapshot keeps 2 bytes x dimensions per sentence (float16).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -23,28 +22,17 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bare_vector_cost import header, store_samples, time_alternating  # noqa: E402
+from bench.bare_vector_cost import start_cost_bench, store_samples, time_alternating  # noqa: E402
 from bench.embed_throughput import load  # noqa: E402
 from bench.report import publish  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    from knowledge_store.embeddings import document_embedder
     from knowledge_store.ingest.embed import chunk_vectors, sentence_table
-    from knowledge_store.settings import Settings
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--texts", type=int, default=1024, help="chunks sampled from each evaluation store")
-    parser.add_argument("--block", type=int, default=128)
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "sentence_vector_cost.md")
-    args = parser.parse_args(argv)
-
-    settings = Settings()
-    embedder = document_embedder(settings)
-    embedder.load()
-    started_load = load()
-    lines = header("## Sentence vectors: ingestion cost (`sentence_vectors`)",
-                   f".venv/bin/python bench/sentence_vector_cost.py --texts {args.texts}", started_load) + [
+    args, embedder, lines = start_cost_bench("sentence_vector_cost", __doc__.splitlines()[0],
+                                             "## Sentence vectors: ingestion cost (`sentence_vectors`)", argv)
+    lines += [
         "| store | chunks | sentences (per chunk) | chunk vectors: chunks/s | sentence vectors: chunks/s | "
         "embed stage with sentences ÷ without | served memory per 100k chunks (float16) |",
         "|---|---|---|---|---|---|---|",
