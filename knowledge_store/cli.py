@@ -35,6 +35,7 @@ from knowledge_store.progress import terminal_progress
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.reranker_registry import RERANKERS
 from knowledge_store.settings import Settings
+from knowledge_store.sources import VISIBILITIES
 
 
 def format_table(rows: Sequence[dict[str, object]], columns: Sequence[str], max_width: int = 48) -> str:
@@ -55,7 +56,8 @@ def format_table(rows: Sequence[dict[str, object]], columns: Sequence[str], max_
     return "\n".join(lines)
 
 
-_ARG_SETTINGS = {"data_dir": "data_dir", "host": "server_host", "port": "server_port"}
+_ARG_SETTINGS = {"data_dir": "data_dir", "host": "server_host", "port": "server_port", "ssl_certfile": "ssl_certfile",
+                 "ssl_keyfile": "ssl_keyfile"}
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -177,7 +179,7 @@ def _print_source(detail: dict[str, object]) -> None:
     stats = detail.get("statistics") or {}
     print(f"{detail['name']}  ({detail['kind']}, {'enabled' if detail['enabled'] else 'disabled'}"
           f"{', DELETED ' + str(detail['deleted_at']) if detail.get('deleted_at') else ''})")
-    print(f"  location: {detail['location']}")
+    print(f"  location: {detail['location']}  ({detail.get('visibility', 'internal')})")
     if detail.get("config"):
         print("  options:  " + ", ".join(f"{k}={v}" for k, v in sorted(detail["config"].items())))
     if stats:
@@ -208,13 +210,12 @@ def _print_source(detail: dict[str, object]) -> None:
 
 
 def cmd_sources(args: argparse.Namespace) -> int:
-    from knowledge_store.ingest.source_actions import delete_source_now, describe_source
+    from knowledge_store.ingest.source_actions import delete_source_now, describe_source, update_source_now
     from knowledge_store.sources import (
         add_source,
         list_sources,
         register_configured_sources,
         source_statistics,
-        update_source,
     )
     from knowledge_store.store import store_connection
 
@@ -230,11 +231,14 @@ def cmd_sources(args: argparse.Namespace) -> int:
             return 2
         with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
             source = add_source(conn, args.name, "web" if args.url else "folder", args.url or args.folder, options,
-                                enabled=not args.disabled)
+                                enabled=not args.disabled, visibility=args.visibility)
         if args.json:
             print(json.dumps(source.as_dict(), indent=2, default=str))
         else:
             print(f"added source {source.name} ({source.kind}): {source.location}")
+            print(f"visibility: {source.visibility}" + (" (only callers with the admin token are answered from it)"
+                                                        if source.visibility == "internal" else
+                                                        " (the widget and callers without the admin token may cite it)"))
             print(f"run `groundwork sync {source.name}` to index it (or pick partition '{source.name}' of the "
                   "sync_source job in Dagster)")
         return 0
@@ -255,8 +259,8 @@ def cmd_sources(args: argparse.Namespace) -> int:
             row["state"] = ("deleted" if row["deleted_at"] else "not configured" if not row["configured"]
                             else "enabled" if row["enabled"] else "disabled")
             row["resync"] = "needed" if row["resync_needed"] else ""
-        print(format_table(rows, ["name", "kind", "state", "location", "documents", "chunks", "open_failures",
-                                  "last_synced_at", "resync"], 50))
+        print(format_table(rows, ["name", "kind", "state", "visibility", "location", "documents", "chunks",
+                                  "open_failures", "last_synced_at", "resync"], 50))
         if any(not row["configured"] and not row["deleted_at"] for row in rows):
             print("\n'not configured': folders GROUNDWORK_SOURCES no longer names; what they indexed stays searchable "
                   "but is not synced - `groundwork sources delete NAME` removes it")
@@ -277,15 +281,19 @@ def cmd_sources(args: argparse.Namespace) -> int:
             changes["enabled"] = bool(args.enable)
         if args.rename:
             changes["name"] = args.rename
+        if args.visibility:
+            changes["visibility"] = args.visibility
         if not changes:
             print("error: nothing to update (see `groundwork sources update --help`)", file=sys.stderr)
             return 2
-        with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
-            source, changed, resync = update_source(conn, args.name, changes)
+        source, changed, resync, published = update_source_now(settings, args.name, changes)
         if args.json:
-            print(json.dumps({**source.as_dict(), "changed": changed, "resync_needed_now": resync}, indent=2, default=str))
+            print(json.dumps({**source.as_dict(), "changed": changed, "resync_needed_now": resync,
+                              "snapshot_version": published}, indent=2, default=str))
         else:
             print(f"updated {source.name}: {', '.join(changed) or 'nothing changed'}")
+            if published is not None:
+                print(f"now {source.visibility}: snapshot {published} published")
             if resync:
                 print(f"re-sync needed: run `groundwork sync {source.name}` to apply the new rules "
                       "(the index keeps the current pages until then)")
@@ -750,9 +758,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from knowledge_store.server.app import serve
 
     settings = _settings(args)
-    print(f"Groundwork API and console on http://{settings.server_host}:{settings.server_port} "
+    scheme = "https" if settings.ssl_certfile else "http"
+    print(f"Groundwork API and console on {scheme}://{settings.server_host}:{settings.server_port} "
           f"(OpenAPI /docs, MCP /mcp); data dir {settings.data_dir}", file=sys.stderr)
-    serve(settings)
+    serve(settings, announce=lambda line: print(line, file=sys.stderr, flush=True))
     return 0
 
 
@@ -828,6 +837,9 @@ def build_parser() -> argparse.ArgumentParser:
     s_add.add_argument("--url", help="base URL of a documentation site")
     s_add.add_argument("--folder", help="a folder of documents")
     s_add.add_argument("--disabled", action="store_true", help="register without syncing it")
+    s_add.add_argument("--visibility", choices=VISIBILITIES, default="internal",
+                       help="public: the widget and callers without the admin token may be answered from it "
+                            "(default internal: admin callers only)")
     web_flags(s_add)
     common(s_add)
     s_list = sources_sub.add_parser("list", help="every source with counts and last sync")
@@ -841,6 +853,7 @@ def build_parser() -> argparse.ArgumentParser:
     s_update.add_argument("--rename", metavar="NEW_NAME")
     s_update.add_argument("--enable", action="store_true")
     s_update.add_argument("--disable", action="store_true")
+    s_update.add_argument("--visibility", choices=VISIBILITIES, help="public or internal; applies at once (publishes a snapshot)")
     web_flags(s_update, update=True)
     common(s_update)
     s_delete = sources_sub.add_parser("delete", help="soft-delete a source: its chunks leave the index now, purged after retention")
@@ -932,6 +945,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address (default GROUNDWORK_SERVER_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default GROUNDWORK_SERVER_PORT or 8080)")
     serve.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
+    serve.add_argument("--ssl-certfile", help="TLS certificate (PEM); with --ssl-keyfile (default GROUNDWORK_SSL_CERTFILE)")
+    serve.add_argument("--ssl-keyfile", help="TLS private key (PEM); with --ssl-certfile (default GROUNDWORK_SSL_KEYFILE)")
     serve.set_defaults(func=cmd_serve)
 
     mcp = sub.add_parser("mcp", help="serve the MCP tools over stdio (for IDEs and agents)")

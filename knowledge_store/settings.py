@@ -5,6 +5,7 @@ or from a ``.env`` file in the working directory."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -152,7 +153,28 @@ class Settings(BaseSettings):
     # ---- serving
     server_host: str = Field("127.0.0.1", description="Bind address; anything but loopback needs allow_remote=true.")
     server_port: int = Field(8080, ge=1, le=65535)
-    allow_remote: bool = Field(False, description="Explicitly allow binding to a non-loopback address.")
+    allow_remote: bool = Field(False, description="Remote mode: serve beyond this machine (needed to bind anything but "
+                               "loopback). The admin surface then requires the admin token, and public callers see "
+                               "only public sources and are rate-limited (README, 'Running it for others').")
+    admin_token: SecretStr | None = Field(None, description="Bearer token of the admin surface (everything but ask, "
+                                          "query, feedback, the widget, /health and public documents' files). Set: "
+                                          "required on every admin request. Unset: open on loopback; in remote mode one "
+                                          "is generated into <data_dir>/admin_token (mode 0600).")
+    source_roots: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list, description="Folders (':'-separated) inside which the API may register folder sources, "
+        "symbolic links resolved; others are refused with 422, token or not. Default: the data folder and the "
+        "folders configured at start (GROUNDWORK_SOURCES or the default corpus) whenever the admin surface needs a "
+        "token (remote mode, or GROUNDWORK_ADMIN_TOKEN set); otherwise, on loopback, any folder.")
+    public_rate: float = Field(5.0, ge=0, description="Requests per second one client may make to the public API "
+                               "routes (token bucket; 0 = no limit); over it: 429 with Retry-After. Admin requests are "
+                               "never limited; loopback clients only in remote mode.")
+    public_burst: int = Field(20, ge=1, description="Requests one client may make at once before public_rate applies.")
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Addresses or networks (comma-separated, e.g. 127.0.0.1,10.0.0.0/8) of reverse "
+        "proxies whose X-Forwarded-For names the client; from anyone else the header is ignored.")
+    public_metrics: bool = Field(False, description="Serve /metrics on the public surface (default: admin only).")
+    ssl_certfile: Path | None = Field(None, description="TLS certificate (PEM) for `groundwork serve`; with ssl_keyfile.")
+    ssl_keyfile: Path | None = Field(None, description="TLS private key (PEM) for `groundwork serve`; with ssl_certfile.")
     query_log_stdout: bool = Field(True, description="The server prints one JSON line per query (redacted) on stdout, "
                                    "for container logs (seed 004). Only the server: the CLI's stdout is its output "
                                    "and MCP over stdio's is the protocol.")
@@ -192,7 +214,7 @@ class Settings(BaseSettings):
     ocr_confidence_pass: bool = Field(True, description="Also run the tesseract command on each OCR'd page for word confidences (beside the OCR, on another core); off = confidence unknown.")
     tessdata_dir: Path | None = Field(None, description="Tesseract language data folder; unset = TESSDATA_PREFIX, else the system's (Debian: /usr/share/tesseract-ocr/5/tessdata).")
 
-    @field_validator("sources", "eval_datasets", mode="before")
+    @field_validator("sources", "eval_datasets", "source_roots", mode="before")
     @classmethod
     def _split_sources(cls, value: object) -> object:
         if isinstance(value, str):
@@ -205,7 +227,7 @@ class Settings(BaseSettings):
         """``GROUNDWORK_QUESTION_ALPHA=null`` (or none/off/empty): questions use default_alpha."""
         return None if isinstance(value, str) and value.strip().lower() in ("", "null", "none", "off") else value
 
-    @field_validator("allowed_hosts", "cors_origins", mode="before")
+    @field_validator("allowed_hosts", "cors_origins", "trusted_proxies", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):
@@ -219,6 +241,16 @@ class Settings(BaseSettings):
             if origin == "*" or not re.fullmatch(r"https?://[^/\s]+", origin):
                 raise ValueError(f"{origin!r} is not an origin: use scheme://host[:port] (no path, no '*' alone)")
         return [origin.rstrip("/") for origin in value]
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or network (e.g. 127.0.0.1 or 10.0.0.0/8)") from None
+        return value
 
     @field_validator("default_fusion", "default_reranker")
     @classmethod
@@ -259,6 +291,10 @@ class Settings(BaseSettings):
             raise ConfigError("chunk_overlap_tokens", self.chunk_overlap_tokens, "must be under half of chunk_size_tokens")
         if self.header_max_tokens >= self.chunk_size_tokens // 2:
             raise ConfigError("header_max_tokens", self.header_max_tokens, "must be under half of chunk_size_tokens")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            given = "ssl_certfile" if self.ssl_certfile is not None else "ssl_keyfile"
+            raise ConfigError(given, str(self.ssl_certfile or self.ssl_keyfile),
+                              "TLS needs both ssl_certfile and ssl_keyfile")
         if self.document_quantization != "none" and self.document_encoder != "onnx":
             raise ConfigError("document_quantization", self.document_quantization, "needs document_encoder=onnx")
         self.entity_vocabulary  # compiles every entity pattern: a bad one is refused here (EntityPatternError)

@@ -49,6 +49,10 @@ WEB_DEFAULTS: dict[str, Any] = {
     "use_sitemap": True,
     "llms_full_max_mb": 10.0,
 }
+# Who may read a source's documents: ``public`` = anyone who can reach the server's public surface (the
+# docs-site widget, anonymous ask/query), ``internal`` = admin callers only (docs/API.md, "Who may call what").
+VISIBILITIES = ("public", "internal")
+DEFAULT_VISIBILITY = "internal"
 RESYNC_KEYS = {"depth", "include", "exclude", "respect_robots", "max_pages", "use_llms_txt", "use_sitemap",
                "llms_full_max_mb", "location"}
 
@@ -68,6 +72,7 @@ class Source:
     deleted_at: datetime | None = None
     resync_needed: bool = False
     last_sync: dict[str, Any] | None = None
+    visibility: str = DEFAULT_VISIBILITY
 
     @property
     def deleted(self) -> bool:
@@ -82,7 +87,7 @@ class Source:
             "origin": self.origin, "config": self.config, "source_id": self.source_id,
             "created_at": iso(self.created_at), "updated_at": iso(self.updated_at),
             "last_synced_at": iso(self.last_synced_at), "deleted_at": iso(self.deleted_at),
-            "resync_needed": self.resync_needed, "last_sync": self.last_sync,
+            "resync_needed": self.resync_needed, "last_sync": self.last_sync, "visibility": self.visibility,
         }
 
 
@@ -168,6 +173,12 @@ def check_web_config(config: dict[str, Any], base: dict[str, Any] | None = None)
     return merged
 
 
+def check_visibility(value: object) -> str:
+    if value not in VISIBILITIES:
+        raise InvalidSourceError("visibility", value, f"must be one of {', '.join(VISIBILITIES)}")
+    return str(value)
+
+
 def check_folder(location: str | Path) -> str:
     path = Path(str(location)).expanduser()
     if not path.is_dir():
@@ -179,7 +190,7 @@ def check_folder(location: str | Path) -> str:
 
 
 _COLUMNS = ("source_id", "name", "kind", "location", "enabled", "origin", "config", "created_at", "updated_at",
-            "last_synced_at", "deleted_at", "resync_needed", "last_sync")
+            "last_synced_at", "deleted_at", "resync_needed", "last_sync", "visibility")
 
 
 def _from_row(row: tuple) -> Source:
@@ -190,6 +201,7 @@ def _from_row(row: tuple) -> Source:
     values["config"] = values["config"] or {}
     values["origin"] = values["origin"] or "settings"
     values["resync_needed"] = bool(values["resync_needed"])
+    values["visibility"] = values["visibility"] or DEFAULT_VISIBILITY
     return Source(**values)
 
 
@@ -218,10 +230,13 @@ def add_source(
     location: str,
     config: dict[str, Any] | None = None,
     enabled: bool = True,
+    visibility: str = DEFAULT_VISIBILITY,
 ) -> Source:
     """Register a user source.  Re-adding a deleted source's location brings that source back
-    (its documents return on the next sync as 'restored')."""
+    (its documents return on the next sync as 'restored').  ``visibility``: internal (admin callers only)
+    unless the caller says public."""
     check_name(name)
+    visibility = check_visibility(visibility)
     if kind not in ("folder", "web"):
         raise InvalidSourceError("kind", kind, "sources added by hand are 'folder' or 'web' (uploads have their own folder)")
     if kind == "web":
@@ -246,14 +261,14 @@ def add_source(
         if same_place is not None:
             conn.execute(
                 "UPDATE sources SET name = ?, enabled = ?, origin = 'user', config = ?, updated_at = ?, deleted_at = NULL, "
-                "resync_needed = TRUE WHERE source_id = ?",
-                [name, enabled, json.dumps(config), now, source_id],
+                "resync_needed = TRUE, visibility = ? WHERE source_id = ?",
+                [name, enabled, json.dumps(config), now, visibility, source_id],
             )
         else:
             conn.execute(
                 "INSERT INTO sources (source_id, name, kind, location, enabled, created_at, config, origin, updated_at, "
-                "resync_needed) VALUES (?, ?, ?, ?, ?, ?, ?, 'user', ?, TRUE)",
-                [source_id, name, kind, location, enabled, now, json.dumps(config), now],
+                "resync_needed, visibility) VALUES (?, ?, ?, ?, ?, ?, ?, 'user', ?, TRUE, ?)",
+                [source_id, name, kind, location, enabled, now, json.dumps(config), now, visibility],
             )
     return get_source(conn, name)
 
@@ -261,15 +276,21 @@ def add_source(
 def update_source(
     conn: duckdb.DuckDBPyConnection, name: str, changes: dict[str, Any]
 ) -> tuple[Source, list[str], bool]:
-    """Apply changes (web options, ``enabled``, ``name``); returns (source, changed keys, resync needed).
+    """Apply changes (web options, ``enabled``, ``name``, ``visibility``); returns (source, changed keys,
+    resync needed).
 
     A change to what a crawl would include (depth, include/exclude rules, page cap…)
-    sets ``resync_needed``: the index keeps its current pages until the next sync.
+    sets ``resync_needed``: the index keeps its current pages until the next sync.  A change of
+    ``visibility`` needs no sync, but the served snapshot carries the old one until the caller publishes
+    (``source_actions.update_source_now`` does).
     """
     source = get_source(conn, name)
     changes = dict(changes)
     new_name = changes.pop("name", None)
     enabled = changes.pop("enabled", None)
+    visibility = changes.pop("visibility", None)
+    if visibility is not None:
+        visibility = check_visibility(visibility)
     if enabled is not None and not isinstance(enabled, bool):
         raise InvalidSourceError("enabled", enabled, "must be true or false")
     config = source.config
@@ -282,6 +303,8 @@ def update_source(
         changed = [k for k in config if config[k] != {**WEB_DEFAULTS, **source.config}.get(k)]
     if enabled is not None and enabled != source.enabled:
         changed.append("enabled")
+    if visibility is not None and visibility != source.visibility:
+        changed.append("visibility")
     if new_name is not None and new_name != source.name:
         check_name(new_name)
         if conn.execute("SELECT 1 FROM sources WHERE name = ?", [new_name]).fetchone():
@@ -293,9 +316,9 @@ def update_source(
     with transaction(conn):
         conn.execute(
             "UPDATE sources SET name = ?, enabled = ?, config = ?, updated_at = ?, "
-            "resync_needed = resync_needed OR ? WHERE source_id = ?",
+            "resync_needed = resync_needed OR ?, visibility = ? WHERE source_id = ?",
             [new_name or source.name, source.enabled if enabled is None else enabled, json.dumps(config), utcnow(),
-             resync, source.source_id],
+             resync, visibility or source.visibility, source.source_id],
         )
     return get_source(conn, new_name or source.name), changed, resync
 
@@ -348,9 +371,12 @@ def register_configured_sources(conn: duckdb.DuckDBPyConnection, settings: Setti
 
     A configured folder a user deleted through the registry stays deleted only
     while it is absent from the settings: naming it in the settings is explicit.
+    A source whose visibility was never set gets its default here: the default corpus (the sample
+    documents and this project's docs) is public, every other folder and the uploads internal.
     """
     now = utcnow()
     uploads = settings.uploads_dir.resolve()
+    default_visibility = "public" if settings.uses_default_corpus else DEFAULT_VISIBILITY
     wanted: list[tuple[str, str, str]] = []  # (source_id, kind, location)
     for location in settings.source_dirs:
         kind = "upload" if location == uploads else "folder"
@@ -358,6 +384,9 @@ def register_configured_sources(conn: duckdb.DuckDBPyConnection, settings: Setti
     out: list[Source] = []
     with transaction(conn):
         for source_id, kind, location in wanted:
+            visibility = default_visibility if kind == "folder" else DEFAULT_VISIBILITY
+            conn.execute("UPDATE sources SET visibility = ? WHERE source_id = ? AND visibility IS NULL",
+                         [visibility, source_id])
             row = source_by_id(conn, source_id)
             if row is None:
                 base = Path(location).name or location
@@ -366,9 +395,9 @@ def register_configured_sources(conn: duckdb.DuckDBPyConnection, settings: Setti
                 if conn.execute("SELECT 1 FROM sources WHERE name = ?", [name]).fetchone():
                     name = f"{name}-{source_id[:6]}"
                 conn.execute(
-                    "INSERT INTO sources (source_id, name, kind, location, enabled, created_at, config, origin, updated_at) "
-                    "VALUES (?, ?, ?, ?, TRUE, ?, '{}', 'settings', ?)",
-                    [source_id, name, kind, location, now, now],
+                    "INSERT INTO sources (source_id, name, kind, location, enabled, created_at, config, origin, updated_at, "
+                    "visibility) VALUES (?, ?, ?, ?, TRUE, ?, '{}', 'settings', ?, ?)",
+                    [source_id, name, kind, location, now, now, visibility],
                 )
             elif row.kind != kind:
                 conn.execute("UPDATE sources SET kind = ? WHERE source_id = ?", [kind, source_id])

@@ -289,6 +289,12 @@ MIGRATIONS: list[Migration] = [
         );
         """,
     ),
+    (
+        8,
+        "source visibility: public sources are what the public surface (widget, anonymous ask) answers from",
+        # NULL until registration decides: the default corpus is public, every other source internal
+        "ALTER TABLE sources ADD COLUMN visibility VARCHAR;  -- public | internal",
+    ),
 ]
 
 

@@ -329,9 +329,9 @@ def apply_document_model(conn: duckdb.DuckDBPyConnection, settings: Settings, no
 
 
 def document_model_digest(conn: duckdb.DuckDBPyConnection) -> str:
-    """A hash of what the snapshot carries of the document model - labels, validity, supersedence and
-    relations - so a change to any of them (a new link, a relabelled file) republishes the snapshot
-    even when no chunk changed."""
+    """A hash of what the snapshot carries of the document model - labels, validity, supersedence,
+    relations and each source's visibility - so a change to any of them (a new link, a relabelled file,
+    a source made public) republishes the snapshot even when no chunk changed."""
     row = conn.execute(
         """
         SELECT coalesce(sha256((SELECT string_agg(doc_id || ':' || version || ':' || coalesce(rev_label, '') || ':'
@@ -339,7 +339,9 @@ def document_model_digest(conn: duckdb.DuckDBPyConnection) -> str:
                                 FROM documents WHERE status IN ('active', 'superseded'))
                                || '|' || coalesce((SELECT string_agg(relation_id || ':' || confidence || ':'
                                                                      || coalesce(evidence::VARCHAR, ''), ','
-                                                                     ORDER BY relation_id) FROM relations), '')), '')
+                                                                     ORDER BY relation_id) FROM relations), '')
+                               || '|' || coalesce((SELECT string_agg(source_id || ':' || coalesce(visibility, 'internal'),
+                                                                     ',' ORDER BY source_id) FROM sources), '')), '')
         """
     ).fetchone()
     return row[0][:16]

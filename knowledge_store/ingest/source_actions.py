@@ -18,7 +18,14 @@ from knowledge_store.errors import GroundworkError
 from knowledge_store.ingest.publish import publish_index
 from knowledge_store.ingest.sync_runs import get_sync_run, start_sync_run
 from knowledge_store.settings import Settings
-from knowledge_store.sources import delete_source, get_source, register_configured_sources, source_statistics
+from knowledge_store.sources import (
+    Source,
+    delete_source,
+    get_source,
+    register_configured_sources,
+    source_statistics,
+    update_source,
+)
 from knowledge_store.store import store_connection, transaction, utcnow
 
 
@@ -74,6 +81,19 @@ def delete_source_now(settings: Settings, name: str) -> dict[str, Any]:
         "snapshot_version": publish.snapshot_version, "chunks_indexed": publish.chunk_count,
         "purge_after_days": settings.deleted_retention_days,
     }
+
+
+def update_source_now(settings: Settings, name: str, changes: dict[str, Any]) -> tuple[Source, list[str], bool, int | None]:
+    """Apply ``changes`` (``sources.update_source``); a change of visibility publishes a snapshot at once, so
+    an internal source leaves the public surface before the call returns.  Returns (source, changed keys,
+    resync needed, the snapshot version published or None)."""
+    with store_connection(settings.store_path, timeout_s=min(settings.lock_timeout_s, 10.0)) as conn:
+        source, changed, resync = update_source(conn, name, changes)
+        run_id = start_sync_run(conn, None, "source-visibility", scope=[source.name]) if "visibility" in changed else None
+    if run_id is None:
+        return source, changed, resync, None
+    model_id = document_model_id(settings.model_path, settings.document_quantization, settings.bare_vector_weight)
+    return source, changed, resync, publish_index(settings, model_id, run_id).snapshot_version
 
 
 def open_failure(conn: duckdb.DuckDBPyConnection, failure_id: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections import OrderedDict
-from typing import Annotated
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
@@ -43,6 +43,10 @@ class SearchFilters(BaseModel):
       (a configured type's values), and one naming no known entity matches nothing.
     - ``include_superseded``: also search versions replaced by a newer one
       (kept until the retention purge); default latest only.
+    - ``visibility``: only documents of sources with this visibility (``public``,
+      ``internal``).  The server sets it to ``public`` for every caller of its public
+      surface (no admin token), whatever the request said: that is what keeps internal
+      documents out of the widget's answers.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -54,15 +58,23 @@ class SearchFilters(BaseModel):
     entities: OneOrMany = Field(default_factory=list, description="Entity values (SOP-42, ASSET-104, API 510; any "
                                 "spelling): only passages mentioning one of them.")
     include_superseded: bool = Field(False, strict=True)
+    visibility: list[Literal["public", "internal"]] = Field(
+        default_factory=list, description="Only documents of sources with this visibility (public, internal); "
+        "callers without the admin token always get public.")
 
-    @field_validator("sources", "doc_ids", "paths", "entities", mode="before")
+    @field_validator("sources", "doc_ids", "paths", "entities", "visibility", mode="before")
     @classmethod
     def _listify(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value
 
     @property
-    def is_empty(self) -> bool:
-        return not (self.sources or self.doc_ids or self.paths or self.metadata or self.entities or self.include_superseded)
+    def selects_documents(self) -> bool:
+        """A document-level field is set: the mask is computed per document (``document_matches``)."""
+        return bool(self.sources or self.doc_ids or self.paths or self.metadata or self.visibility)
+
+    def public_only(self) -> SearchFilters:
+        """These filters on the public surface: the same restrictions, over public sources only."""
+        return self.model_copy(update={"visibility": ["public"]})
 
     def key(self) -> str:
         return self.model_dump_json()
@@ -93,6 +105,8 @@ def _matches_path(doc: dict, patterns: list[str]) -> bool:
 
 
 def document_matches(doc: dict, filters: SearchFilters) -> bool:
+    if filters.visibility and doc.get("visibility", "internal") not in filters.visibility:
+        return False
     if filters.sources and doc["source_name"] not in filters.sources and doc["source_id"] not in filters.sources:
         return False
     if filters.doc_ids and doc["doc_id"] not in filters.doc_ids:
@@ -119,7 +133,7 @@ class MaskCache:
             self._cache.move_to_end(key)
             return cached
         base = np.ones(snapshot.size, dtype=bool) if filters.include_superseded else snapshot.active.copy()
-        if not (filters.sources or filters.doc_ids or filters.paths or filters.metadata):
+        if not filters.selects_documents:
             mask = base
         else:
             allowed = np.array([document_matches(doc, filters) for doc in snapshot.documents], dtype=bool)

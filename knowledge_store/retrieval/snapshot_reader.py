@@ -86,7 +86,7 @@ class LoadedSnapshot:
     df: np.ndarray  # int64 per termid
     term_ids: dict[str, int]
     records: object  # pyarrow Table of every chunk's citation fields and text, row-aligned
-    documents: list[dict]  # per doc index: doc_id, version, source_id, source_name, path, relative_path, title, metadata
+    documents: list[dict]  # per doc index: doc_id, version, source_id, source_name, visibility, path, relative_path, title, metadata
     stopwords: frozenset[str] = frozenset()
     sections: "SectionIndex | None" = None
     # each row's sentences embedded alone (retrieval/sentences.py); None when the snapshot was built without them
@@ -396,6 +396,13 @@ def _ocr_columns(conn) -> str:
 REVISION_COLUMNS = ("rev_label", "valid_from", "valid_to", "superseded_by")
 
 
+def _visibility_column(conn) -> str:
+    """Each source's visibility; snapshots published before it existed (store migration 8) say internal, so
+    the public surface serves nothing from them until the next publish (which their fingerprint triggers)."""
+    columns = {row[0] for row in conn.execute("SELECT column_name FROM (DESCRIBE sources)").fetchall()}
+    return "coalesce(s.visibility, 'internal')" if "visibility" in columns else "'internal'"
+
+
 def _revision_columns(conn, prefix: str = "") -> str:
     """Seed 003's document fields; snapshots published before them (store migration 6) have none."""
     columns = {row[0] for row in conn.execute("SELECT column_name FROM (DESCRIBE chunks)").fetchall()}
@@ -536,6 +543,7 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
     doc_rows = conn.execute(
         f"""
         SELECT DISTINCT c.doc_id, c.version, c.source_id, coalesce(s.name, c.source_id) AS source_name,
+               {_visibility_column(conn)} AS visibility,
                c.source_path, c.title, c.metadata, c.status, {_revision_columns(conn, "c.")}
         FROM chunks c LEFT JOIN sources s USING (source_id)
         """
@@ -543,11 +551,12 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
     documents: list[dict] = []
     key_index: dict[tuple[str, int], int] = {}
     relative = dict(conn.execute("SELECT path, relative_path FROM documents").fetchall())
-    for doc_id, version, source_id, source_name, path, title, metadata, status, *revision in doc_rows:
+    for doc_id, version, source_id, source_name, visibility, path, title, metadata, status, *revision in doc_rows:
         key_index[(doc_id, version)] = len(documents)
         rev_label, valid_from, valid_to, superseded_by = revision
         documents.append({
             "doc_id": doc_id, "version": version, "source_id": source_id, "source_name": source_name,
+            "visibility": visibility,
             "path": path, "relative_path": relative.get(path, Path(path).name), "title": title or "",
             "metadata": json.loads(metadata) if isinstance(metadata, str) and metadata else (metadata or {}),
             "status": status, "rev_label": rev_label,

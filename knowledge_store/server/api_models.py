@@ -160,6 +160,7 @@ class SourceUpdated(BaseModel):
     source: dict[str, Any]
     changed: Any
     resync_needed: bool
+    snapshot_version: int | None = Field(None, description="The snapshot published for a change of visibility.")
     message: str
 
 
@@ -299,6 +300,9 @@ class Health(Open):
     uptime_s: float
     store: bool
     model_loaded: bool
+    remote: bool = Field(..., description="Started in remote mode (GROUNDWORK_ALLOW_REMOTE).")
+    tls: bool = Field(..., description="Serving TLS itself (--ssl-certfile/--ssl-keyfile); false behind a TLS proxy.")
+    admin_token_required: bool = Field(..., description="The admin surface needs the admin token.")
     index: dict[str, Any] | None
 
 

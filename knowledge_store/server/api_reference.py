@@ -115,6 +115,44 @@ def _body_schema(content: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
+SURFACES_TEXT = """## Who may call what
+
+Every route belongs to one of two surfaces (`knowledge_store/server/access.py`; a route with no surface stops the
+server at start-up, and a test walks this schema for them):
+
+- **public**: what a docs site's readers need. Callers without the admin token are answered, cited and served
+  files only from sources whose `visibility` is `public`, and each client address may make
+  `GROUNDWORK_PUBLIC_RATE` requests per second (burst `GROUNDWORK_PUBLIC_BURST`) to the public `/api/` routes:
+  over it, **429** with `Retry-After`.
+- **admin**: everything that registers, changes, syncs, uploads, deletes, retries, reads settings, jobs, logs or
+  evaluation results, or lists the whole store. It needs `Authorization: Bearer <GROUNDWORK_ADMIN_TOKEN>`
+  whenever a token is configured and always in remote mode (`GROUNDWORK_ALLOW_REMOTE=true`, which generates one
+  into `<data_dir>/admin_token` when none is set); without it, **401** (the same answer for a missing and a wrong
+  token). On loopback with no token set, the admin surface is open. A token that is sent and wrong is 401 on
+  any route.
+"""
+
+
+def _surfaces_section(schema: dict[str, Any]) -> list[str]:
+    """The table of every route and path with its surface, from the schema's ``x-surface`` and the paths
+    outside the schema (``access.PATH_SURFACES``)."""
+    from knowledge_store.server.access import PATH_SURFACES, WHY_PUBLIC
+
+    lines = [SURFACES_TEXT, "| route | surface | note |", "|---|---|---|"]
+    for path, item in schema.get("paths", {}).items():
+        for method in METHODS:
+            if method in item:
+                surface = item[method].get("x-surface", "?")
+                note = WHY_PUBLIC.get(path, "") if surface == "public" else ""
+                if path == "/metrics":
+                    note = "public with GROUNDWORK_PUBLIC_METRICS=true"
+                lines.append(f"| `{method.upper()} {path}` | {surface} | {note} |")
+    for prefix, surface in PATH_SURFACES:
+        lines.append(f"| `{prefix}{'*' if prefix.endswith('/') and prefix != '/' else ''}` (outside the schema) | {surface} | |")
+    return lines + ["", "The console's page (`/`) and files are public: they hold no data; each of its pages asks the "
+                        "API, which checks.", ""]
+
+
 def render(schema: dict[str, Any]) -> str:
     """The Markdown reference: endpoints grouped by tag, then every model's fields.
 
@@ -134,14 +172,14 @@ def render(schema: dict[str, Any]) -> str:
     first = next(iter(next(iter(schema["paths"].values())).values()))
     for status in sorted(common):
         out.append(f"| {status} | {_cell(first['responses'].get(status, {}).get('description', ''))} |")
-    out += ["", "## Endpoints", ""]
+    out += ["", *_surfaces_section(schema), "## Endpoints", ""]
     for tag in by_tag:
         out.append(f"- **{tag}**: " + ", ".join(f"`{m.upper()} {p}`" for p, m, _ in by_tag[tag]))
     out.append("")
     for tag, operations in by_tag.items():
         out += [f"## {tag}", ""]
         for path, method, operation in operations:
-            out += [f"### `{method.upper()} {path}`", ""]
+            out += [f"### `{method.upper()} {path}`", "", f"Surface: **{operation.get('x-surface', '?')}**.", ""]
             summary = operation.get("summary", "")
             description = operation.get("description", "")
             if description:
@@ -165,7 +203,7 @@ def render(schema: dict[str, Any]) -> str:
             responses = operation.get("responses", {})
             rows = []
             for status in sorted(responses):
-                if status in common:
+                if status in common or status == "401":  # 401: see "Who may call what"
                     continue
                 response = responses[status]
                 found = _body_schema(response.get("content", {}))

@@ -18,9 +18,10 @@ own modules (``errors.py``, ``middleware.py``, ``ingest_jobs.py``).
 
 from fastapi import FastAPI
 
-from knowledge_store.errors import GroundworkError
+from knowledge_store.errors import ConfigError, GroundworkError
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server import admin_api
+from knowledge_store.server.access import document_surfaces
 from knowledge_store.server.api_models import COMMON_ERRORS
 from knowledge_store.server.errors import install_error_handlers, openapi_with_json_errors
 from knowledge_store.server.middleware import install_origin_policy, install_request_metrics
@@ -53,7 +54,7 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
     app.include_router(documents.router)
     app.include_router(admin_api.router(state.models))
     app.include_router(operations.router)
-    app.openapi = lambda: openapi_with_json_errors(app)  # type: ignore[method-assign]
+    app.openapi = lambda: _schema(app, state)  # type: ignore[method-assign]
     if mount_mcp:
         try:
             from knowledge_store.server.mcp_server import mount_mcp as _mount
@@ -63,11 +64,20 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
             state.mcp_lifespan = None
     install_origin_policy(app, state)  # outermost last: refuses before CORS, routing or body parsing run
     console.install_console(app)
+    app.openapi()  # built now: a route without a surface (access.ROUTE_SURFACES) stops the server here
     return app
 
 
-def serve(settings: Settings | None = None) -> None:
-    """Run the API with uvicorn on the configured host/port (loopback unless allowed)."""
+def _schema(app: FastAPI, state: ServerState) -> dict:
+    """The OpenAPI document: errors as JSON, and each operation's surface, security and 401/429 answers."""
+    if app.openapi_schema is None:
+        document_surfaces(openapi_with_json_errors(app), state.access)
+    return app.openapi_schema
+
+
+def serve(settings: Settings | None = None, announce=print) -> None:
+    """Run the API with uvicorn on the configured host/port (loopback unless allowed), with TLS when a
+    certificate and key are configured; ``announce`` says where the admin token is in remote mode."""
     import ipaddress
 
     import uvicorn
@@ -82,5 +92,18 @@ def serve(settings: Settings | None = None) -> None:
         raise GroundworkError(
             f"refusing to bind to {host}: set GROUNDWORK_ALLOW_REMOTE=true to serve beyond this machine"
         )
-    uvicorn.run(create_app(settings), host=host, port=settings.server_port, log_level="info", access_log=False)
+    for name in ("ssl_certfile", "ssl_keyfile"):
+        path = getattr(settings, name)
+        if path is not None and not path.is_file():
+            raise ConfigError(name, str(path), "no such file")
+    app = create_app(settings)
+    access = app.state.server.access
+    if access.remote:
+        where = (f"generated, stored in {access.token_file} (mode 0600)" if access.token_file is not None
+                 else "GROUNDWORK_ADMIN_TOKEN")
+        announce(f"remote mode: the admin surface needs the admin token ({where}); public callers see public "
+                 f"sources only{'' if access.tls else '; no TLS: put a TLS reverse proxy in front or pass --ssl-certfile/--ssl-keyfile'}")
+    uvicorn.run(app, host=host, port=settings.server_port, log_level="info", access_log=False,
+                ssl_certfile=str(settings.ssl_certfile) if settings.ssl_certfile else None,
+                ssl_keyfile=str(settings.ssl_keyfile) if settings.ssl_keyfile else None)
 

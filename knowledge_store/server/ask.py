@@ -107,12 +107,15 @@ def _source_url(base: str, citation: Any) -> str:
 
 
 def ask(engine, base: str, question: str, *, top_k: int = 10, max_sources: int = 3, answer: str = "extractive",
-        context: str | None = None, source_file: str | None = None, client: str = "api-ask") -> dict[str, Any]:
+        context: str | None = None, source_file: str | None = None, client: str = "api-ask",
+        scope: SearchFilters | None = None) -> dict[str, Any]:
+    """``scope``: the documents this caller may be answered from (public callers: public sources only);
+    ``source_file`` narrows it further, and one outside it is refused as if it did not exist."""
     began = time.perf_counter()
     settings = engine.settings
-    filters = None
+    filters = scope
     if source_file is not None:
-        filters = SearchFilters(paths=source_file_patterns(source_file))
+        filters = (scope or SearchFilters()).model_copy(update={"paths": source_file_patterns(source_file)})
         snapshot = engine.snapshots.current()
         if not any(document_matches(doc, filters) for doc in snapshot.documents if doc["status"] == "active"):
             raise QueryValidationError("source_file", source_file, "matches no indexed document (give its path relative "

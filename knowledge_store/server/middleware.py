@@ -1,4 +1,5 @@
-"""The server's middleware: request metrics (innermost), CORS, and the Host/Origin policy (outermost).
+"""The server's middleware: request metrics (innermost), the access policy, CORS, and the Host/Origin policy
+(outermost).
 
 Order matters and is set here once: the origin policy refuses a cross-site or rebinding request
 before CORS, routing or body parsing run (docs/ARCHITECTURE.md, "Origin policy"); metrics see every
@@ -14,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 
+from knowledge_store.server.access import AccessMiddleware
 from knowledge_store.server.origin_policy import OriginPolicyMiddleware
 from knowledge_store.server.state import ServerState
 
@@ -44,10 +46,15 @@ def install_request_metrics(app: FastAPI) -> None:
 
 
 def install_origin_policy(app: FastAPI, state: ServerState) -> None:
-    """CORS for ``GROUNDWORK_CORS_ORIGINS`` (no wildcard, no credentials), then the origin policy around it:
-    added last, so outermost."""
+    """The access policy (admin token, public rate limit), CORS for ``GROUNDWORK_CORS_ORIGINS`` around it (so
+    its 401 and 429 carry CORS headers a widget can read; no wildcard, no credentials), then the origin policy
+    around both: added last, so outermost."""
+    metrics = state.metrics
+    app.add_middleware(AccessMiddleware, policy=state.access,
+                       observe=lambda method, path, status: metrics.observe(method, path, status, 0.0))
     if state.settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(state.settings.cors_origins), allow_credentials=False,
-                           allow_methods=["GET", "POST", "PATCH", "DELETE"], allow_headers=["content-type"],
+                           allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+                           allow_headers=["content-type", "authorization"],
                            expose_headers=["retry-after"], max_age=600)
     app.add_middleware(OriginPolicyMiddleware, policy=state.origin_policy)

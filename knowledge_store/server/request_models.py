@@ -205,6 +205,9 @@ class SourceBody(WebOptions):
     url: str | None = Field(None, description="Base URL of the site (kind web).")
     folder: str | None = Field(None, description="Folder on this machine (kind folder).")
     enabled: bool = Field(True, strict=True)
+    visibility: Literal["public", "internal"] = Field("internal", description="public: answers on the public surface "
+                                                      "(the widget, callers without the admin token) may cite it; "
+                                                      "internal: admin callers only.")
     sync: bool = Field(False, strict=True, description="Start a sync job right away (202 with its status URL).")
 
 
@@ -213,6 +216,7 @@ class SourceUpdateBody(WebOptions):
 
     name: str = Field(None, pattern=SOURCE_NAME_PATTERN)
     enabled: bool = Field(None, strict=True)
+    visibility: Literal["public", "internal"] = Field(None, description="A change publishes a snapshot at once.")
 
 
 WEB_OPTION_FIELDS = tuple(WebOptions.model_fields)

@@ -29,6 +29,7 @@ from knowledge_store.errors import IndexNotBuiltError
 from knowledge_store.query_log import QueryLines, QueryLog
 from knowledge_store.retrieval.answer import available_answer_modes
 from knowledge_store.retrieval.engine import RetrievalEngine
+from knowledge_store.server.access import AccessPolicy, Caller, caller_of
 from knowledge_store.server.ingest_jobs import IngestJobs
 from knowledge_store.server.metrics import Metrics
 from knowledge_store.server.origin_policy import OriginPolicy
@@ -47,6 +48,7 @@ class ServerState:
     jobs: IngestJobs
     metrics: Metrics
     origin_policy: OriginPolicy
+    access: AccessPolicy  # the surfaces, the admin token, the public rate limit, the source roots
     # a few search workers, not one thread per request: on 2 cores 40 threads fighting over the GIL and
     # torch is slower; waiting requests still share model calls (BatchingEmbedder)
     search_limiter: anyio.CapacityLimiter
@@ -80,6 +82,7 @@ class ServerState:
             settings=settings, engine=engine, query_log=query_log,
             jobs=IngestJobs(settings, engine.embedder, on_published=lambda: refresh_quietly(engine)),
             metrics=Metrics(settings.store_path), origin_policy=OriginPolicy.from_settings(settings),
+            access=AccessPolicy.from_settings(settings),
             search_limiter=anyio.CapacityLimiter(settings.search_workers),
             rerankers=rerankers, answer_modes=answer_modes, ask_modes=ask_modes,
             models=served_request_models(settings, rerankers, answer_modes, ask_modes),
@@ -92,6 +95,8 @@ async def server_state(request: Request) -> ServerState:
 
 
 State = Annotated[ServerState, Depends(server_state)]
+# who is asking (``access.AccessMiddleware``): admin, or a public caller who sees public sources only
+CallerOf = Annotated[Caller, Depends(caller_of)]
 
 
 def with_body_model(endpoint: Callable[..., Any], model: type, parameter: str = "body") -> Callable[..., Any]:

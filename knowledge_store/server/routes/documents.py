@@ -19,7 +19,7 @@ from knowledge_store.server import api_models as out
 from knowledge_store.server.api_models import error_responses
 from knowledge_store.server.errors import server_log
 from knowledge_store.server.request_models import IsoDatetime
-from knowledge_store.server.state import State
+from knowledge_store.server.state import CallerOf, State
 from knowledge_store.settings import Settings
 
 router = APIRouter(tags=["documents"])
@@ -65,12 +65,13 @@ def document_relations(doc_id: str, state: State) -> dict[str, Any]:
                                "content": {media: {"schema": {"type": "string", "format": "binary"}}
                                            for media in ORIGINAL_MEDIA_TYPES}},
                        **error_responses(404, 410)})
-def source_file(doc_id: str, state: State):
-    """The original file of a document, inline, so ``#page=N`` links open at the page."""
+def source_file(doc_id: str, state: State, caller: CallerOf):
+    """The original file of a document, inline, so ``#page=N`` links open at the page.  Without the admin token
+    (where one is required) only documents of public sources; any other is 404, as an unknown one."""
     snapshot = state.engine.snapshots.current()
     doc = next((d for d in snapshot.documents if d["doc_id"] == doc_id and d["status"] == "active"), None) or \
         next((d for d in snapshot.documents if d["doc_id"] == doc_id), None)
-    if doc is None:
+    if doc is None or (not caller.admin and doc.get("visibility") != "public"):
         raise HTTPException(status_code=404, detail=f"unknown doc_id '{doc_id}'")
     path = Path(doc["path"])
     if not path.is_file():

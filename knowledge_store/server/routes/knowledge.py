@@ -14,6 +14,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 
 from knowledge_store.errors import QueryValidationError
 from knowledge_store.parsers.detect import EXTENSION_TYPES
+from knowledge_store.retrieval.filters import SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.reranker_registry import reranker_labels
 from knowledge_store.server import api_models as out
@@ -26,16 +27,19 @@ from knowledge_store.server.request_models import (
     QueryBody,
     RequestModels,
 )
-from knowledge_store.server.state import State, with_body_model
+from knowledge_store.server.access import Caller
+from knowledge_store.server.state import CallerOf, State, with_body_model
 from knowledge_store.status import chunk_vector_status
 
 
-async def query(body: QueryBody, request: Request, state: State) -> dict[str, Any]:
-    """Hybrid retrieval with citations; the response's ``retrieval_request_id`` is what feedback refers to."""
+async def query(body: QueryBody, request: Request, state: State, caller: CallerOf) -> dict[str, Any]:
+    """Hybrid retrieval with citations; the response's ``retrieval_request_id`` is what feedback refers to.
+    Without the admin token (where one is required) only documents of public sources are searched."""
+    filters = caller.scope(body.filters or SearchFilters())
     response = await anyio.to_thread.run_sync(
         lambda: state.engine.search(
             body.query, k=body.k, alpha=body.alpha, fusion=body.fusion, section_weight=body.section_weight,
-            lead_weight=body.lead_weight, reranker=body.reranker, filters=body.filters,
+            lead_weight=body.lead_weight, reranker=body.reranker, filters=filters,
             min_relevance=body.min_relevance, answer=body.answer, client="api",
         ),
         limiter=state.search_limiter,
@@ -45,36 +49,43 @@ async def query(body: QueryBody, request: Request, state: State) -> dict[str, An
     for item in payload["results"]:
         fragment = item["url"].split("#", 1)[1] if "#" in item["url"] else ""
         item["source_url"] = f"{base}/api/knowledge/sources/{item['doc_id']}/file" + (f"#{fragment}" if fragment else "")
+    if not caller.admin:
+        state.access.hide_internal_relations(payload["results"], state.engine.snapshots.current())
     state.metrics.query_latency.observe(response.latency_ms["total"] / 1000.0)
     return payload
 
 
-async def _ask(body: AskBody, request: Request, state: State, **local: Any) -> dict[str, Any]:
+async def _ask(body: AskBody, request: Request, state: State, caller: Caller, **local: Any) -> dict[str, Any]:
     from knowledge_store.server.ask import ask
 
     if body.answer not in state.ask_modes:
         raise QueryValidationError("answer", body.answer, "no LLM configured (set GROUNDWORK_LLM_BASE_URL and "
                                                           "GROUNDWORK_LLM_MODEL)")
     base = str(request.base_url).rstrip("/")
+    scope = None if caller.admin else SearchFilters().public_only()
     result = await anyio.to_thread.run_sync(
         lambda: ask(state.engine, base, body.query, top_k=body.top_k, max_sources=min(body.max_sources, body.top_k),
-                    answer=body.answer, **local),
+                    answer=body.answer, scope=scope, **local),
         limiter=state.search_limiter,
     )
+    if not caller.admin:
+        state.access.hide_internal_relations(result["sources"], state.engine.snapshots.current())
     state.metrics.query_latency.observe(result["latency_ms"] / 1000.0)
     return result
 
 
-async def ask_book(body: AskBody, request: Request, state: State) -> dict[str, Any]:
+async def ask_book(body: AskBody, request: Request, state: State, caller: CallerOf) -> dict[str, Any]:
     """Seed 002's ``/ask``: ``{query}`` -> ``{answer, sources: [{file, section, url, pages}]}``; the answer is
-    made from the best ``max_sources`` (3) of the ``top_k`` (10) ranked passages and cites them as ``[n]``."""
-    return await _ask(body, request, state, client="api-ask")
+    made from the best ``max_sources`` (3) of the ``top_k`` (10) ranked passages and cites them as ``[n]``.
+    Without the admin token (where one is required) only documents of public sources answer."""
+    return await _ask(body, request, state, caller, client="api-ask")
 
 
-async def ask_local(body: AskLocalBody, request: Request, state: State) -> dict[str, Any]:
+async def ask_local(body: AskLocalBody, request: Request, state: State, caller: CallerOf) -> dict[str, Any]:
     """Seed 002's ``/ask-local``: a question about selected text; retrieval only in ``source_file`` (422 when it
-    matches no indexed document), searching for the question and the selected ``context``."""
-    return await _ask(body, request, state, context=body.context, source_file=body.source_file, client="api-ask-local")
+    matches no indexed document this caller may read), searching for the question and the selected ``context``."""
+    return await _ask(body, request, state, caller, context=body.context, source_file=body.source_file,
+                      client="api-ask-local")
 
 
 def feedback(body: FeedbackBody, state: State) -> dict[str, Any]:

@@ -20,7 +20,9 @@ router = APIRouter(tags=["operations"])
 def health(state: State) -> JSONResponse:
     engine = state.engine
     body: dict[str, Any] = {"status": "ok", "uptime_s": round(time.time() - state.started_at, 1),
-                            "store": state.settings.store_path.exists(), "model_loaded": engine.embedder.loaded}
+                            "store": state.settings.store_path.exists(), "model_loaded": engine.embedder.loaded,
+                            "remote": state.access.remote, "tls": state.access.tls,
+                            "admin_token_required": state.access.token_required}
     if callable(getattr(engine.embedder, "stats", None)):
         body["query_cache"] = engine.embedder.stats()  # query-embedding cache: hits, misses, hit_rate
     try:

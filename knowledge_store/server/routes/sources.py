@@ -46,7 +46,8 @@ def sources_list(state: State, include_deleted: bool = False) -> dict[str, Any]:
              responses={**error_responses(409), "202": {"model": out.JobAccepted,
                                                         "description": "Registered, and its first sync started (sync: true)."}})
 def sources_add(body: SourceBody, request: Request, state: State):
-    """Register a web site or a folder; ``sync: true`` starts its first sync (202 + job)."""
+    """Register a web site or a folder (inside a source root: ``GROUNDWORK_SOURCE_ROOTS``, else 422 naming
+    ``folder``); ``visibility`` internal unless said public; ``sync: true`` starts its first sync (202 + job)."""
     from knowledge_store.sources import add_source
 
     options = {k: getattr(body, k) for k in WEB_OPTION_FIELDS if getattr(body, k) is not None}
@@ -58,9 +59,10 @@ def sources_add(body: SourceBody, request: Request, state: State):
         if options:
             raise InvalidSourceError(next(iter(options)), next(iter(options.values())),
                                      "crawl options apply to web sources only")
+        state.access.check_source_folder(body.folder)
     with _writer(state.settings) as conn:
         source = add_source(conn, body.name, body.kind, body.url if body.kind == "web" else body.folder,
-                            options, enabled=body.enabled)
+                            options, enabled=body.enabled, visibility=body.visibility)
     if body.sync and source.enabled:
         return job_accepted(request, state.jobs.submit_sync(source.name), source=source.as_dict())
     return JSONResponse(status_code=201, content={"source": source.as_dict()})
@@ -76,15 +78,18 @@ def sources_show(name: str, state: State) -> dict[str, Any]:
 
 @router.patch("/api/sources/{name}", response_model=out.SourceUpdated, responses=error_responses(404, 409))
 def sources_update(name: str, body: SourceUpdateBody, state: State) -> dict[str, Any]:
-    """Change options; ``resync_needed`` says when the index no longer matches the rules."""
-    from knowledge_store.sources import update_source
+    """Change options; ``resync_needed`` says when the index no longer matches the rules.  A new ``visibility``
+    applies before this returns (a snapshot is published: ``snapshot_version``)."""
+    from knowledge_store.ingest.source_actions import update_source_now
 
     changes = body.model_dump(exclude_none=True)
     if not changes:
         raise InvalidSourceError("body", {}, "nothing to update")
-    with _writer(state.settings) as conn:
-        source, changed, resync = update_source(conn, name, changes)
+    source, changed, resync, published = update_source_now(state.settings, name, changes)
+    if published is not None:
+        state.engine.snapshots.refresh()  # the new visibility serves from the next query on
     return {"source": source.as_dict(), "changed": changed, "resync_needed": source.resync_needed,
+            "snapshot_version": published,
             "message": (f"re-sync needed: POST /api/sources/{source.name}/sync to apply the new rules"
                         if resync else "no re-sync needed")}
 

@@ -50,17 +50,19 @@
     return (n / 1048576).toFixed(1) + " MB";
   }
 
-  // http(s) links only, and the human message of an error body: the search page's (console.js, loaded first)
-  var safeHref = window.GroundworkConsole.safeHref, messageOf = window.GroundworkConsole.messageOf;
+  // http(s) links only, the human message of an error body and requests with the admin token: the search
+  // page's (console.js, loaded first)
+  var shared = window.GroundworkConsole, safeHref = shared.safeHref, messageOf = shared.messageOf;
 
-  /** fetch + JSON: resolves {ok, status, body}; rejects only when the server cannot be reached. */
+  /** fetch + JSON with the admin token (asked for once when the server wants it): resolves {ok, status, body};
+   * rejects only when the server cannot be reached. */
   function requestJSON(method, url, payload) {
     var init = { method: method, headers: { "Accept": "application/json" } };
     if (payload !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(payload);
     }
-    return fetch(url, init).then(function (response) {
+    return shared.authFetch(url, init, true).then(function (response) {
       return response.text().then(function (raw) {
         var body = null;
         try { body = raw ? JSON.parse(raw) : null; } catch (e) { body = null; }
@@ -216,7 +218,7 @@
       sourceCancel = $("source-cancel"), sourceFormHeading = $("source-form-heading");
   var sourceFields = { name: $("source-name"), folder: $("source-folder"), url: $("source-url"), depth: $("source-depth"),
                        max_pages: $("source-max-pages"), requests_per_second: $("source-rps"), include: $("source-include"),
-                       exclude: $("source-exclude"), enabled: $("source-enabled") };
+                       exclude: $("source-exclude"), enabled: $("source-enabled"), visibility: $("source-visibility") };
   var editing = null;   // the source being edited (its row from GET /api/sources), null when adding
   var busySource = null; // the source whose sync job is being watched
   var knownSources = [];
@@ -260,6 +262,7 @@
       name.appendChild(link);
       row.appendChild(name);
       cell(row, source.kind + (source.enabled ? "" : " (disabled)") + (source.configured === false ? " (not configured)" : ""));
+      cell(row, source.visibility || "internal");
       cell(row, source.location, "location");
       cell(row, String(stats.documents || 0), "num");
       cell(row, String(stats.chunks || 0), "num");
@@ -419,6 +422,7 @@
     sourceFields.include.value = (config.include || []).join("\n");
     sourceFields.exclude.value = (config.exclude || []).join("\n");
     sourceFields.enabled.checked = !!source.enabled;
+    sourceFields.visibility.value = source.visibility || "internal";
     show($("source-sync-label"), false);
     sourceFormHeading.textContent = "Edit source " + source.name;
     sourceSubmit.textContent = "Save changes";
@@ -469,6 +473,7 @@
       var source = editing, patch = {};
       if (name !== source.name) patch.name = name;
       if (sourceFields.enabled.checked !== !!source.enabled) patch.enabled = sourceFields.enabled.checked;
+      if (sourceFields.visibility.value !== (source.visibility || "internal")) patch.visibility = sourceFields.visibility.value;
       if (source.kind === "web") {
         var options = webOptions(source.config);
         Object.keys(options).forEach(function (key) { patch[key] = options[key]; });
@@ -487,7 +492,8 @@
         return loadSources();
       });
     } else {
-      var body = { name: name, kind: kind, enabled: sourceFields.enabled.checked, sync: $("source-sync").checked };
+      var body = { name: name, kind: kind, enabled: sourceFields.enabled.checked, sync: $("source-sync").checked,
+                   visibility: sourceFields.visibility.value };
       if (kind === "web") {
         body.url = sourceFields.url.value.trim();
         var opts = webOptions({});
@@ -730,6 +736,8 @@
       data.append("force", entry.force ? "true" : "false");
       xhr.open("POST", "/api/knowledge/ingest");
       xhr.setRequestHeader("Accept", "application/json");
+      var token = shared.storedToken();
+      if (token) xhr.setRequestHeader("Authorization", "Bearer " + token);
       xhr.upload.addEventListener("progress", function (event) {
         if (!event.lengthComputable) return;
         progress.value = Math.round(100 * event.loaded / event.total);
@@ -749,6 +757,19 @@
           return;
         }
         progress.hidden = true;
+        if (xhr.status === 401) {  // the server wants its admin token: ask once, then send the file again
+          shared.askToken(!!token).then(function (given) {
+            if (given) {
+              setState(item, "Waiting\u2026");
+              uploadQueue.push(entry);
+            } else {
+              setState(item, "Not uploaded: the server needs its admin token.", "error");
+              announce(file.name + ": not uploaded");
+            }
+            resolve();
+          });
+          return;
+        }
         if (xhr.status === 409 && body && body.error === "duplicate") {
           setState(item, "Duplicate: " + messageOf(body, xhr.status) + ". Not uploaded again.", "duplicate");
           detail.textContent = "";

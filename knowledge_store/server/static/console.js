@@ -131,15 +131,88 @@
     return "The server answered with HTTP " + status + ".";
   }
 
-  // shared with admin.js (loaded after this file by index.html), so both pages link and word errors alike
-  window.GroundworkConsole = { safeHref: safeHref, messageOf: messageOf };
+  // ------------------------------------------------------------ admin token (a server run for others)
+  // A server in remote mode (or with GROUNDWORK_ADMIN_TOKEN set) answers its admin routes only with the admin
+  // token.  The console asks for it once, when an admin page is refused (401), keeps it in sessionStorage (gone
+  // when the tab closes) and sends it as an Authorization header: never in a URL.
+  var TOKEN_KEY = "groundwork.adminToken";
+  var tokenAsked = null;  // the open question, shared by requests refused at the same time
+
+  function storedToken() {
+    try { return sessionStorage.getItem(TOKEN_KEY) || ""; } catch (e) { return ""; }
+  }
+
+  function storeToken(value) {
+    try {
+      if (value) sessionStorage.setItem(TOKEN_KEY, value); else sessionStorage.removeItem(TOKEN_KEY);
+    } catch (e) { /* storage off: the token lasts until the page is left */ }
+  }
+
+  /** ``init`` with the stored token as an Authorization header (when there is one). */
+  function withToken(init) {
+    var copy = {}, headers = {}, key, token = storedToken();
+    init = init || {};
+    for (key in init) if (Object.prototype.hasOwnProperty.call(init, key)) copy[key] = init[key];
+    for (key in (init.headers || {})) if (Object.prototype.hasOwnProperty.call(init.headers, key)) headers[key] = init.headers[key];
+    if (token) headers["Authorization"] = "Bearer " + token;
+    copy.headers = headers;
+    return copy;
+  }
+
+  /** Ask for the admin token (a modal dialog); resolves the token given, or "" when cancelled. */
+  function askToken(rejected) {
+    if (tokenAsked) return tokenAsked;
+    var dialog = $("token-dialog"), input = $("token-input");
+    $("token-text").textContent = rejected
+      ? "That token was not accepted. Enter the server's admin token again."
+      : "This page changes or reads the server's administration data, and the server asks for its admin token " +
+        "(GROUNDWORK_ADMIN_TOKEN, or the admin_token file in its data folder).";
+    input.value = "";
+    tokenAsked = new Promise(function (resolve) {
+      function closed() {
+        dialog.removeEventListener("close", closed);
+        tokenAsked = null;
+        var value = dialog.returnValue === "ok" ? input.value.trim() : "";
+        input.value = "";
+        if (value) storeToken(value);
+        resolve(value);
+      }
+      dialog.addEventListener("close", closed);
+      dialog.returnValue = "";
+      dialog.showModal();
+      input.focus();
+    });
+    return tokenAsked;
+  }
+
+  /** fetch with the admin token.  A 401 on an admin request (``prompt``) asks for the token and tries again;
+   * elsewhere (search, feedback: public routes) a refused token is dropped and the request goes out without it. */
+  function authFetch(url, init, prompt) {
+    return fetch(url, withToken(init)).then(function (response) {
+      if (response.status !== 401) return response;
+      var sent = !!storedToken();
+      if (!prompt) {
+        if (!sent) return response;
+        storeToken("");
+        return fetch(url, withToken(init));
+      }
+      return askToken(sent).then(function (token) {
+        return token ? authFetch(url, init, prompt) : response;
+      });
+    });
+  }
+
+  // shared with admin.js (loaded after this file by index.html), so both pages link, word errors and send the
+  // admin token alike
+  window.GroundworkConsole = { safeHref: safeHref, messageOf: messageOf, authFetch: authFetch, askToken: askToken,
+                               storedToken: storedToken };
 
   function postJSON(url, payload) {
-    return fetch(url, {
+    return authFetch(url, {
       method: "POST",
       headers: { "Content-Type": "application/json", "Accept": "application/json" },
       body: JSON.stringify(payload)
-    }).then(function (response) {
+    }, false).then(function (response) {
       return response.text().then(function (raw) {
         var body = null;
         try { body = raw ? JSON.parse(raw) : null; } catch (e) { body = null; }
@@ -618,7 +691,8 @@
   }
 
   function loadConfig() {
-    return fetch(CONFIG_URL, { headers: { "Accept": "application/json" } }).then(function (response) {
+    // an admin route: with the token when the console has one; without it the search page still works
+    return authFetch(CONFIG_URL, { headers: { "Accept": "application/json" } }, false).then(function (response) {
       if (!response.ok) throw new Error("HTTP " + response.status);
       return response.json();
     }).then(function (config) {
