@@ -18,6 +18,7 @@ from knowledge_store.retrieval.filters import SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.reranker_registry import reranker_labels
 from knowledge_store.server import api_models as out
+from knowledge_store.server.access import Caller
 from knowledge_store.server.api_models import error_responses
 from knowledge_store.server.request_models import (
     AskBody,
@@ -27,7 +28,6 @@ from knowledge_store.server.request_models import (
     QueryBody,
     RequestModels,
 )
-from knowledge_store.server.access import Caller
 from knowledge_store.server.state import CallerOf, State, with_body_model
 from knowledge_store.status import chunk_vector_status
 
