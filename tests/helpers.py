@@ -114,6 +114,51 @@ def console_page(browser, base: str):
     assert not errors, f"JavaScript errors: {errors}"
 
 
+def start_serve(env: dict[str, str], log_path: Path, cwd: Path | None = None) -> tuple[object, str]:
+    """``groundwork serve`` in its own process with ``env`` on top of this one's (port: ``GROUNDWORK_SERVER_PORT``,
+    else a free one); returns (process, base URL).  Its output goes to ``log_path``."""
+    import os
+    import subprocess
+    import sys
+
+    env = {"HF_HUB_OFFLINE": "1", "GROUNDWORK_TORCH_THREADS": "1", **env}
+    env.setdefault("GROUNDWORK_SERVER_PORT", str(free_port()))
+    scheme = "https" if env.get("GROUNDWORK_SSL_CERTFILE") else "http"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "knowledge_store.cli", "serve"], env={**os.environ, **env},
+                                stdout=log, stderr=subprocess.STDOUT, cwd=cwd or log_path.parent)
+    return proc, f"{scheme}://127.0.0.1:{env['GROUNDWORK_SERVER_PORT']}"
+
+
+def wait_healthy(proc, base: str, log_path: Path, timeout_s: float = 120.0) -> None:
+    """Until ``/health`` answers 200 (TLS certificates are not checked); fails with the server's log when it
+    exits or the time is up."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/health", timeout=2, verify=False).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.5)
+    raise AssertionError(f"server at {base} did not start:\n{log_path.read_text()[-3000:]}")
+
+
+def stop(proc) -> None:
+    """Terminate a server process started by ``start_serve`` (kill it after 20 s)."""
+    import subprocess
+
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 class CountingEmbedder:
     """The real embedder, counting every text it is asked to embed."""
 

@@ -103,7 +103,11 @@ def serve(settings: Settings | None = None, announce=print) -> None:
                  else "GROUNDWORK_ADMIN_TOKEN")
         announce(f"remote mode: the admin surface needs the admin token ({where}); public callers see public "
                  f"sources only{'' if access.tls else '; no TLS: put a TLS reverse proxy in front or pass --ssl-certfile/--ssl-keyfile'}")
+    # uvicorn believes X-Forwarded-For/-Proto from 127.0.0.1 unless told otherwise: only the configured proxies
+    # may name the client (and the scheme of the links the server writes)
+    trusted = settings.trusted_proxies
     uvicorn.run(app, host=host, port=settings.server_port, log_level="info", access_log=False,
+                proxy_headers=bool(trusted), forwarded_allow_ips=",".join(trusted) if trusted else "",
                 ssl_certfile=str(settings.ssl_certfile) if settings.ssl_certfile else None,
                 ssl_keyfile=str(settings.ssl_keyfile) if settings.ssl_keyfile else None)
 

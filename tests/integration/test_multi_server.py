@@ -12,49 +12,25 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from knowledge_store.query_log import QueryLog
-from tests.helpers import build_sample_index, free_port
+from tests.helpers import build_sample_index, start_serve, stop, wait_healthy
 
 pytestmark = pytest.mark.slow
 QUESTION = "how do I reset the Aurora to factory settings"
 
 
-def _start_server(settings, docs: Path, log_path: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = {**os.environ, "GROUNDWORK_DATA_DIR": str(settings.data_dir), "GROUNDWORK_SOURCES": str(docs),
-           "GROUNDWORK_SERVER_PORT": str(port), "GROUNDWORK_TORCH_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    with log_path.open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "knowledge_store.cli", "serve"], env=env, stdout=log,
-                                stderr=subprocess.STDOUT, cwd=log_path.parent)
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def _wait_healthy(proc: subprocess.Popen, base: str, log_path: Path) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.5)
-    raise AssertionError(f"server at {base} did not start:\n{log_path.read_text()[-3000:]}")
-
-
 def test_two_server_processes_answer_the_same_queries_during_a_resync(tmp_path, embedder):
     settings = build_sample_index(tmp_path, embedder)
     docs = tmp_path / "docs"
-    servers = [_start_server(settings, docs, tmp_path / f"server-{i}.log") for i in range(2)]
+    env = {"GROUNDWORK_DATA_DIR": str(settings.data_dir), "GROUNDWORK_SOURCES": str(docs)}
+    servers = [start_serve(env, tmp_path / f"server-{i}.log") for i in range(2)]
     try:
         for (proc, base), i in zip(servers, range(2)):
-            _wait_healthy(proc, base, tmp_path / f"server-{i}.log")
+            wait_healthy(proc, base, tmp_path / f"server-{i}.log")
         before = {base: httpx.get(f"{base}/health").json()["index"]["snapshot_version"] for _, base in servers}
         assert len(set(before.values())) == 1
 
@@ -65,11 +41,11 @@ def test_two_server_processes_answer_the_same_queries_during_a_resync(tmp_path, 
         (docs / "gateway-relay.md").write_text(
             "# Gateway relay interval\n\nThe Aurora gateway relays sensor readings to the hub every ninety seconds.\n")
         statuses: dict[str, list[int]] = {base: [] for _, base in servers}
-        stop = threading.Event()
+        done = threading.Event()
 
         def hammer(base: str) -> None:
             with httpx.Client(timeout=30) as client:
-                while not stop.is_set():
+                while not done.is_set():
                     statuses[base].append(client.post(f"{base}/api/knowledge/query",
                                                       json={"query": QUESTION, "k": 3}).status_code)
 
@@ -82,7 +58,7 @@ def test_two_server_processes_answer_the_same_queries_during_a_resync(tmp_path, 
             env={**os.environ, "DAGSTER_HOME": "", "GROUNDWORK_TORCH_THREADS": "1"},
             capture_output=True, text=True, timeout=600)
         time.sleep(1.0)  # let both servers notice the new snapshot while still being queried
-        stop.set()
+        done.set()
         for t in threads:
             t.join()
         assert sync.returncode == 0, sync.stderr[-2000:]
@@ -98,12 +74,7 @@ def test_two_server_processes_answer_the_same_queries_during_a_resync(tmp_path, 
         assert len(set(after.values())) == 1 and set(after.values()) != set(before.values())
     finally:
         for proc, _ in servers:
-            proc.terminate()
-        for proc, _ in servers:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc)
     # both processes logged into the one query log (spooled lines are imported by the next writer)
     log = QueryLog(settings.logs_path)
     try:
