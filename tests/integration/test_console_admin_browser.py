@@ -214,7 +214,7 @@ def test_folder_source_can_be_added_edited_disabled_inspected_and_deleted(page, 
     page.get_by_role("button", name="Add source").click()
     expect(page.locator("#sources-status")).to_contain_text("Synced field-notes: 1 added", timeout=120_000)
     row = page.locator('#sources-body tr[data-source="field-notes"]')
-    expect(row.locator("td").nth(2)).to_have_text("1")
+    expect(row.locator("td").nth(3)).to_have_text("1")
 
     # a bad folder: the server's 422 names the field
     page.fill("#source-name", "nowhere")

@@ -562,6 +562,9 @@
     } else {
       fact(settingsList, "Location", source.location);
     }
+    fact(settingsList, "Visibility", source.visibility === "public"
+      ? "public: the widget and callers without the admin token may be answered from it"
+      : "internal: only callers with the admin token");
     fact(settingsList, "Origin", source.origin === "user" ? "added by hand" : "from the settings");
     fact(settingsList, "Added", when(source.created_at));
     fact(settingsList, "Changed", when(source.updated_at));
