@@ -287,9 +287,9 @@ def test_sources_page_lists_counts_and_syncs_a_source_with_progress(page):
     row = page.locator("#sources-body tr", has=page.locator("th", has_text="docs"))
     expect(row).to_have_count(1)
     cells = row.locator("td")
-    assert cells.nth(0).inner_text() == "folder"
-    assert int(cells.nth(2).inner_text()) >= 5 and int(cells.nth(3).inner_text()) > int(cells.nth(2).inner_text())
-    assert "added" in cells.nth(5).inner_text()  # the last sync summary
+    assert cells.nth(0).inner_text() == "folder" and cells.nth(1).inner_text() in ("public", "internal")
+    assert int(cells.nth(3).inner_text()) >= 5 and int(cells.nth(4).inner_text()) > int(cells.nth(3).inner_text())
+    assert "added" in cells.nth(6).inner_text()  # the last sync summary
     expect(page.locator("#sources-summary")).to_contain_text("sources,")
 
     row.get_by_role("button", name="Sync docs now").click()
