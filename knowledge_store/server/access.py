@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-import json
 import math
 import os
 import re
@@ -41,6 +40,7 @@ from typing import Any
 from fastapi import Request
 
 from knowledge_store.errors import ConfigError, InvalidSourceError
+from knowledge_store.server.origin_policy import refuse
 from knowledge_store.settings import Settings
 
 PUBLIC = "public"
@@ -406,14 +406,7 @@ class AccessMiddleware:
         if self.observe is not None:
             method = scope.get("method", "GET")
             self.observe(method, self.policy.template_of(method, scope.get("path", "/")), status)
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
-            return
-        raw = json.dumps(body).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()),
-                                *headers]})
-        await send({"type": "http.response.body", "body": raw})
+        await refuse(scope, send, status, body, headers)
 
 
 def caller_of(request: Request) -> Caller:

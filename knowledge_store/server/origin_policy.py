@@ -121,14 +121,20 @@ class OriginPolicyMiddleware:
             await self.app(scope, receive, send)
             return
         status, code, message = refusal
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
-            return
-        body = json.dumps({"error": code, "message": message}).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"vary", b"Origin")]})
-        await send({"type": "http.response.body", "body": body})
+        await refuse(scope, send, status, {"error": code, "message": message}, [(b"vary", b"Origin")])
+
+
+async def refuse(scope: dict, send: Any, status: int, body: dict[str, str],
+                 headers: list[tuple[bytes, bytes]] = ()) -> None:
+    """Answer a request before any route runs: the JSON error body (a websocket is closed, policy violation)."""
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    raw = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()),
+                            *headers]})
+    await send({"type": "http.response.body", "body": raw})
 
 
 def mcp_transport_security(policy: OriginPolicy):
