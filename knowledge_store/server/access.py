@@ -40,7 +40,7 @@ from typing import Any
 from fastapi import Request
 
 from knowledge_store.errors import ConfigError, InvalidSourceError
-from knowledge_store.server.origin_policy import refuse
+from knowledge_store.server.origin_policy import ASGIApp, headers_of, refuse
 from knowledge_store.settings import Settings
 
 PUBLIC = "public"
@@ -362,9 +362,6 @@ def document_surfaces(schema: dict[str, Any], policy: AccessPolicy) -> dict[str,
     return schema
 
 
-ASGIApp = Callable[..., Any]
-
-
 class AccessMiddleware:
     """Pure ASGI: decides the caller, refuses admin requests without the token (401) and over-limit public
     requests (429 + Retry-After), and hands the caller to the routes in ``scope["state"]["caller"]``."""
@@ -378,7 +375,7 @@ class AccessMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        headers = headers_of(scope)
         peer = (scope.get("client") or ("", 0))[0] or ""
         address = client_address(peer, headers.get("x-forwarded-for"), self.policy.trusted_proxies)
         method, path = scope.get("method", "GET"), scope.get("path", "/")

@@ -114,7 +114,7 @@ class OriginPolicyMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        headers = headers_of(scope)
         refusal = self.policy.check(scope.get("method", "GET"), headers.get("host"), headers.get("origin"),
                                     headers.get("sec-fetch-site"), scope.get("path", "/"))
         if refusal is None:
@@ -122,6 +122,11 @@ class OriginPolicyMiddleware:
             return
         status, code, message = refusal
         await refuse(scope, send, status, {"error": code, "message": message}, [(b"vary", b"Origin")])
+
+
+def headers_of(scope: dict) -> dict[str, str]:
+    """A request's headers by lower-case name (the last of repeated ones)."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
 
 
 async def refuse(scope: dict, send: Any, status: int, body: dict[str, str],
