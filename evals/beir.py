@@ -38,6 +38,7 @@ from knowledge_store.embeddings import Embedder
 from knowledge_store.errors import GroundworkError
 from knowledge_store.index import open_snapshot
 from knowledge_store.ingest.run import SyncReport, run_sync
+from knowledge_store.learning.finetune import finetune_corpus
 from knowledge_store.settings import PROJECT_ROOT, Settings
 
 DEFAULT_DATA_ROOT = PROJECT_ROOT / "data" / "eval"
@@ -366,9 +367,13 @@ def beir_settings(ds: BeirDataset, data_root: Path | None = None) -> Settings:
 
 
 def ingest_beir(
-    folder: Path, data_root: Path | None = None, embedder: Embedder | None = None
+    folder: Path, data_root: Path | None = None, embedder: Embedder | None = None, finetune: bool | None = None,
 ) -> tuple[Settings, SyncReport]:
-    """Materialise ``folder``'s corpus and ingest it with ``run_sync`` into its own store.
+    """Materialise ``folder``'s corpus and ingest it with ``run_sync`` into its own store, then fine-tune the
+    embedding model on it as the product does by default (``learning.finetune``; ``finetune``: None follows
+    ``GROUNDWORK_FINETUNE_EMBEDDER``; never with a given ``embedder``, which then embeds everything).  The
+    decision is taken once per corpus and its pairs (a later call finds it recorded); it uses no labels and
+    no feedback, so the dataset's queries stay unseen.
 
     The store lives in ``data_root/<name>-<sha256(corpus.jsonl)[:12]>``
     (default ``data_root``: ``data/eval`` under the repository).  Returns the
@@ -393,6 +398,8 @@ def ingest_beir(
         manifest_path.write_text(manifest_text)
     settings = beir_settings(ds, data_root)
     report = run_sync(settings, embedder=embedder)
+    if embedder is None and (settings.finetune_embedder if finetune is None else finetune):
+        finetune_corpus(settings, feedback=[])
     return settings, report
 
 

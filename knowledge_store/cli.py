@@ -562,6 +562,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from evals.beir import load_beir
     from evals.metrics import METRICS, metric_label, metric_spec
     from evals.retrieval_eval import EvalConfig, evaluate, open_engine
+    from knowledge_store.learning.finetune import base_index
+    from knowledge_store.models.serving import load_record
+    from knowledge_store.retrieval.engine import RetrievalEngine
 
     folder = Path(args.dataset)
     dataset = load_beir(folder, split=args.split)  # DatasetError (a GroundworkError) names the bad file
@@ -571,14 +574,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     config = EvalConfig(alpha=args.alpha, fusion=args.fusion or defaults.fusion,
                         reranker=args.reranker or engine.default_reranker())
     # every registered metric (evals.metrics.METRICS, what the scorecard records), plus nDCG and MRR at --k
-    result = evaluate(engine, dataset, config, doc_map, ks=tuple(sorted({5, 10, args.k})))
+    ks = tuple(sorted({5, 10, args.k}))
+    result = evaluate(engine, dataset, config, doc_map, ks=ks)
     m = result.metrics
     recorded = _record_eval(dataset, args.split, config, result)
+    # the corpus's fine-tuning (the default path: ingest_beir decided it); an adopted model is shown beside the base
+    record = load_record(engine.settings.index_dir)
+    finetune = record.decision if record else None
+    served_model = engine.snapshots.current().info.model_id
+    base = None
+    if record is not None and record.model_path and served_model.split("+", 1)[0] != record.base_model_id:
+        base_engine = RetrievalEngine(engine.settings, query_log=engine.query_log, snapshot_dir=base_index(engine.settings))
+        base = evaluate(base_engine, dataset, config, doc_map, ks=ks).metrics
     report = {
         "dataset": str(folder), "split": args.split, "queries": result.queries, "configuration": config.label,
         "alpha": defaults.alpha if config.alpha is None else config.alpha,
         "question_alpha": engine.question_alpha() if config.alpha is None else None,
         "fusion": config.fusion, "reranker": config.reranker, "k": args.k, **m,
+        "model_id": served_model, "base": base,
+        "finetune": None if finetune is None else {k: finetune.get(k) for k in (
+            "decision", "reason", "gain", "standard_error", "pairs", "held_out", "seconds", "candidate_model_id")},
         "store": str(engine.settings.data_dir), "recorded_in": str(recorded),
     }
     if args.json:
@@ -588,8 +603,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     alphas = f"alpha {report['alpha']:g}" + (f", questions {report['question_alpha']:g}"
                                               if report["question_alpha"] is not None else "")
     print(f"{dataset.name} ({args.split}, {result.queries} queries), {config.label} ({alphas}), fusion {config.fusion}")
-    print(format_table([{metric_label(name): f"{m[name]:.{metric_spec(name).digits}f}" for name in columns}],
-                       [metric_label(name) for name in columns]))
+    rows = [{"model": f"base {record.base_model_id}", **{metric_label(n): f"{base[n]:.{metric_spec(n).digits}f}"
+                                                        for n in columns}}] if base is not None else []
+    rows.append({"model": ("fine-tuned " if base is not None else "") + served_model,
+                 **{metric_label(name): f"{m[name]:.{metric_spec(name).digits}f}" for name in columns}})
+    print(format_table(rows, ["model", *(metric_label(name) for name in columns)], 60))
+    if finetune:
+        print(f"fine-tuning: {finetune.get('reason')}")
     print(f"store: {engine.settings.data_dir} (re-used while corpus.jsonl is unchanged)")
     print(f"recorded in {recorded} (the console's Evaluation page and the scorecard read it)")
     return 0
@@ -687,8 +707,50 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_adapt_embedder(args: argparse.Namespace) -> int:
+    """Fine-tune the embedding model on the corpus and adopt it only when it helps (``learning.finetune``), or
+    roll back to the base model."""
+    from knowledge_store.learning.finetune import finetune_corpus, rollback
+
+    settings = _settings(args)
+    if args.rollback:
+        result = rollback(settings)
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            print(f"serving the base model {result['model_id']} again: snapshot {result['snapshot_version']} "
+                  f"({result['chunks']} chunks)" + (f", rolled back from {result['rolled_back_from']}"
+                                                    if result["rolled_back_from"] else ""))
+        return 0
+    decision = finetune_corpus(settings, budget_s=args.budget, force=args.force,
+                               log=None if args.json else lambda line: print(line, file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps(decision.to_dict(), indent=2, default=str))
+        return 0
+    print(f"fine-tuning for {settings.data_dir}: {decision.pairs} training pairs {decision.pair_kinds}, "
+          f"{decision.held_out} held-out pseudo-queries, {decision.seconds:.0f} s "
+          f"({', '.join(f'{k} {v:.0f} s' for k, v in decision.seconds_by_stage.items())})")
+    if decision.before:
+        rows = [{"": "served " + decision.served_model_id, **{k: f"{v:.4f}" for k, v in decision.before.items()}},
+                {"": "fine-tuned " + str(decision.candidate_model_id), **{k: f"{v:.4f}" for k, v in decision.after.items()}}]
+        print()
+        print(format_table(rows, ["", "ndcg@10", "recall@5"], 70))
+        print()
+    print(decision.reason)
+    if decision.decision == "adopted":
+        print(f"snapshot {decision.snapshot_version} serves {decision.candidate_model_id}; "
+              "`groundwork adapt --embedder --rollback` serves the base model again")
+    return 0
+
+
 def cmd_adapt(args: argparse.Namespace) -> int:
     """Learn the corpus's query adapter from its thumbs-up feedback (``retrieval.query_adapter``) or remove it."""
+    if args.embedder or args.rollback:
+        if args.labels or args.reset or args.dry_run:
+            print("error: --embedder fine-tunes the embedding model; --labels, --reset and --dry-run are the query "
+                  "adapter's", file=sys.stderr)
+            return 2
+        return cmd_adapt_embedder(args)
     from knowledge_store.retrieval.query_adapter import (
         QueryAdapterError,
         adapt_corpus,
@@ -930,6 +992,13 @@ def build_parser() -> argparse.ArgumentParser:
     adapt_mode.add_argument("--reset", action="store_true", help="delete the stored adapter")
     adapt.add_argument("--labels", metavar="FILE", help="also learn from a labelled set: JSON lines "
                        '{"query": "...", "document": "<relative path>"} (each an up-vote on that document)')
+    adapt.add_argument("--embedder", action="store_true", help="fine-tune the embedding model on this corpus (no "
+                       "labels needed) and serve it only if held-out pseudo-queries rank clearly better")
+    adapt.add_argument("--rollback", action="store_true", help="with --embedder: serve the base model again")
+    adapt.add_argument("--budget", type=float, metavar="SECONDS",
+                       help="with --embedder: training time (default GROUNDWORK_FINETUNE_BUDGET_S, 900)")
+    adapt.add_argument("--force", action="store_true", help="with --embedder: train and decide again even when these "
+                       "pairs were decided before")
     adapt.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
     adapt.add_argument("--json", action="store_true", help="machine-readable output")
     adapt.set_defaults(func=cmd_adapt)

@@ -543,7 +543,7 @@ def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int
     return Embedder(model_path, batch_size=32, torch_threads=threads, dim=dim)
 
 
-def document_embedder(settings, workers: int = 1, cache_dir: Path | None = None):
+def document_embedder(settings, workers: int = 1, cache_dir: Path | None = None, model_path: Path | None = None):
     """The embedder ingestion uses for chunk texts, from the settings (issue 12).
 
     ``document_encoder=onnx`` (default): ONNX Runtime, ``onnx_batch_size`` texts
@@ -553,16 +553,18 @@ def document_embedder(settings, workers: int = 1, cache_dir: Path | None = None)
     vectors, same model id).  ``torch``: the sentence-transformers model,
     ``embed_batch_size`` texts per batch.  ``bare_vector_weight`` > 0: ingestion blends each chunk's
     vector with its text embedded without the header (``embed_chunks``), under its own model id.
-    Loading is lazy: a sync with nothing to embed never pays for it.
+    Loading is lazy: a sync with nothing to embed never pays for it.  ``model_path``: the model to embed with
+    (default ``settings.model_path``; ingestion passes the serving one, ``models.serving.serving_model_path``).
     """
     cores = max(1, settings.torch_threads // max(1, workers))
+    model_path = Path(model_path or settings.model_path)
     if settings.document_encoder == "torch":
         if settings.document_quantization != "none":
             raise ConfigError("document_quantization", settings.document_quantization, "needs document_encoder=onnx")
-        return Embedder(settings.model_path, settings.embed_batch_size, cores, settings.embedding_dim,
+        return Embedder(model_path, settings.embed_batch_size, cores, settings.embedding_dim,
                         bare_weight=settings.bare_vector_weight)
     return OnnxEmbedder(
-        settings.model_path, cache_dir or settings.models_cache_dir, threads=1, dim=settings.embedding_dim,
+        model_path, cache_dir or settings.models_cache_dir, threads=1, dim=settings.embedding_dim,
         quantization=settings.document_quantization, batch_size=settings.onnx_batch_size, parallel=cores,
         torch_fallback=True, bare_weight=settings.bare_vector_weight,
     )

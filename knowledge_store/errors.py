@@ -140,6 +140,17 @@ class IndexNotBuiltError(StoreError):
         )
 
 
+class ModelUnavailableError(GroundworkError):
+    """The model that made the served snapshot's vectors is not on this machine (a fine-tuned folder deleted):
+    queries cannot be embedded with it."""
+
+    def __init__(self, model_id: str, path: object) -> None:
+        self.model_id = model_id
+        self.path = path
+        super().__init__(f"the served index was embedded with {model_id}, whose folder {path or '(unknown)'} is "
+                         "missing; run `groundwork adapt --embedder --rollback` to serve the base model again")
+
+
 class ConfigError(GroundworkError):
     """A setting has a value that cannot work; names the setting and the value."""
 

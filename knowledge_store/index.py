@@ -54,6 +54,7 @@ class SnapshotInfo:
     document_count: int
     fingerprint: str
     model_id: str
+    model_path: str | None = None  # the model that made the vectors (queries are embedded with it); None: older
 
     def path(self, index_dir: Path) -> Path:
         return Path(index_dir) / self.file

@@ -150,6 +150,24 @@ class Settings(BaseSettings):
                                      "calls wait for the model and index to load before answering (not part of the budget).")
     query_log_retention_days: float = Field(90.0, ge=0)
 
+    # ---- per-corpus fine-tuning of the embedding model (knowledge_store/learning/finetune.py)
+    finetune_embedder: bool = Field(True, description="Fine-tune the embedding model on each corpus without labels "
+                                    "(pairs from its headings, titles, first sentences, link texts and thumbs-up) and "
+                                    "serve the result only when held-out pseudo-queries rank clearly better (paired "
+                                    "gain over 0.005 nDCG@10 and 2 standard errors). Runs in the background after "
+                                    "syncs that change finetune_change_share of the corpus (Dagster sensor), on "
+                                    "`groundwork adapt --embedder` and in `groundwork eval`. false: the base model "
+                                    "serves (the next publish switches back).")
+    finetune_budget_s: float = Field(900.0, gt=0, description="Seconds of training one fine-tuning run may spend; it "
+                                     "stops at the step that reaches it (re-embedding and the decision come on top).")
+    finetune_min_pairs: int = Field(200, ge=1, description="Corpora yielding fewer training pairs are not fine-tuned "
+                                    "(declined, with the count).")
+    finetune_max_pairs: int = Field(6000, ge=32, description="Training pairs used at most per run (a seeded sample, "
+                                    "each document capped so a long manual does not dominate).")
+    finetune_change_share: float = Field(0.2, gt=0, le=1, description="The Dagster sensor fine-tunes again when this "
+                                         "share of the served chunks is new since the last fine-tuning decision (or "
+                                         "none was made yet).")
+
     # ---- serving
     server_host: str = Field("127.0.0.1", description="Bind address; anything but loopback needs allow_remote=true.")
     server_port: int = Field(8080, ge=1, le=65535)

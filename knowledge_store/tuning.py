@@ -53,6 +53,7 @@ from evals.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.chunking import SECTION_SEPARATOR
 from knowledge_store.embeddings import bare_weight_of, embed_chunks
 from knowledge_store.errors import GroundworkError
+from knowledge_store.models.serving import model_path_for
 from knowledge_store.progress import stage_progress
 from knowledge_store.retrieval.evidence import (
     QueryEvidence,
@@ -263,12 +264,24 @@ def stripped_vectors(snapshot: LoadedSnapshot, pq: PseudoQuery, rows: np.ndarray
     return _embed_stripped(snapshot, pq, embed, *_stripped_texts(snapshot, pq, rows))
 
 
+def stripped_embed_texts(snapshot: LoadedSnapshot, pq: PseudoQuery, rows: np.ndarray) -> tuple[list[str], list[str]]:
+    """(embed texts, texts) of ``rows`` as the chunker would have built them had their header and text not held
+    ``pq``'s own words: what the model sees of a pseudo-query's targets, for ranking them (``stripped_vectors``)
+    and for training on them (``learning.pairs``)."""
+    texts, titles, paths = _stripped_texts(snapshot, pq, rows)
+    return _stripped_embed_texts(pq, texts, titles, paths), texts
+
+
+def _stripped_embed_texts(pq: PseudoQuery, texts: list[str], titles: list, paths: list) -> list[str]:
+    headers = [_header_without(t, p, pq) for t, p in zip(titles, paths)]
+    return [f"{h}\n\n{x}" if h else x for h, x in zip(headers, texts)]
+
+
 def _embed_stripped(snapshot: LoadedSnapshot, pq: PseudoQuery, embed: Callable[[list[str]], np.ndarray],
                     texts: list[str], titles: list, paths: list) -> np.ndarray:
-    headers = [_header_without(t, p, pq) for t, p in zip(titles, paths)]
-    embed_texts = [f"{h}\n\n{x}" if h else x for h, x in zip(headers, texts)]
     # the same recipe as the stored vectors (``bare_vector_weight``, read off the snapshot's model id)
-    return embed_chunks(embed, embed_texts, texts, bare_weight_of(snapshot.info.model_id))
+    return embed_chunks(embed, _stripped_embed_texts(pq, texts, titles, paths), texts,
+                        bare_weight_of(snapshot.info.model_id))
 
 
 def strip_query_from_targets(snapshot: LoadedSnapshot, pq: PseudoQuery, evidence: QueryEvidence,
@@ -779,9 +792,11 @@ def corpus_inputs(settings, embedder=None, feedback: Iterable[dict] | None = Non
 
     snapshot = load_snapshot(settings.index_dir)
     try:
-        embedder = embedder or Embedder(settings.model_path, settings.embed_batch_size, settings.torch_threads,
+        # queries are embedded with the model of the snapshot they are ranked over (a fine-tuned one, once adopted)
+        model_path = snapshot.info.model_path or model_path_for(settings, snapshot.info.model_id) or settings.model_path
+        embedder = embedder or Embedder(model_path, settings.embed_batch_size, settings.torch_threads,
                                         settings.embedding_dim)
-        yield snapshot, embedder, list(_feedback_rows(settings) if feedback is None else feedback)
+        yield snapshot, embedder, list(feedback_rows(settings) if feedback is None else feedback)
     finally:
         snapshot.close()
 
@@ -797,7 +812,8 @@ def tune_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None,
     return tuned
 
 
-def _feedback_rows(settings) -> list[dict]:
+def feedback_rows(settings) -> list[dict]:
+    """The query log's ratings joined with their queries (none when there is no query log yet)."""
     if not Path(settings.logs_path).exists():
         return []
     from knowledge_store.query_log import QueryLog

@@ -145,7 +145,7 @@ def plan_embedding_shards(context: dg.OpExecutionContext, store: KnowledgeStoreR
     settings = store.settings()
     shards = settings.embed_workers
     if settings.embed_handoff_dir is not None:  # whole parts a killed run left behind: import, never re-embed
-        leftover = import_parts(settings, settings.embed_handoff_dir, model.embedder().model_id, _run_id(store, context))
+        leftover = import_parts(settings, settings.embed_handoff_dir, model.embedder(settings=settings).model_id, _run_id(store, context))
         if leftover:
             context.log.info(f"imported {leftover} vectors left in {settings.embed_handoff_dir} by an interrupted run")
     context.log.info(f"embedding in {shards} shard(s)"
@@ -158,7 +158,7 @@ def plan_embedding_shards(context: dg.OpExecutionContext, store: KnowledgeStoreR
 def embed_shard(context: dg.OpExecutionContext, shard: int, store: KnowledgeStoreResource,
                 model: EmbeddingModelResource) -> dict:
     settings = store.settings()
-    embedder = model.embedder(workers=settings.embed_workers)  # the cores are shared between the shards
+    embedder = model.embedder(workers=settings.embed_workers, settings=settings)  # the cores are shared between the shards
     if settings.embed_handoff_dir is not None:  # another machine: never write the store, leave Parquet parts
         result = embed_shard_to_parts(settings, embedder, shard, settings.embed_workers, settings.embed_handoff_dir,
                                       progress=DagsterLogSink(context.log))
@@ -221,7 +221,7 @@ def embeddings(chunks):
 @dg.asset(group_name=GROUP, deps=[embeddings], kinds={"duckdb"}, description="Published index snapshot: BM25 (fts) + vectors of active chunks.")
 def search_index(context: dg.AssetExecutionContext, store: KnowledgeStoreResource, model: EmbeddingModelResource) -> dg.MaterializeResult:
     settings = store.settings()
-    result = publish_index(settings, model.embedder().model_id, _run_id(store, context))
+    result = publish_index(settings, model.embedder(settings=settings).model_id, _run_id(store, context))
     summary = result.sync_run.get("summary", "")
     with store_connection(settings.store_path, read_only=True) as conn:
         failures = open_failures(conn)

@@ -12,6 +12,7 @@ from pathlib import Path
 import dagster as dg
 
 from knowledge_store.embeddings import Embedder, OnnxEmbedder, TokenCounter, document_embedder, token_counter
+from knowledge_store.models.serving import serving_model_path
 from knowledge_store.settings import Settings
 
 
@@ -58,11 +59,16 @@ class EmbeddingModelResource(dg.ConfigurableResource):
             base.embedding_dim,
         )
 
-    def embedder(self, workers: int = 1, quantization: str | None = None) -> Embedder | OnnxEmbedder:
+    def embedder(self, workers: int = 1, quantization: str | None = None,
+                 settings: Settings | None = None) -> Embedder | OnnxEmbedder:
         """The document embedder, with the cores (torch_threads) shared among ``workers`` processes embedding at once.
 
-        ``quantization="none"`` for texts embedded like queries (tuning): queries are always fp32."""
+        ``quantization="none"`` for texts embedded like queries (tuning): queries are always fp32.  ``settings``:
+        the corpus's, whose serving model (a fine-tuned one once adopted, ``models.serving``) is used unless
+        this resource names a model."""
         path, batch, threads, dim = self._resolved()
+        if settings is not None and not self.model_path:
+            path = str(serving_model_path(settings))
         base = Settings()
         return _embedder(path, batch, max(1, threads // max(1, workers)), dim, base.document_encoder,
                          quantization or base.document_quantization, base.onnx_batch_size, str(base.models_cache_dir),

@@ -73,7 +73,7 @@ def source_sync(
     name = context.partition_key
     started = time.perf_counter()
     report = run_sync(
-        settings, model.embedder(), trigger=context.run.tags.get("groundwork/trigger", "dagster-partition"),
+        settings, model.embedder(settings=settings), trigger=context.run.tags.get("groundwork/trigger", "dagster-partition"),
         names=[name], progress=crawl_logger(context), sync_run_id=context.run.run_id, refresh=config.refresh,
     )
     raw = report.raw

@@ -66,8 +66,9 @@ def chunk_vectors(embedder, part: list[MissingText]) -> np.ndarray:
 def missing_embeddings(
     settings: Settings, model_id: str, shard: int = 0, shards: int = 1
 ) -> tuple[list[MissingText], int]:
-    """The chunk texts of pending/active versions with no vector for ``model_id`` (this shard only),
-    and how many pending chunks reuse a cached vector."""
+    """The chunk texts a snapshot may hold (pending, active and family-superseded versions) with no vector for
+    ``model_id`` (this shard only), and how many pending chunks reuse a cached vector.  Superseded ones count:
+    a change of model re-embeds them too, or the snapshot would drop them."""
     with store_connection(settings.store_path, read_only=True, timeout_s=settings.lock_timeout_s) as conn:
         # chunks of versions that are waiting to go live, or live ones re-chunked
         wanted = conn.execute(
@@ -76,7 +77,7 @@ def missing_embeddings(
             FROM chunks c
             JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version
             LEFT JOIN embeddings e ON e.content_hash = c.content_hash AND e.model_id = ?
-            WHERE d.status IN ('pending', 'active')
+            WHERE d.status IN ('pending', 'active', 'superseded')
             GROUP BY c.content_hash ORDER BY c.content_hash
             """,
             [model_id],

@@ -13,6 +13,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
 from knowledge_store.errors import IndexNotBuiltError, StoreError
 from knowledge_store.index import (
@@ -34,6 +35,7 @@ from knowledge_store.ingest.sync_runs import (
     unpublished_active_versions,
 )
 from knowledge_store.ingest.web_sources import cache_dir
+from knowledge_store.models.serving import model_path_for
 from knowledge_store.settings import Settings
 from knowledge_store.store import store_connection, transaction, utcnow
 
@@ -180,8 +182,12 @@ def sentence_texts_missing(conn, model_id: str) -> int:
                         [model_id]).fetchone()[0]
 
 
-def publish_index(settings: Settings, model_id: str, sync_run_id: str) -> PublishResult:
+def publish_index(settings: Settings, model_id: str, sync_run_id: str, model_path: Path | None = None) -> PublishResult:
+    """Activate what is ready, purge what expired, and publish a snapshot of the active chunks with their
+    ``model_id`` vectors (a new one only when something it holds changed).  ``model_path``: the model that made
+    them, recorded in the snapshot so queries are embedded with it (default: found from ``model_id``)."""
     result = PublishResult(sync_run_id=sync_run_id)
+    model_path = model_path or model_path_for(settings, model_id)
     started = time.perf_counter()
     index_dir = settings.index_dir
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
@@ -233,6 +239,7 @@ def publish_index(settings: Settings, model_id: str, sync_run_id: str) -> Publis
             info = SnapshotInfo(
                 snapshot_version=version, file=snapshot_file_name(version), created_at=utcnow().isoformat() + "Z",
                 chunk_count=chunk_count, document_count=document_count, fingerprint=fingerprint, model_id=model_id,
+                model_path=str(model_path) if model_path else None,
             )
             build_started = time.perf_counter()
             build_snapshot(conn, index_dir, info, settings.entity_vocabulary, sentences=result.sentence_vectors)

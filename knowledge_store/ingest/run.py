@@ -28,6 +28,7 @@ from knowledge_store.ingest.web_sources import (
     prune_body_cache,
     record_web_pages,
 )
+from knowledge_store.models.serving import serving_model_path
 from knowledge_store.sample_corpus import write_sample_corpus
 from knowledge_store.settings import Settings
 from knowledge_store.sources import record_source_sync, sources_to_sync
@@ -155,7 +156,7 @@ def run_sync(
 
     A stage that raises leaves the run 'failed' (Ctrl-C: 'interrupted'), not 'running'."""
     started = time.perf_counter()
-    embedder = embedder or document_embedder(settings)
+    embedder = embedder or document_embedder(settings, model_path=serving_model_path(settings))
     sync_run_id = sync_run_id or uuid.uuid4().hex
     try:
         raw = record_sources(settings, sync_run_id=sync_run_id, trigger=trigger, names=names, kinds=kinds,

@@ -13,10 +13,11 @@ from typing import Any
 
 import duckdb
 
-from knowledge_store.embeddings import Embedder, document_embedder, document_model_id
+from knowledge_store.embeddings import Embedder, document_embedder
 from knowledge_store.errors import GroundworkError
 from knowledge_store.ingest.publish import publish_index
 from knowledge_store.ingest.sync_runs import get_sync_run, start_sync_run
+from knowledge_store.models.serving import serving_model_id, serving_model_path
 from knowledge_store.settings import Settings
 from knowledge_store.sources import (
     Source,
@@ -75,7 +76,7 @@ def delete_source_now(settings: Settings, name: str) -> dict[str, Any]:
         run_id = start_sync_run(conn, None, "source-delete", scope=[name])
         with transaction(conn):
             conn.execute("UPDATE sync_runs SET removed = ? WHERE sync_run_id = ?", [documents, run_id])
-    publish = publish_index(settings, document_model_id(settings.model_path, settings.document_quantization, settings.bare_vector_weight), run_id)
+    publish = publish_index(settings, serving_model_id(settings), run_id)
     return {
         "name": name, "deleted_at": source.as_dict()["deleted_at"], "documents_deleted": documents,
         "snapshot_version": publish.snapshot_version, "chunks_indexed": publish.chunk_count,
@@ -92,8 +93,7 @@ def update_source_now(settings: Settings, name: str, changes: dict[str, Any]) ->
         run_id = start_sync_run(conn, None, "source-visibility", scope=[source.name]) if "visibility" in changed else None
     if run_id is None:
         return source, changed, resync, None
-    model_id = document_model_id(settings.model_path, settings.document_quantization, settings.bare_vector_weight)
-    return source, changed, resync, publish_index(settings, model_id, run_id).snapshot_version
+    return source, changed, resync, publish_index(settings, serving_model_id(settings), run_id).snapshot_version
 
 
 def open_failure(conn: duckdb.DuckDBPyConnection, failure_id: str) -> dict[str, Any]:
@@ -129,7 +129,7 @@ def retry_failure(
     started = time.perf_counter()
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
         failure = open_failure(conn, failure_id)
-    embedder = embedder or document_embedder(settings)
+    embedder = embedder or document_embedder(settings, model_path=serving_model_path(settings))
     stage = failure["stage"]
     if stage == "fetch":
         from knowledge_store.ingest.web_sources import retry_page

@@ -14,13 +14,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from llama_index.core.schema import QueryBundle
 
-from knowledge_store.embeddings import BatchingEmbedder, Embedder, query_embedder
-from knowledge_store.errors import IndexNotBuiltError, QueryValidationError
+from knowledge_store.embeddings import BatchingEmbedder, Embedder, document_embedder, query_embedder
+from knowledge_store.errors import IndexNotBuiltError, ModelUnavailableError, QueryValidationError
+from knowledge_store.models.serving import model_path_for, serving_model_id, serving_model_path
 from knowledge_store.query_log import redact
 from knowledge_store.retrieval.ann import AnnConfig
 from knowledge_store.retrieval.answer import ANSWER_MODES, Answer, LLMAnswerer, extractive_answer
@@ -146,15 +148,19 @@ def _logged_params(request: SearchRequest) -> dict[str, Any]:
 class RetrievalEngine:
     """Thread-safe; one per process.  Picks up new index snapshots without a restart."""
 
-    def __init__(self, settings: Settings | None = None, embedder: Embedder | None = None, query_log: Any = None) -> None:
+    def __init__(self, settings: Settings | None = None, embedder: Embedder | None = None, query_log: Any = None,
+                 snapshot_dir: Path | None = None) -> None:
+        """``snapshot_dir``: read snapshots from another folder than ``settings.index_dir`` (evaluation's copy of
+        the corpus with the base model's vectors, ``learning.finetune.base_index``); the corpus's ranking
+        defaults and query adapter still come from ``settings.index_dir``."""
         self.settings = settings or Settings()
-        # concurrent queries share model calls (see BatchingEmbedder); a lone query is not delayed;
-        # repeated queries are served from QueryEmbeddingCache (retrieval/query_cache.py)
-        self.embedder = QueryEmbeddingCache(embedder or BatchingEmbedder(query_embedder(
-            self.settings.model_path, self.settings.query_encoder, self.settings.models_cache_dir,
-            self.settings.query_torch_threads, self.settings.embedding_dim,
-        ), cache_size=0), size=self.settings.query_cache_size)
-        self.snapshots = SnapshotManager(self.settings.index_dir, ann=AnnConfig.from_settings(self.settings))
+        # the query embedder of each model a served snapshot was made with (the base model, a fine-tuned one):
+        # a query is embedded with its snapshot's model (``embedder_for``); the configured one is built here
+        self._embedders: dict[str, QueryEmbeddingCache] = {}
+        self._document_embedders: dict[str, Any] = {}
+        self._embedders_lock = threading.Lock()
+        self._default_embedder = self._query_embedder(self.settings.model_path, embedder)
+        self.snapshots = SnapshotManager(snapshot_dir or self.settings.index_dir, ann=AnnConfig.from_settings(self.settings))
         self.masks = MaskCache()
         self.adapters = AdapterCache(self.settings.index_dir, self.settings.embedding_dim)
         self._query_log = query_log
@@ -171,6 +177,55 @@ class RetrievalEngine:
             pass
 
     # ---------------------------------------------------------------- plumbing
+    def _query_embedder(self, model_path, embedder: Embedder | None = None) -> QueryEmbeddingCache:
+        # concurrent queries share model calls (see BatchingEmbedder); a lone query is not delayed;
+        # repeated queries are served from QueryEmbeddingCache (retrieval/query_cache.py)
+        wrapped = QueryEmbeddingCache(embedder or BatchingEmbedder(query_embedder(
+            model_path, self.settings.query_encoder, self.settings.models_cache_dir,
+            self.settings.query_torch_threads, self.settings.embedding_dim,
+        ), cache_size=0), size=self.settings.query_cache_size)
+        self._embedders[wrapped.model_id.split("+", 1)[0]] = wrapped
+        return wrapped
+
+    def embedder_for(self, snapshot: LoadedSnapshot) -> QueryEmbeddingCache:
+        """The query embedder of the model that made ``snapshot``'s vectors (its ``model_path``, else the model
+        its id names: the configured base model or a fine-tuned one), loaded once: a query vector is only ever
+        compared with vectors of its own model.  A snapshot whose model folder is gone raises
+        ``ModelUnavailableError`` naming it."""
+        key = (snapshot.info.model_id or "").split("+", 1)[0]
+        found = self._embedders.get(key)
+        if found is not None or not key:
+            return found or self._default_embedder
+        with self._embedders_lock:
+            found = self._embedders.get(key)
+            if found is None:
+                path = snapshot.info.model_path or model_path_for(self.settings, snapshot.info.model_id)
+                if path is None or not Path(path).is_dir():
+                    raise ModelUnavailableError(snapshot.info.model_id, path)
+                found = self._query_embedder(Path(path))
+        return found
+
+    def documents_embedder(self) -> Any:
+        """What this process's ingestion jobs embed chunk texts with: the serving model (``models.serving``), as
+        one of the loaded query embedders when its document vectors are plain fp32 ones (the same vectors, one
+        model in memory), else a document embedder built once per model id."""
+        model_id = serving_model_id(self.settings)
+        loaded = self._embedders.get(model_id)
+        if loaded is not None:
+            return loaded
+        with self._embedders_lock:
+            built = self._document_embedders.get(model_id)
+            if built is None:
+                built = document_embedder(self.settings, model_path=serving_model_path(self.settings))
+                self._document_embedders[model_id] = built
+        return built
+
+    @property
+    def embedder(self) -> QueryEmbeddingCache:
+        """The query embedder of the served snapshot's model (the configured one before any snapshot)."""
+        snapshot = self._snapshot_or_none()
+        return self._default_embedder if snapshot is None else self.embedder_for(snapshot)
+
     @property
     def query_log(self):
         """The query log, opened on first use.  Opened here, it also writes each query's JSON line (seed 004) to
@@ -277,17 +332,21 @@ class RetrievalEngine:
                              section_weight=float(section_weight), lead_weight=float(lead_weight),
                              query_form=form)
 
-    def query_adapter(self) -> QueryAdapter | None:
+    def query_adapter(self, snapshot: LoadedSnapshot | None = None) -> QueryAdapter | None:
         """The corpus's query adapter learned from feedback (``groundwork adapt``), or None: off in settings,
-        never trained, or its file damaged (logged once, see ``AdapterCache``); read per query, no restart."""
-        return self.adapters.current() if self.settings.use_query_adapter else None
+        never trained, its file damaged (logged once, see ``AdapterCache``), or trained on another model's
+        vectors than ``snapshot``'s (a fine-tuned model adopted since); read per query, no restart."""
+        adapter = self.adapters.current() if self.settings.use_query_adapter else None
+        if adapter is not None and snapshot is not None and not adapter.fits(snapshot.info.model_id):
+            return None
+        return adapter
 
     def ranking_defaults(self) -> RankingParams:
         """The ranking a query gets when it does not say: settings set explicitly (environment,
         ``.env`` or code) win, then the corpus's self-tuned configuration, then the built-in defaults."""
         from knowledge_store.tuning import effective_ranking
 
-        return effective_ranking(self.settings, self.snapshots.index_dir)
+        return effective_ranking(self.settings, self.settings.index_dir)
 
     def _snapshot_or_none(self) -> LoadedSnapshot | None:
         """The served snapshot, or None before one is published (a request can be checked without an index)."""
@@ -300,14 +359,14 @@ class RetrievalEngine:
         """The alpha of questions that do not set one (None: the default alpha); see ``tuning.effective_question_alpha``."""
         from knowledge_store.tuning import effective_question_alpha
 
-        return effective_question_alpha(self.settings, self.snapshots.index_dir)
+        return effective_question_alpha(self.settings, self.settings.index_dir)
 
     def default_reranker(self) -> str:
         """The reranker a query gets when it does not say: an explicit setting wins, then the one set in the
         console for this corpus (``tuned.json``), then the built-in ``none``; read per query, no restart."""
         from knowledge_store.tuning import effective_reranker
 
-        return effective_reranker(self.settings, self.snapshots.index_dir)
+        return effective_reranker(self.settings, self.settings.index_dir)
 
     # ---------------------------------------------------------------- the work
     def candidates(self, request: SearchRequest, pool_size: int) -> HybridCandidates:
@@ -323,8 +382,8 @@ class RetrievalEngine:
 
         # BM25 does not need the query vector: score it on the other core while the model runs
         bm25_future = _SEARCH_POOL.submit(lexical)
-        query_vector = self.embedder.embed([request.query])[0]
-        adapter = self.query_adapter()
+        query_vector = self.embedder_for(snapshot).embed([request.query])[0]
+        adapter = self.query_adapter(snapshot)
         search_vector = query_vector if adapter is None else adapter.apply(query_vector)
         t1 = time.perf_counter()
         mask = self.masks.mask(snapshot, request.filters)

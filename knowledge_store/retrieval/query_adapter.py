@@ -79,6 +79,13 @@ class QueryAdapter:
                 "held_out_with", "decision", "l2", "seconds")
         return {**{k: self.info.get(k) for k in keys}, "in_use": in_use}
 
+    def fits(self, model_id: str) -> bool:
+        """Whether it was trained on vectors of ``model_id`` (a snapshot's; suffixes ignored).  An adapter
+        trained before adapters recorded their model is taken for the vectors it was trained on, of the
+        configured base model, which ``width`` can only partly check."""
+        trained = self.info.get("model_id")
+        return trained is None or trained == (model_id or "").split("+", 1)[0]
+
     def apply(self, vectors: np.ndarray) -> np.ndarray:
         """The adapted, L2-normalised query vector(s); a vector of another width is refused."""
         vectors = np.asarray(vectors, dtype=np.float32)
@@ -343,6 +350,7 @@ def train_query_adapter(snapshot: LoadedSnapshot, settings, feedback: Iterable[d
     matrix = fit_adapter(snapshot, rated, best["l2"], steps=steps)
     info = {"trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "snapshot_version": snapshot.info.snapshot_version, "model": Path(str(settings.model_path)).name,
+            "model_id": snapshot.info.model_id.split("+", 1)[0],
             "l2": best["l2"], "rated_queries": len(rated), "held_out_queries": len(rated), "folds": folds,
             "held_out_without": mean_quality(without), "held_out_with": {k: best[k] for k in ("ndcg@10", "recall@5")},
             "decision": decision, "table": table}

@@ -76,7 +76,8 @@ def _mmr(engine: RetrievalEngine) -> Any:
 def _feedback(engine: RetrievalEngine) -> Any:
     from knowledge_store.retrieval.rerankers import FeedbackReranker
 
-    return FeedbackReranker(feedback_source=engine.feedback_rows, embed=engine.embedder.embed,
+    # the served snapshot's query embedder at each call: it changes when a fine-tuned model is adopted
+    return FeedbackReranker(feedback_source=engine.feedback_rows, embed=lambda texts: engine.embedder.embed(texts),
                             similarity=engine.settings.feedback_similarity, weight=engine.settings.feedback_weight)
 
 

@@ -55,13 +55,18 @@ class IngestJobs:
     """Ingestion work started through the API (uploads, source syncs, retries), in this process,
     one at a time (the store has one writer), pollable by id with live progress."""
 
-    def __init__(self, settings: Settings, embedder: Any, on_published: Callable[[], None] | None = None) -> None:
+    def __init__(self, settings: Settings, embedder: Callable[[], Any],
+                 on_published: Callable[[], None] | None = None) -> None:
         self.settings = settings
-        self.embedder = embedder
+        self._embedder = embedder  # the document embedder of the moment: the serving model can change
         self.on_published = on_published  # e.g. the engine switching to the new snapshot before the job says done
         self.jobs: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._run_lock = threading.Lock()
+
+    @property
+    def embedder(self) -> Any:
+        return self._embedder()
 
     def submit(self, files: list[str]) -> dict[str, Any]:
         """An upload: sync the uploads source only (never a crawl of the web sources)."""

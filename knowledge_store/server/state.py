@@ -80,7 +80,7 @@ class ServerState:
         ask_modes = available_answer_modes(settings, writing_only=True)
         return cls(
             settings=settings, engine=engine, query_log=query_log,
-            jobs=IngestJobs(settings, engine.embedder, on_published=lambda: refresh_quietly(engine)),
+            jobs=IngestJobs(settings, engine.documents_embedder, on_published=lambda: refresh_quietly(engine)),
             metrics=Metrics(settings.store_path), origin_policy=OriginPolicy.from_settings(settings),
             access=AccessPolicy.from_settings(settings),
             search_limiter=anyio.CapacityLimiter(settings.search_workers),

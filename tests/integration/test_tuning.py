@@ -447,7 +447,7 @@ def test_the_adapter_asset_reports_its_cross_validated_decision_in_metadata(tiny
     settings = untuned(tiny)
     stored = adapter_path(settings.index_dir)
     stored.unlink(missing_ok=True)
-    monkeypatch.setattr(tuning, "_feedback_rows", lambda _settings: with_chunks(snapshot, heading_feedback()))
+    monkeypatch.setattr(tuning, "feedback_rows", lambda _settings: with_chunks(snapshot, heading_feedback()))
     resources = {"retrieval": RetrievalResource(data_dir=str(settings.data_dir)),
                  "model": EmbeddingModelResource(torch_threads=1)}
     result = dg.materialize([query_adapter], resources=resources)

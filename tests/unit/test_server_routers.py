@@ -35,7 +35,7 @@ def test_original_files_are_served_with_the_parsers_media_types():
 
 def test_ingest_jobs_run_one_at_a_time_and_report_failures_in_their_record(tmp_path):
     published: list[str] = []
-    jobs = IngestJobs(Settings(data_dir=tmp_path), embedder=None, on_published=lambda: published.append("refresh"))
+    jobs = IngestJobs(Settings(data_dir=tmp_path), embedder=lambda: None, on_published=lambda: published.append("refresh"))
     release = threading.Event()
     running: list[str] = []
 

@@ -1,0 +1,503 @@
+"""Fine-tuning the embedding model on one corpus, label-free, and serving the result only when it helps.
+
+One run (``finetune_corpus``; ``groundwork adapt --embedder``, the Dagster asset ``finetuned_embedder``,
+``groundwork eval``):
+
+1. **Pairs** from the served snapshot (``learning.pairs``): headings, titles, FAQ questions, first
+   sentences, link texts and thumbs-up, a fifth of the query texts held out by hash.
+2. **Training** (``train_embedder``): contrastive, in-batch negatives (MultipleNegativesRankingLoss: each
+   query's own target against the other targets of its batch, scale 20; no two pairs of one section in
+   a batch), AdamW 2e-5 with 10 % warm-up and linear decay over one epoch, targets cut at 192
+   word-pieces, seeded.  It stops at the step that reaches ``finetune_budget_s``.  The model is saved
+   under ``<data_dir>/models/finetuned/<base>-ft-<corpus>-<training hash>`` (written to a temporary
+   folder, then renamed: a kill leaves no half model); a run with the same pairs reuses it.
+3. **Re-embedding**: every served chunk text (and its sentences) gets a vector from the candidate in the
+   store, under the candidate's own model id, by the ingestion code (``embed_missing``): batches, so a
+   kill loses one batch and the next run resumes.  The served snapshot is not touched.
+4. **Decision** (``decide``): the held-out pseudo-queries are ranked as the engine serves them
+   (``tuning.score_grid`` with the effective ranking and its second passes, the targets stripped of the
+   query's words) over the served snapshot with its model and over the same snapshot with the
+   candidate's vectors and query encoder.  Adopted only when the paired nDCG@10 gain clears
+   ``tuning.paired_gain`` (0.005 and two standard errors): the rule self-tuning and the query adapter
+   decide by.  One held-out split, not k folds: a fold costs a fine-tuning.
+5. **Adopted**: ``embedder.json`` names the model and a snapshot is published with its vectors
+   (``publish_index``: text, ids and the BM25 index are rebuilt from the store as on every publish; only
+   the vectors differ).  The pointer switch is atomic; servers follow the snapshot's model.
+   **Declined**: the decision is recorded and the candidate's vectors leave the store.
+
+``rollback`` serves the base model again: its vectors are still in the store, so the republished
+snapshot ranks exactly as before the adoption.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from knowledge_store.embeddings import document_embedder, document_model_id, model_id_for, query_embedder
+from knowledge_store.errors import GroundworkError, IndexNotBuiltError
+from knowledge_store.index import SnapshotInfo, build_snapshot, read_pointer, snapshot_file_name, write_pointer
+from knowledge_store.ingest.embed import embed_missing
+from knowledge_store.ingest.publish import active_fingerprint, publish_index
+from knowledge_store.ingest.sync_runs import end_sync_run, start_sync_run
+from knowledge_store.learning.pairs import PairSet, TrainingPair, build_pairs
+from knowledge_store.models.serving import (
+    HISTORY_KEPT,
+    EmbedderRecord,
+    finetuned_dir,
+    load_record,
+    save_record,
+    serving_model_path,
+)
+from knowledge_store.progress import stage_progress
+from knowledge_store.retrieval.sentences import sentence_index_from
+from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, load_snapshot
+from knowledge_store.settings import Settings
+from knowledge_store.store import store_connection, transaction
+from knowledge_store.tuning import (
+    effective_question_alpha,
+    effective_ranking,
+    feedback_rows,
+    paired_gain,
+    score_grid,
+)
+
+logger = logging.getLogger(__name__)
+
+TRAINING = {"loss": "MultipleNegativesRankingLoss", "scale": 20.0, "batch_size": 32, "max_tokens": 192,
+            "learning_rate": 2e-5, "warmup": 0.1, "epochs": 1, "seed": 13}
+TRAINING_RECORD = "training.json"
+MIN_HELD_OUT = 20  # fewer held-out pseudo-queries cannot show a clear gain
+
+
+class FinetuneError(GroundworkError):
+    """Fine-tuning cannot run here (no snapshot, a model that cannot be loaded ...); says why."""
+
+
+@dataclass
+class TrainingRun:
+    """What ``train_embedder`` did."""
+
+    model_path: str
+    model_id: str
+    training_hash: str
+    pairs: int
+    steps: int
+    planned_steps: int
+    seconds: float
+    stopped_by: str  # "epoch" (all pairs once), "budget" (finetune_budget_s reached) or "reused" (found on disk)
+    loss_first: float | None = None
+    loss_last: float | None = None
+
+    @property
+    def pairs_per_s(self) -> float:
+        return round(self.steps * TRAINING["batch_size"] / self.seconds, 2) if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "pairs_per_s": self.pairs_per_s}
+
+
+@dataclass
+class Decision:
+    """One fine-tuning run's outcome: what ``groundwork adapt --embedder --json`` prints and embedder.json keeps."""
+
+    decision: str  # "adopted" | "declined"
+    reason: str
+    gain: float | None = None
+    standard_error: float | None = None
+    required: float | None = None
+    held_out: int = 0
+    held_out_feedback: int = 0
+    before: dict[str, float] = field(default_factory=dict)  # served model on the held-out queries
+    after: dict[str, float] = field(default_factory=dict)  # the candidate on them
+    pairs: int = 0
+    pair_kinds: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    seconds_by_stage: dict[str, float] = field(default_factory=dict)
+    base_model_id: str = ""
+    served_model_id: str = ""  # what served when the run started
+    candidate_model_id: str | None = None
+    model_path: str | None = None  # the candidate's folder
+    training: dict[str, Any] | None = None
+    training_hash: str | None = None
+    snapshot_version: int | None = None  # the snapshot published when adopted (else the one decided on)
+    created_at: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- training
+
+
+def training_hash(base_model_id: str, pairs: PairSet, corpus: str) -> str:
+    """What makes a fine-tuned model what it is: its base, its pairs, the recipe and the corpus it is for."""
+    recipe = json.dumps(TRAINING, sort_keys=True)
+    return hashlib.sha256(f"{base_model_id}|{corpus}|{recipe}|{pairs.digest()}".encode()).hexdigest()
+
+
+def batches(pairs: list[TrainingPair], size: int, seed: int) -> list[list[TrainingPair]]:
+    """Seeded batches in which no section appears twice: a second pair of one section would be scored as
+    a wrong answer for the first (in-batch negatives).  Batches of fewer than two pairs teach nothing."""
+    order = list(pairs)
+    random.Random(seed).shuffle(order)
+    pending = deque(order)
+    out: list[list[TrainingPair]] = []
+    while pending:
+        batch: list[TrainingPair] = []
+        groups: set[int] = set()
+        skipped: list[TrainingPair] = []
+        while pending and len(batch) < size:
+            pair = pending.popleft()
+            if pair.group in groups:
+                skipped.append(pair)
+                continue
+            batch.append(pair)
+            groups.add(pair.group)
+        if len(batch) < 2:
+            break
+        pending.extendleft(reversed(skipped))
+        out.append(batch)
+    return out
+
+
+def train_embedder(base_path: Path, pairs: list[TrainingPair], out_dir: Path, budget_s: float, threads: int,
+                   log: Callable[[str], None] | None = None, seed: int = TRAINING["seed"]) -> TrainingRun:
+    """Fine-tune ``base_path`` on ``pairs`` into ``out_dir`` (see the module docstring); ``log`` hears loss and
+    pairs/s every few steps.  A folder already at ``out_dir`` is the same training (its name holds the hash):
+    it is reused."""
+    out_dir = Path(out_dir)
+    if (out_dir / TRAINING_RECORD).is_file():
+        recorded = json.loads((out_dir / TRAINING_RECORD).read_text())
+        recorded.pop("pairs_per_s", None)
+        return replace(TrainingRun(**recorded), stopped_by="reused")
+    # torch and sentence-transformers: ~2 s to import; only a fine-tuning run needs them
+    import torch
+    import torch.nn.functional as F  # noqa: N812 - the torch convention
+    from sentence_transformers import SentenceTransformer
+
+    started = time.monotonic()
+    torch.manual_seed(seed)
+    torch.set_num_threads(max(1, threads))
+    model = SentenceTransformer(str(base_path), device="cpu", local_files_only=True)
+    serving_length = model.max_seq_length
+    model.max_seq_length = min(TRAINING["max_tokens"], serving_length)
+    plan = batches(pairs, TRAINING["batch_size"], seed) * TRAINING["epochs"]
+    if not plan:
+        raise FinetuneError(f"{len(pairs)} training pairs make no batch of two")
+    warmup = max(1, int(TRAINING["warmup"] * len(plan)))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=TRAINING["learning_rate"])
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min((step + 1) / warmup, max(
+        0.0, (len(plan) - step) / max(1, len(plan) - warmup))))
+    labels_of = {}
+    model.train()
+    losses: list[float] = []
+    counts = stage_progress("fine-tune", "pairs").start(sum(len(b) for b in plan))
+    stopped_by = "epoch"
+    say = log or logger.info
+    for step, batch in enumerate(plan):
+        if time.monotonic() - started >= budget_s:
+            stopped_by = "budget"
+            break
+        queries = model.tokenize([p.query for p in batch])
+        targets = model.tokenize([p.target for p in batch])
+        q = F.normalize(model(queries)["sentence_embedding"], dim=-1)
+        d = F.normalize(model(targets)["sentence_embedding"], dim=-1)
+        labels = labels_of.setdefault(len(batch), torch.arange(len(batch)))
+        loss = F.cross_entropy(TRAINING["scale"] * q @ d.T, labels)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+        counts.advance(len(batch))
+        if step % 10 == 0 or step == len(plan) - 1:
+            elapsed = time.monotonic() - started
+            say(f"fine-tune step {step + 1}/{len(plan)}: loss {np.mean(losses[-10:]):.4f}, "
+                f"{sum(len(b) for b in plan[:step + 1]) / max(elapsed, 1e-9):.1f} pairs/s, {elapsed:.0f} s")
+    counts.finish()
+    model.eval()
+    model.max_seq_length = serving_length
+    seconds = time.monotonic() - started
+    tmp = out_dir.with_name(f".{out_dir.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save(str(tmp))
+    run = TrainingRun(model_path=str(out_dir), model_id="", training_hash=out_dir.name.rsplit("-", 1)[-1],
+                      pairs=len(pairs), steps=len(losses), planned_steps=len(plan), seconds=round(seconds, 2),
+                      stopped_by=stopped_by, loss_first=round(losses[0], 4) if losses else None,
+                      loss_last=round(float(np.mean(losses[-10:])), 4) if losses else None)
+    (tmp / TRAINING_RECORD).write_text(json.dumps(run.to_dict(), indent=2))
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.replace(tmp, out_dir)
+    run.model_id = model_id_for(out_dir)
+    (out_dir / TRAINING_RECORD).write_text(json.dumps(run.to_dict(), indent=2))
+    return run
+
+
+# --------------------------------------------------------------------------- the candidate's vectors
+
+
+def store_vectors(settings: Settings, snapshot: LoadedSnapshot, model_id: str) -> tuple[np.ndarray, Any]:
+    """``snapshot``'s rows' chunk vectors for ``model_id`` from the store, row-aligned, and their sentence
+    index (None when sentence vectors are off).  FinetuneError when a row has no vector for it."""
+    hashes = snapshot.records.column("content_hash").to_pylist()
+    wanted = pa.table({"content_hash": sorted(set(hashes))})
+    with store_connection(settings.store_path, read_only=True, timeout_s=settings.lock_timeout_s) as conn:
+        conn.register("wanted", wanted)
+        rows = conn.execute("SELECT e.content_hash, e.embedding FROM embeddings e SEMI JOIN wanted w "
+                            "ON w.content_hash = e.content_hash WHERE e.model_id = ?", [model_id]).arrow()
+        sentences = None
+        if snapshot.sentence_index is not None:
+            sentences = conn.execute(
+                "SELECT s.content_hash, s.embedding FROM sentence_embeddings s SEMI JOIN wanted w "
+                "ON w.content_hash = s.content_hash WHERE s.model_id = ? ORDER BY s.content_hash, s.ordinal",
+                [model_id]).arrow()
+        conn.unregister("wanted")
+    dim = snapshot.embeddings.shape[1]
+    found = dict(zip(rows.column(0).to_pylist(),
+                     rows.column(1).combine_chunks().values.to_numpy(zero_copy_only=False).reshape(-1, dim)))
+    missing = [h for h in set(hashes) if h not in found]
+    if missing:
+        raise FinetuneError(f"{len(missing)} chunk texts have no vector for {model_id} (first: {missing[0]})")
+    vectors = np.stack([found[h] for h in hashes]).astype(np.float32) if hashes else np.zeros((0, dim), np.float32)
+    index = None
+    if sentences is not None and sentences.num_rows:
+        flat = sentences.column(1).combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, dim)
+        index = sentence_index_from(hashes, sentences.column(0).to_pylist(), flat.astype(np.float16))
+    return vectors, index
+
+
+def with_vectors(snapshot: LoadedSnapshot, vectors: np.ndarray, sentence_index: Any, model_id: str) -> LoadedSnapshot:
+    """``snapshot`` as if it had been published with another model's vectors (same rows, text and BM25)."""
+    return replace(snapshot, embeddings=vectors, sentence_index=sentence_index,
+                   info=replace(snapshot.info, model_id=model_id), phrase_text_cache={}, normalised_text_cache={},
+                   query_entity_cache={})
+
+
+def drop_vectors(settings: Settings, model_id: str) -> None:
+    """Remove a declined candidate's vectors from the store (chunks and sentences)."""
+    with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn, transaction(conn):
+        conn.execute("DELETE FROM embeddings WHERE model_id = ?", [model_id])
+        conn.execute("DELETE FROM sentence_embeddings WHERE model_id = ?", [model_id])
+
+
+# --------------------------------------------------------------------------- deciding
+
+
+def decide(settings: Settings, snapshot: LoadedSnapshot, candidate: LoadedSnapshot, queries: list,
+           served_embed: Callable[[list[str]], np.ndarray], candidate_embed: Callable[[list[str]], np.ndarray],
+           ) -> tuple[dict[str, Any], dict[str, float], dict[str, float]]:
+    """The paired decision on ``queries`` (held-out pseudo-queries) ranked as served over both snapshots;
+    returns (paired_gain's decision, before, after) with nDCG@10 and Recall@5 means."""
+    params = effective_ranking(settings, settings.index_dir)
+    question_alpha = effective_question_alpha(settings, settings.index_dir)
+    scored = []
+    for snap, embed in ((snapshot, served_embed), (candidate, candidate_embed)):
+        ndcg, recall = score_grid(snap, queries, embed, [params], pool=settings.candidate_pool, rrf_k=settings.rrf_k,
+                                  question_alpha=question_alpha, served_by=settings)
+        scored.append((ndcg[0], recall[0]))
+    (base_ndcg, base_recall), (cand_ndcg, cand_recall) = scored
+    figures = [{"ndcg@10": round(float(n.mean()), 4), "recall@5": round(float(r.mean()), 4)} for n, r in scored]
+    return paired_gain(cand_ndcg, base_ndcg), figures[0], figures[1]
+
+
+# --------------------------------------------------------------------------- one run
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def corpus_key(settings: Settings) -> str:
+    """Which corpus a fine-tuned model is for: its data folder."""
+    return hashlib.sha256(str(Path(settings.data_dir).resolve()).encode()).hexdigest()[:8]
+
+
+def _record(settings: Settings, decision: Decision, adopted_path: str | None = None,
+            adopted_id: str | None = None, replace_last: bool = False) -> EmbedderRecord:
+    """Save ``decision`` in embedder.json (and, when adopted, the model it names); the previous decision goes to
+    the history (``replace_last``: this run's decision, recorded before, is completed instead)."""
+    record = load_record(settings.index_dir) or EmbedderRecord(base_model_id=decision.base_model_id)
+    if record.base_model_id != decision.base_model_id:  # another base model now: the old record does not apply
+        record = EmbedderRecord(base_model_id=decision.base_model_id)
+    if record.decision and not replace_last:
+        record.history = [record.decision, *record.history][:HISTORY_KEPT]
+    record.decision = decision.to_dict()
+    if decision.decision == "adopted":
+        record.model_path, record.model_id, record.adopted_at = adopted_path, adopted_id, decision.created_at
+    save_record(settings.index_dir, record)
+    return record
+
+
+def _close(settings: Settings, run_id: str, status: str, reason: str) -> None:
+    with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+        end_sync_run(conn, run_id, status, reason[:500])
+
+
+def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, budget_s: float | None = None,
+                    force: bool = False, log: Callable[[str], None] | None = None) -> Decision:
+    """Fine-tune the base model on the corpus served from ``settings.index_dir``, decide, and adopt or decline
+    (see the module docstring).  ``force``: train and decide again even when these pairs were decided before."""
+    started = time.perf_counter()
+    stages: dict[str, float] = {}
+    say = log or logger.info
+    base_path = Path(settings.model_path)
+    base_id = model_id_for(base_path)
+    served_path = serving_model_path(settings)
+    snapshot = load_snapshot(settings.index_dir)
+    try:
+        served_id = snapshot.info.model_id
+        decision = Decision(decision="declined", reason="", base_model_id=base_id, served_model_id=served_id,
+                            created_at=_now(), snapshot_version=snapshot.info.snapshot_version)
+        pairs = build_pairs(snapshot, feedback_rows(settings) if feedback is None else feedback,
+                            max_pairs=settings.finetune_max_pairs)
+        stages["pairs"] = round(time.perf_counter() - started, 2)
+        decision.pairs, decision.pair_kinds = len(pairs.train), pairs.counts
+        decision.held_out, decision.held_out_feedback = len(pairs.held_out), pairs.held_out_feedback
+        say(f"fine-tune: {len(pairs.train)} training pairs {pairs.counts} from {pairs.candidates} candidates; "
+            f"{len(pairs.held_out)} held-out pseudo-queries ({pairs.held_out_feedback} from thumbs-up)")
+        if len(pairs.train) < settings.finetune_min_pairs or len(pairs.held_out) < MIN_HELD_OUT:
+            decision.reason = (f"declined: {len(pairs.train)} training pairs and {len(pairs.held_out)} held-out "
+                               f"pseudo-queries; fine-tuning needs {settings.finetune_min_pairs} and {MIN_HELD_OUT} "
+                               "(a corpus with more headings, titles and sections, or thumbs-up, gives more)")
+            return _finish(settings, decision, started, stages)
+        digest = training_hash(base_id, pairs, corpus_key(settings))
+        decision.training_hash = digest[:12]
+        last = (load_record(settings.index_dir) or EmbedderRecord(base_model_id=base_id)).decision
+        if not force and last and last.get("training_hash") == decision.training_hash and \
+                last.get("base_model_id") == base_id:
+            say(f"fine-tune: these pairs were decided before ({last['decision']}, {last['created_at']}); nothing to do")
+            return Decision(**{k: v for k, v in last.items() if k in Decision.__dataclass_fields__})
+        name = f"{base_id.split(':')[0]}-ft-{corpus_key(settings)}-{decision.training_hash}"
+        out_dir = finetuned_dir(settings) / name
+        budget = settings.finetune_budget_s if budget_s is None else budget_s
+        training = train_embedder(base_path, pairs.train, out_dir, budget, settings.torch_threads, log=say)
+        stages["train"] = round(time.perf_counter() - started - sum(stages.values()), 2)
+        decision.training, decision.model_path = training.to_dict(), str(out_dir)
+        candidate_id = document_model_id(out_dir, settings.document_quantization, settings.bare_vector_weight)
+        decision.candidate_model_id = candidate_id
+        say(f"fine-tune: {training.steps}/{training.planned_steps} steps in {training.seconds:.0f} s "
+            f"({training.stopped_by}); re-embedding the corpus with {candidate_id}")
+
+        # the candidate's vectors, in the store beside the served ones (the served snapshot is not touched)
+        with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+            run_id = start_sync_run(conn, None, "finetune")
+        candidate_docs = document_embedder(settings, model_path=out_dir)
+        try:
+            embed_missing(settings, candidate_docs, run_id)
+        except BaseException as error:
+            _close(settings, run_id, "interrupted" if isinstance(error, KeyboardInterrupt) else "failed",
+                   f"{type(error).__name__}: {error}")
+            raise
+        stages["embed"] = round(time.perf_counter() - started - sum(stages.values()), 2)
+        vectors, sentences = store_vectors(settings, snapshot, candidate_id)
+        candidate = with_vectors(snapshot, vectors, sentences, candidate_id)
+        threads = settings.torch_threads
+        served_queries = query_embedder(served_path, settings.query_encoder, settings.models_cache_dir, threads,
+                                        settings.embedding_dim)
+        candidate_queries = query_embedder(out_dir, settings.query_encoder, settings.models_cache_dir, threads,
+                                           settings.embedding_dim)
+        verdict, before, after = decide(settings, snapshot, candidate, pairs.held_out, served_queries.embed,
+                                        candidate_queries.embed)
+        stages["decide"] = round(time.perf_counter() - started - sum(stages.values()), 2)
+        decision.gain, decision.standard_error, decision.required = (verdict["gain"], verdict["standard_error"],
+                                                                     verdict["required"])
+        decision.before, decision.after = before, after
+        n = len(pairs.held_out)
+        if verdict["adopted"]:
+            decision.decision = "adopted"
+            decision.reason = (f"adopted: +{verdict['gain']:.4f} nDCG@10 on {n} held-out pseudo-queries, above "
+                               f"{verdict['required']:.4f} (0.005 and 2 standard errors)")
+        else:
+            decision.reason = (f"declined: {verdict['gain']:+.4f} nDCG@10 on {n} held-out pseudo-queries, not above "
+                               f"{verdict['required']:.4f} (0.005 and 2 standard errors); {served_id} keeps serving")
+    finally:
+        snapshot.close()
+    if decision.decision != "adopted":
+        _close(settings, run_id, "succeeded", decision.reason)
+        if candidate_id != served_id:
+            drop_vectors(settings, candidate_id)
+        return _finish(settings, decision, started, stages)
+    # the record names the model before the snapshot switches: a kill in between leaves the old snapshot serving
+    # (queries follow the snapshot) and the next publish completes the switch
+    _record(settings, decision, str(out_dir), model_id_for(out_dir))
+    published = publish_index(settings, candidate_id, run_id, model_path=out_dir)
+    decision.snapshot_version = published.snapshot_version
+    stages["publish"] = round(time.perf_counter() - started - sum(stages.values()), 2)
+    return _finish(settings, decision, started, stages, replace_last=True)
+
+
+def _finish(settings: Settings, decision: Decision, started: float, stages: dict[str, float],
+            replace_last: bool = False) -> Decision:
+    decision.seconds = round(time.perf_counter() - started, 2)
+    decision.seconds_by_stage = stages
+    adopted = decision.decision == "adopted" and decision.model_path
+    _record(settings, decision, decision.model_path if adopted else None,
+            model_id_for(Path(decision.model_path)) if adopted else None, replace_last=replace_last)
+    return decision
+
+
+def base_index(settings: Settings) -> Path:
+    """A snapshot of the corpus with the base model's vectors in ``<data_dir>/index-base`` (never served): what
+    evaluation compares an adopted model with.  Texts without a base vector (added since the adoption) are
+    embedded first; an existing copy of the same chunks is reused."""
+    base_dir = Path(settings.data_dir) / "index-base"
+    embedder = document_embedder(settings, model_path=settings.model_path)
+    with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+        run_id = start_sync_run(conn, None, "finetune-base-copy")
+    embed_missing(settings, embedder, run_id)
+    _close(settings, run_id, "succeeded", "base-model vectors for evaluation")
+    with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+        fingerprint, chunks, documents = active_fingerprint(conn, embedder.model_id)
+        try:
+            current = read_pointer(base_dir)
+        except IndexNotBuiltError:
+            current = None
+        if current is None or current.fingerprint != fingerprint or not current.path(base_dir).exists():
+            version = (current.snapshot_version if current else 0) + 1
+            info = SnapshotInfo(snapshot_version=version, file=snapshot_file_name(version), created_at=_now(),
+                                chunk_count=chunks, document_count=documents, fingerprint=fingerprint,
+                                model_id=embedder.model_id, model_path=str(settings.model_path))
+            build_snapshot(conn, base_dir, info, settings.entity_vocabulary, sentences=settings.sentence_vectors)
+            write_pointer(base_dir, info)
+            if current is not None:
+                current.path(base_dir).unlink(missing_ok=True)
+    return base_dir
+
+
+def rollback(settings: Settings) -> dict[str, Any]:
+    """Serve the base model again: forget the adopted model and publish a snapshot with the base model's vectors
+    (still in the store; texts added since the adoption are embedded first)."""
+    record = load_record(settings.index_dir)
+    base_id = model_id_for(settings.model_path)
+    previous = record.model_id if record else None
+    if record is not None:
+        record.model_path = record.model_id = record.adopted_at = None
+        entry = {"decision": "rolled_back", "created_at": _now(), "reason": f"rolled back from {previous}"
+                 if previous else "nothing was adopted", "base_model_id": base_id}
+        if record.decision:
+            record.history = [record.decision, *record.history][:HISTORY_KEPT]
+        record.decision = entry
+        save_record(settings.index_dir, record)
+    with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+        run_id = start_sync_run(conn, None, "finetune-rollback")
+    embedder = document_embedder(settings, model_path=settings.model_path)
+    embed_missing(settings, embedder, run_id)
+    published = publish_index(settings, embedder.model_id, run_id, model_path=Path(settings.model_path))
+    return {"rolled_back_from": previous, "model_id": embedder.model_id, "snapshot_version": published.snapshot_version,
+            "chunks": published.chunk_count}

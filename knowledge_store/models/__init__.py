@@ -1,0 +1,1 @@
+"""The embedding models: which one serves a corpus (``serving``)."""
