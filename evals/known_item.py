@@ -132,7 +132,7 @@ def evaluate_known_items(engine, spans: list[Span], **search: object) -> KnownIt
 
 
 def main(argv: list[str] | None = None) -> int:
-    from evals.retrieval_eval import _NullLog
+    from evals.retrieval_eval import NullQueryLog
     from knowledge_store.retrieval.engine import RetrievalEngine
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = known_item_store(args.pdf_dir, tuple(args.files), Settings().data_dir / "eval")
     spans = sample_spans(settings, args.spans, args.words, args.seed)
     for phrase in ([True, False] if args.compare else [True]):
-        engine = RetrievalEngine(settings.model_copy(update={"phrase_boost": phrase}), query_log=_NullLog())
+        engine = RetrievalEngine(settings.model_copy(update={"phrase_boost": phrase}), query_log=NullQueryLog())
         result = evaluate_known_items(engine, spans)
         print(json.dumps({"phrase_boost": phrase, "spans": result.spans, "first": result.first, "top5": result.top5,
                           "first_rate": round(result.first_rate, 3)}))

@@ -190,12 +190,12 @@ def open_engine(folder: Path, embedder: Embedder | None = None, ingest: bool = T
     settings = settings.model_copy(update=overrides)
     base = embedder or query_embedder(settings.model_path, settings.query_encoder, base_settings.data_dir / "models",
                                       settings.query_torch_threads)
-    engine = RetrievalEngine(settings, embedder=CachingEmbedder(base), query_log=_NullLog())
+    engine = RetrievalEngine(settings, embedder=CachingEmbedder(base), query_log=NullQueryLog())
     engine.warm_up()
     return engine, beir_ids_by_doc_id(settings)
 
 
-class _NullLog:
+class NullQueryLog:
     """Evaluation queries are not user traffic: they are not written to the query log."""
 
     def append(self, record) -> str:

@@ -446,6 +446,13 @@ def cmd_status(args: argparse.Namespace) -> int:
             if vectors["sentence_vectors"] else
             "not in the index yet: the next sync embeds them (GROUNDWORK_SENTENCE_VECTORS)"
             if vectors["sentence_vectors_pending"] else "off (GROUNDWORK_SENTENCE_VECTORS=false)"))
+    model = status["embedding_model"]
+    last = model["last_decision"]
+    print(f"embedding model: {model['served_model_id'] or model['base_model_id']}"
+          + (f" (fine-tuned for this corpus, adopted {model['adopted_at']})" if model["fine_tuned"] else " (base model)")
+          + ("" if model["finetune_enabled"] else "; fine-tuning off (GROUNDWORK_FINETUNE_EMBEDDER=false)"))
+    if last:
+        print(f"last fine-tuning: {last['created_at']}: {last['reason']}")
     ranking = status["ranking"]
     tuned = ranking["tuned"]
     print(f"ranking: {ranking['effective']}" + (

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from knowledge_store.embeddings import model_id_for
 from knowledge_store.errors import IndexNotBuiltError, StoreError
 from knowledge_store.index import read_pointer
 from knowledge_store.ingest.failures import open_failures
 from knowledge_store.ingest.sync_runs import run_process_state
+from knowledge_store.models.serving import load_record
 from knowledge_store.settings import Settings
 from knowledge_store.store import store_connection
 
@@ -105,6 +107,31 @@ def store_status(settings: Settings, include_history: bool = True) -> dict[str, 
         "ingestion_failures": clean(failures),
         "ranking": ranking_status(settings),
         "chunk_vectors": chunk_vector_status(settings, settings.index_dir),
+        "embedding_model": embedding_model_status(settings),
+    }
+
+
+def embedding_model_status(settings: Settings) -> dict[str, object]:
+    """Which embedding model serves (the base model, or one fine-tuned for this corpus) and the last fine-tuning
+    decision: what ``groundwork status``, ``/api/knowledge/config`` and the console's Settings page show."""
+    try:
+        served = read_pointer(settings.index_dir).model_id
+    except IndexNotBuiltError:
+        served = None
+    try:
+        record = load_record(settings.index_dir)
+        error = None
+    except StoreError as failure:
+        record, error = None, str(failure)
+    decision = (record.decision if record else None) or None
+    keys = ("decision", "reason", "gain", "standard_error", "required", "pairs", "held_out", "seconds", "created_at",
+            "finished_at", "before", "after", "candidate_model_id", "snapshot_version")
+    return {
+        "served_model_id": served, "base_model_id": model_id_for(settings.model_path),
+        "fine_tuned": bool(served and record and record.model_id and served.split("+", 1)[0] == record.model_id),
+        "adopted_model_id": record.model_id if record else None, "adopted_at": record.adopted_at if record else None,
+        "finetune_enabled": settings.finetune_embedder, "budget_s": settings.finetune_budget_s,
+        "last_decision": {k: decision.get(k) for k in keys} if decision else None, "error": error,
     }
 
 

@@ -6,14 +6,15 @@ import dagster as dg
 
 from knowledge_store.settings import Settings
 from pipelines.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, NOTEBOOK_ASSETS, EvaluationResource
+from pipelines.finetuning import FINETUNE_JOB_NAME, FINETUNING_ASSETS, FINETUNING_CHECKS, build_finetune_sensor
 from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource, RetrievalResource
 from pipelines.sensors import INGEST_JOB_NAME, build_failure_sensor, build_schedule, build_sensor
 from pipelines.sources import SOURCE_ASSETS, SYNC_SOURCE_JOB_NAME, build_source_registry_sensor
 from pipelines.tuning import TUNE_JOB_NAME, TUNING_ASSETS, TUNING_CHECKS, build_feedback_sensor
 
-__all__ = ["INGEST_JOB_NAME", "SYNC_SOURCE_JOB_NAME", "TUNE_JOB_NAME", "build_definitions", "defs", "ingest_job",
-           "sync_source_job", "tune_job"]
+__all__ = ["FINETUNE_JOB_NAME", "INGEST_JOB_NAME", "SYNC_SOURCE_JOB_NAME", "TUNE_JOB_NAME", "build_definitions", "defs",
+           "finetune_job", "ingest_job", "sync_source_job", "tune_job"]
 
 ingest_job = dg.define_asset_job(
     name=INGEST_JOB_NAME,
@@ -56,6 +57,14 @@ tune_job = dg.define_asset_job(
     tags={"groundwork/job": "tune"},
 )
 
+finetune_job = dg.define_asset_job(
+    name=FINETUNE_JOB_NAME,
+    selection=dg.AssetSelection.groups("finetuning"),
+    description="Fine-tune the embedding model on the corpus (no labels) and serve it only if held-out pseudo-queries "
+                "rank clearly better (index/embedder.json). Writes the store: it takes turns with the ingest runs.",
+    tags={"groundwork/job": "ingest"},
+)
+
 weekly_tuning = dg.ScheduleDefinition(
     name="weekly_tuning",
     job=tune_job,
@@ -74,14 +83,16 @@ def build_definitions(
 ) -> dg.Definitions:
     settings = Settings()
     return dg.Definitions(
-        assets=[*INGESTION_ASSETS, *SOURCE_ASSETS, *TUNING_ASSETS, *EVALUATION_ASSETS, *NOTEBOOK_ASSETS],
-        asset_checks=[*INGESTION_CHECKS, *TUNING_CHECKS, *EVALUATION_CHECKS],
-        jobs=[ingest_job, sync_source_job, tune_job, evaluate_job],
+        assets=[*INGESTION_ASSETS, *SOURCE_ASSETS, *TUNING_ASSETS, *FINETUNING_ASSETS, *EVALUATION_ASSETS,
+                *NOTEBOOK_ASSETS],
+        asset_checks=[*INGESTION_CHECKS, *TUNING_CHECKS, *FINETUNING_CHECKS, *EVALUATION_CHECKS],
+        jobs=[ingest_job, sync_source_job, tune_job, finetune_job, evaluate_job],
         sensors=[
             build_sensor(ingest_job, settings.sensor_interval_s),
-            build_failure_sensor([ingest_job, sync_source_job, tune_job, evaluate_job]),
+            build_failure_sensor([ingest_job, sync_source_job, tune_job, finetune_job, evaluate_job]),
             build_source_registry_sensor(),
             build_feedback_sensor(tune_job),
+            build_finetune_sensor(finetune_job),
         ],
         schedules=[build_schedule(ingest_job), weekly_tuning, nightly_eval],
         resources={

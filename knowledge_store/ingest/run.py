@@ -28,7 +28,7 @@ from knowledge_store.ingest.web_sources import (
     prune_body_cache,
     record_web_pages,
 )
-from knowledge_store.models.serving import serving_model_path
+from knowledge_store.models.serving import serving_model_id, serving_model_path
 from knowledge_store.sample_corpus import write_sample_corpus
 from knowledge_store.settings import Settings
 from knowledge_store.sources import record_source_sync, sources_to_sync
@@ -183,9 +183,17 @@ def process_pending(
     settings: Settings, embedder: Embedder, sync_run_id: str, progress: ProgressCallback | None = None
 ) -> tuple[ParseResult, ChunkResult, EmbedResult, PublishResult]:
     """Stages 2-5 over whatever is pending (after a scan, a crawl or a retry), then publish;
-    ``progress(stage, figures)`` hears each stage's counts, rate and ETA (knowledge_store.progress)."""
+    ``progress(stage, figures)`` hears each stage's counts, rate and ETA (knowledge_store.progress).
+
+    An ``embedder`` of the serving model stays the serving model's: when a fine-tuned model is adopted (or
+    rolled back) while this runs, the texts get vectors of the new serving model too and the snapshot is
+    published with it, never with the model the run started with.  Any other embedder is the caller's choice."""
+    serving_at_start = serving_model_id(settings)
     parse = parse_pending(settings, sync_run_id, progress=progress)
     chunk = chunk_parsed(settings, token_counter(str(settings.model_path)), sync_run_id, progress=progress)
     embed = embed_missing(settings, embedder, sync_run_id, progress=progress)
+    if embedder.model_id == serving_at_start and serving_model_id(settings) != serving_at_start:
+        embedder = document_embedder(settings, model_path=serving_model_path(settings))
+        embed_missing(settings, embedder, sync_run_id, progress=progress)
     publish = publish_index(settings, embedder.model_id, sync_run_id)
     return parse, chunk, embed, publish

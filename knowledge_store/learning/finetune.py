@@ -61,6 +61,7 @@ from knowledge_store.models.serving import (
     finetuned_dir,
     load_record,
     save_record,
+    serving_model_id,
     serving_model_path,
 )
 from knowledge_store.progress import stage_progress
@@ -136,6 +137,7 @@ class Decision:
     training_hash: str | None = None
     snapshot_version: int | None = None  # the snapshot published when adopted (else the one decided on)
     created_at: str = ""
+    finished_at: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -213,8 +215,8 @@ def train_embedder(base_path: Path, pairs: list[TrainingPair], out_dir: Path, bu
         if time.monotonic() - started >= budget_s:
             stopped_by = "budget"
             break
-        queries = model.tokenize([p.query for p in batch])
-        targets = model.tokenize([p.target for p in batch])
+        queries = model.preprocess([p.query for p in batch])
+        targets = model.preprocess([p.target for p in batch])
         q = F.normalize(model(queries)["sentence_embedding"], dim=-1)
         d = F.normalize(model(targets)["sentence_embedding"], dim=-1)
         labels = labels_of.setdefault(len(batch), torch.arange(len(batch)))
@@ -436,6 +438,7 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
     # the record names the model before the snapshot switches: a kill in between leaves the old snapshot serving
     # (queries follow the snapshot) and the next publish completes the switch
     _record(settings, decision, str(out_dir), model_id_for(out_dir))
+    embed_missing(settings, candidate_docs, run_id)  # texts a concurrent sync added meanwhile (usually none)
     published = publish_index(settings, candidate_id, run_id, model_path=out_dir)
     decision.snapshot_version = published.snapshot_version
     stages["publish"] = round(time.perf_counter() - started - sum(stages.values()), 2)
@@ -446,22 +449,48 @@ def _finish(settings: Settings, decision: Decision, started: float, stages: dict
             replace_last: bool = False) -> Decision:
     decision.seconds = round(time.perf_counter() - started, 2)
     decision.seconds_by_stage = stages
+    decision.finished_at = _now()
     adopted = decision.decision == "adopted" and decision.model_path
     _record(settings, decision, decision.model_path if adopted else None,
             model_id_for(Path(decision.model_path)) if adopted else None, replace_last=replace_last)
     return decision
 
 
+def corpus_change(settings: Settings) -> tuple[float, int, str]:
+    """(share of the served chunk texts new since the last fine-tuning decision, served chunk texts, why): what the
+    Dagster sensor compares with ``finetune_change_share``.  New = its vector of the serving model was made after
+    the decision finished.  Never decided: everything is new."""
+    record = load_record(settings.index_dir)
+    decision = record.decision if record else None
+    finished = (decision or {}).get("finished_at")
+    model_id = serving_model_id(settings)
+    since = datetime.fromisoformat(finished).astimezone(timezone.utc).replace(tzinfo=None) if finished else None
+    with store_connection(settings.store_path, read_only=True, timeout_s=min(settings.lock_timeout_s, 5.0)) as conn:
+        new, total = conn.execute(
+            "SELECT count(*) FILTER (WHERE ? IS NULL OR e.created_at > ?), count(*) FROM (SELECT DISTINCT c.content_hash "
+            "FROM chunks c JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version AND d.status = 'active') a "
+            "JOIN embeddings e ON e.content_hash = a.content_hash AND e.model_id = ?", [since, since, model_id]).fetchone()
+    share = new / total if total else 0.0
+    why = ("never fine-tuned" if since is None else f"{new} of {total} served chunk texts are new since the last "
+           f"fine-tuning decision ({decision.get('decision')}, {finished})")
+    return share, int(total), why
+
+
 def base_index(settings: Settings) -> Path:
     """A snapshot of the corpus with the base model's vectors in ``<data_dir>/index-base`` (never served): what
-    evaluation compares an adopted model with.  Texts without a base vector (added since the adoption) are
-    embedded first; an existing copy of the same chunks is reused."""
-    base_dir = Path(settings.data_dir) / "index-base"
-    embedder = document_embedder(settings, model_path=settings.model_path)
+    evaluation compares an adopted model with."""
+    return index_copy(settings, Path(settings.model_path), Path(settings.data_dir) / "index-base")
+
+
+def index_copy(settings: Settings, model_path: Path, base_dir: Path) -> Path:
+    """A snapshot of the served chunks with ``model_path``'s vectors in ``base_dir`` (never served, a folder of its
+    own): texts without a vector of that model are embedded first; an existing copy of the same chunks is
+    reused."""
+    embedder = document_embedder(settings, model_path=model_path)
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
-        run_id = start_sync_run(conn, None, "finetune-base-copy")
+        run_id = start_sync_run(conn, None, "model-copy")
     embed_missing(settings, embedder, run_id)
-    _close(settings, run_id, "succeeded", "base-model vectors for evaluation")
+    _close(settings, run_id, "succeeded", f"vectors of {embedder.model_id} for evaluation")
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
         fingerprint, chunks, documents = active_fingerprint(conn, embedder.model_id)
         try:
@@ -472,7 +501,7 @@ def base_index(settings: Settings) -> Path:
             version = (current.snapshot_version if current else 0) + 1
             info = SnapshotInfo(snapshot_version=version, file=snapshot_file_name(version), created_at=_now(),
                                 chunk_count=chunks, document_count=documents, fingerprint=fingerprint,
-                                model_id=embedder.model_id, model_path=str(settings.model_path))
+                                model_id=embedder.model_id, model_path=str(model_path))
             build_snapshot(conn, base_dir, info, settings.entity_vocabulary, sentences=settings.sentence_vectors)
             write_pointer(base_dir, info)
             if current is not None:

@@ -285,6 +285,10 @@ class ConfigResponse(Open):
                                                  "bare_vector_weight (share of each chunk's text embedded without its "
                                                  "header), configured_bare_vector_weight (the setting) and "
                                                  "re_embed_pending (true until a sync re-embeds for a changed setting).")
+    embedding_model: dict[str, Any] | None = Field(None, description="Which embedding model serves: served_model_id, "
+                                                   "base_model_id, fine_tuned (a model fine-tuned for this corpus was "
+                                                   "adopted), finetune_enabled and the last fine-tuning decision "
+                                                   "(decision, reason, gain, standard_error, pairs, seconds).")
     default_reranker: str
     rerankers: list[str] = Field(..., description="The rerankers this server can run now (the console offers only these).")
     reranker_labels: dict[str, str] = Field(..., description="The console's text for each of rerankers, e.g. "

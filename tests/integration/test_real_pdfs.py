@@ -61,7 +61,7 @@ def test_every_chunk_cites_the_page_its_text_is_on(tmp_path, shared_pdfs, embedd
 def test_a_pasted_span_of_a_page_brings_that_page_first(tmp_path, shared_pdfs, embedder):
     """Known-item lookup (issue 10): 20 seeded 14-word spans, at least 19 rank their page first."""
     from evals.known_item import evaluate_known_items, sample_spans
-    from evals.retrieval_eval import _NullLog
+    from evals.retrieval_eval import NullQueryLog
     from knowledge_store.retrieval.engine import RetrievalEngine
 
     docs = tmp_path / "docs"
@@ -71,8 +71,8 @@ def test_a_pasted_span_of_a_page_brings_that_page_first(tmp_path, shared_pdfs, e
     run_sync(settings, embedder)
     spans = sample_spans(settings, 20, words=14, seed=3)
     assert len(spans) == 20 and all(len(s.text.split()) == 14 for s in spans)
-    with_phrases = evaluate_known_items(RetrievalEngine(settings, embedder=embedder, query_log=_NullLog()), spans)
+    with_phrases = evaluate_known_items(RetrievalEngine(settings, embedder=embedder, query_log=NullQueryLog()), spans)
     without = evaluate_known_items(
-        RetrievalEngine(settings.model_copy(update={"phrase_boost": False}), embedder=embedder, query_log=_NullLog()), spans)
+        RetrievalEngine(settings.model_copy(update={"phrase_boost": False}), embedder=embedder, query_log=NullQueryLog()), spans)
     assert with_phrases.first >= 19, with_phrases.misses
     assert with_phrases.first >= without.first

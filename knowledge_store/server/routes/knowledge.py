@@ -29,7 +29,7 @@ from knowledge_store.server.request_models import (
     RequestModels,
 )
 from knowledge_store.server.state import CallerOf, State, with_body_model
-from knowledge_store.status import chunk_vector_status
+from knowledge_store.status import chunk_vector_status, embedding_model_status
 
 
 async def query(body: QueryBody, request: Request, state: State, caller: CallerOf) -> dict[str, Any]:
@@ -149,6 +149,7 @@ def config(state: State) -> dict[str, Any]:
         },
         "query_adapter": query_adapter_summary(engine),
         "chunk_vectors": chunk_vector_status(settings, index_dir),
+        "embedding_model": embedding_model_status(settings),
         "default_reranker": engine.default_reranker(), "reranker_source": reranker_source(engine.settings, index_dir),
         "rerankers": list(state.rerankers), "reranker_labels": reranker_labels(state.rerankers),
         "answer_modes": list(state.answer_modes),

@@ -990,7 +990,36 @@
       say(rankingStatus, "Cannot read the ranking settings: " + error.message, "error");
     });
   }
-  loaders.settings = function () { loadRanking(); };
+  /** Which embedding model serves and the last fine-tuning decision (GET /api/knowledge/config: embedding_model). */
+  function renderModel(model) {
+    var facts = $("model-facts");
+    facts.textContent = "";
+    if (!model) return;
+    fact(facts, "Serving", (model.served_model_id || model.base_model_id) + (model.fine_tuned
+      ? " \u2014 fine-tuned for this corpus, adopted " + when(model.adopted_at) : " \u2014 the base model"));
+    fact(facts, "Fine-tuning", model.finetune_enabled ? "on: runs after syncs that change the corpus, within " +
+      fmt(model.budget_s, 0) + " s of training" : "off (GROUNDWORK_FINETUNE_EMBEDDER=false)");
+    var last = model.last_decision;
+    if (!last) {
+      fact(facts, "Last decision", "none yet");
+      return;
+    }
+    fact(facts, "Last decision", words(last.decision || "") + ", " + when(last.finished_at || last.created_at) +
+      (typeof last.gain === "number" ? ": nDCG@10 on held-out pseudo-queries " + signed(last.gain) + " \u00b1 " +
+       fmt(last.standard_error) : ""));
+    fact(facts, "Why", last.reason || "");
+    if (last.before && last.after && typeof last.before["ndcg@10"] === "number") {
+      fact(facts, "Held-out figures", "nDCG@10 " + fmt(last.before["ndcg@10"]) + " \u2192 " + fmt(last.after["ndcg@10"]) +
+        ", Recall@5 " + fmt(last.before["recall@5"]) + " \u2192 " + fmt(last.after["recall@5"]) + " (" +
+        (last.held_out || 0) + " queries, " + (last.pairs || 0) + " training pairs, " + fmt(last.seconds, 0) + " s)");
+    }
+  }
+
+  function loadModel() {
+    return getJSON("/api/knowledge/config").then(function (config) { renderModel(config.embedding_model); },
+      function (error) { say($("model-status"), "Cannot read the embedding model: " + error.message, "error"); });
+  }
+  loaders.settings = function () { loadRanking(); loadModel(); };
 
   rankingAlpha.addEventListener("input", function () {
     rankingAlphaValue.textContent = fmt(Number(rankingAlpha.value), 2);

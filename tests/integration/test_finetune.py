@@ -1,0 +1,207 @@
+"""Per-corpus fine-tuning of the embedding model on a real index (the sample corpus and this project's docs),
+with small budgets: the CLI's decision fields, adoption and rollback (identical rankings back), servers following
+the adopted model, kill -9 during training and during re-embedding, the Dagster sensor, and `groundwork eval`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pytest
+
+from knowledge_store.embeddings import model_id_for
+from knowledge_store.index import read_pointer
+from knowledge_store.ingest.run import run_sync
+from knowledge_store.learning import finetune
+from knowledge_store.models.serving import load_record
+from knowledge_store.retrieval.engine import RetrievalEngine
+from knowledge_store.sample_corpus import write_sample_corpus
+from knowledge_store.settings import Settings
+from knowledge_store.store import store_connection
+from tests.helpers import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+QUERIES = ["how do I reset the Aurora to factory settings", "which origin may call the API",
+           "how is the admin token stored", "what does the ingestion pipeline do with a corrupt PDF",
+           "SOP-42 annual inspection"]
+SMALL = {"finetune_min_pairs": 20, "finetune_budget_s": 6.0}
+ENV = {"GROUNDWORK_FINETUNE_MIN_PAIRS": "20", "GROUNDWORK_TORCH_THREADS": "2", "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="module")
+def base_index(tmp_path_factory, embedder):
+    """The sample corpus and a copy of this project's docs (enough headings for a few hundred pairs), indexed with
+    the base model, once per module; each test works on its own copy."""
+    root = tmp_path_factory.mktemp("finetune")
+    write_sample_corpus(root / "sample")
+    shutil.copytree(REPO_ROOT / "docs", root / "project-docs", ignore=shutil.ignore_patterns("*.json", "*.png", "*.jsonl"))
+    settings = Settings(data_dir=root / "data", sources=[root / "sample", root / "project-docs"], **SMALL)
+    run_sync(settings, embedder)
+    return root
+
+
+@pytest.fixture()
+def corpus(base_index, tmp_path):
+    shutil.copytree(base_index / "data", tmp_path / "data")
+    return Settings(data_dir=tmp_path / "data", sources=[base_index / "sample", base_index / "project-docs"], **SMALL)
+
+
+def rankings(settings: Settings, embedder=None) -> list[list[tuple[str, float]]]:
+    engine = RetrievalEngine(settings, embedder=embedder)
+    return [[(h.chunk_id, round(h.score, 6)) for h in engine.search(q, k=5, log=False, min_relevance=0.0).hits]
+            for q in QUERIES]
+
+
+def cli(settings: Settings, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "knowledge_store.cli", "adapt", "--embedder", *args, "--data-dir",
+                           str(settings.data_dir)], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **ENV}, cwd=settings.data_dir.parent)
+
+
+def test_adapt_embedder_json_reports_its_decision_within_its_budget(corpus):
+    served_before = read_pointer(corpus.index_dir)
+    run = cli(corpus, "--json", "--budget", "6")
+    assert run.returncode == 0, run.stderr[-3000:]
+    decision = json.loads(run.stdout)
+    for field in ("decision", "gain", "standard_error", "pairs", "seconds", "reason"):
+        assert field in decision, field
+    assert decision["decision"] in ("adopted", "declined") and decision["reason"].startswith(decision["decision"])
+    assert decision["pairs"] >= 200 and decision["held_out"] >= 20
+    assert set(decision["pair_kinds"]) >= {"heading", "first_sentence"}
+    training = decision["training"]
+    assert 1 <= training["steps"] <= training["planned_steps"]
+    assert training["seconds"] < 6 + 30  # stops at the step that reaches the budget
+    record = load_record(corpus.index_dir)
+    assert record.decision["training_hash"] == decision["training_hash"]
+    served = read_pointer(corpus.index_dir)
+    with store_connection(corpus.store_path, read_only=True) as conn:
+        candidate_vectors = conn.execute("SELECT count(*) FROM embeddings WHERE model_id = ?",
+                                         [decision["candidate_model_id"]]).fetchone()[0]
+    if decision["decision"] == "adopted":
+        assert served.model_id == decision["candidate_model_id"] and served.snapshot_version > served_before.snapshot_version
+    else:
+        assert served == served_before and candidate_vectors == 0  # the declined candidate left nothing behind
+    # the same pairs again: the recorded decision, no second training
+    again = json.loads(cli(corpus, "--json").stdout)
+    assert again["training_hash"] == decision["training_hash"] and again["created_at"] == decision["created_at"]
+
+
+def test_adopt_then_rollback_restores_the_base_rankings_and_engines_follow_the_model(corpus, monkeypatch, embedder):
+    before = rankings(corpus, embedder)
+    base_id = model_id_for(corpus.model_path)
+    running = RetrievalEngine(corpus, embedder=embedder)  # a server started before the adoption
+    running.search(QUERIES[0], log=False)
+    monkeypatch.setattr(finetune, "paired_gain", lambda best, base, *a, **k: {
+        "gain": 0.05, "standard_error": 0.01, "required": 0.02, "adopted": True, "changed": True})
+    decision = finetune.finetune_corpus(corpus, feedback=[], budget_s=4)
+    assert decision.decision == "adopted" and decision.snapshot_version is not None
+    served = read_pointer(corpus.index_dir)
+    assert served.model_id == decision.candidate_model_id and served.model_path == decision.model_path
+    record = load_record(corpus.index_dir)
+    assert record.model_path == decision.model_path and record.base_model_id == base_id
+
+    running.snapshots.refresh()
+    snapshot = running.snapshots.current()
+    assert running.embedder_for(snapshot).model_id == served.model_id.split("+")[0] != base_id
+    assert running.search(QUERIES[0], log=False).hits  # its queries now go through the fine-tuned model
+    adopted = rankings(corpus)
+    assert adopted != before
+
+    result = finetune.rollback(corpus)
+    assert result["rolled_back_from"] == record.model_id and result["model_id"] == base_id
+    assert read_pointer(corpus.index_dir).model_id == base_id
+    assert rankings(corpus, embedder) == before  # the base model's vectors were kept: the same rankings
+    assert load_record(corpus.index_dir).decision["decision"] == "rolled_back"
+
+
+def _kill_when(settings: Settings, marker: str, *args: str, timeout_s: float = 600) -> str:
+    """Run `groundwork adapt --embedder ARGS` and kill -9 it as soon as its stderr shows ``marker``."""
+    log_path = settings.data_dir.parent / f"adapt-{int(time.monotonic() * 1000)}.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "knowledge_store.cli", "adapt", "--embedder", *args,
+                                 "--data-dir", str(settings.data_dir)], stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, **ENV}, cwd=settings.data_dir.parent)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while marker not in log_path.read_text():
+            assert proc.poll() is None, f"finished before {marker!r}:\n{log_path.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return log_path.read_text()
+
+
+def test_kill_during_training_or_reembedding_leaves_the_served_snapshot_and_the_next_run_completes(corpus, embedder):
+    served = read_pointer(corpus.index_dir)
+    before = rankings(corpus, embedder)
+    _kill_when(corpus, "fine-tune step 1/", "--budget", "60")
+    assert read_pointer(corpus.index_dir) == served
+    finetuned = corpus.models_cache_dir / "finetuned"
+    assert not any(p.is_dir() and not p.name.startswith(".") for p in finetuned.glob("*"))  # no half model
+    assert rankings(corpus, embedder) == before
+    assert load_record(corpus.index_dir) is None  # nothing decided
+
+    first = cli(corpus, "--json", "--budget", "4")
+    assert first.returncode == 0, first.stderr[-3000:]
+    decided = json.loads(first.stdout)
+    # the same training again (reused from disk), killed while the corpus is re-embedded with it
+    served = read_pointer(corpus.index_dir)
+    output = _kill_when(corpus, "embed: ", "--force")
+    assert "reused" in output or "re-embedding" in output
+    assert read_pointer(corpus.index_dir) == served
+    again = cli(corpus, "--json", "--force")
+    assert again.returncode == 0, again.stderr[-3000:]
+    completed = json.loads(again.stdout)
+    assert completed["training_hash"] == decided["training_hash"] and completed["decision"] in ("adopted", "declined")
+    assert completed["training"]["stopped_by"] == "reused"
+
+
+def test_sensor_requests_a_run_for_a_corpus_never_fine_tuned_and_not_again_until_it_changes(corpus, monkeypatch):
+    from pipelines.definitions import finetune_job
+    from pipelines.finetuning import build_finetune_sensor
+    from pipelines.resources import RetrievalResource
+
+    monkeypatch.setenv("GROUNDWORK_FINETUNE_MIN_PAIRS", "20")
+    sensor = build_finetune_sensor(finetune_job)
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING  # on by default
+    resources = {"retrieval": RetrievalResource(data_dir=str(corpus.data_dir))}
+    with dg.instance_for_test() as instance:
+        def tick():
+            return sensor(dg.build_sensor_context(instance=instance, resources=resources))
+
+        request = tick()
+        assert isinstance(request, dg.RunRequest)
+        assert request.run_key == f"finetune-{read_pointer(corpus.index_dir).snapshot_version}"
+        assert request.tags["groundwork/trigger"] == "corpus-changed"
+        finetune.finetune_corpus(corpus, feedback=[], budget_s=3)
+        skipped = tick()
+        assert isinstance(skipped, dg.SkipReason) and "new since the last fine-tuning decision" in skipped.skip_message
+        monkeypatch.setenv("GROUNDWORK_FINETUNE_EMBEDDER", "false")
+        assert "FINETUNE_EMBEDDER is false" in tick().skip_message
+
+
+def test_finetuned_embedder_asset_materialises_with_its_decision_in_metadata(corpus, monkeypatch):
+    from pipelines.finetuning import FinetuneConfig, finetuned_embedder
+    from pipelines.resources import RetrievalResource
+
+    monkeypatch.setenv("GROUNDWORK_FINETUNE_MIN_PAIRS", "20")
+    result = dg.materialize([finetuned_embedder], resources={"retrieval": RetrievalResource(data_dir=str(corpus.data_dir))},
+                            run_config={"ops": {"finetuned_embedder": {"config": FinetuneConfig(budget_s=3).model_dump()}}},
+                            raise_on_error=True, selection=[finetuned_embedder])
+    metadata = result.asset_materializations_for_node("finetuned_embedder")[0].metadata
+    assert metadata["decision"].value in ("adopted", "declined")
+    for key in ("gain", "standard_error", "pairs", "held_out_queries", "training_steps", "pairs_per_s", "duration_s"):
+        assert key in metadata, key
+    assert np.isfinite(metadata["gain"].value)
