@@ -350,6 +350,9 @@ def test_settings_are_saved_in_tuned_json_and_used_by_the_server_and_the_search_
     assert offered == config["rerankers"] and "cross-encoder" not in offered
     expect(page.locator("#ranking-alpha-value")).to_have_text(f"{config['default_alpha']:.2f}")
     expect(page.locator("#ranking-fusion-source")).to_contain_text("built-in default")
+    # which embedding model serves, and that no fine-tuning decision was taken yet on this index
+    expect(page.locator("#model-facts")).to_contain_text(config["embedding_model"]["served_model_id"] + " \u2014 the base model")
+    expect(page.locator("#model-facts")).to_contain_text("none yet")
     try:
         page.focus("#ranking-alpha")
         page.keyboard.press("ArrowLeft")
