@@ -60,6 +60,7 @@ from knowledge_store.models.serving import (
     EmbedderRecord,
     finetuned_dir,
     load_record,
+    model_path_for,
     save_record,
     serving_model_id,
     serving_model_path,
@@ -360,10 +361,11 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
     say = log or logger.info
     base_path = Path(settings.model_path)
     base_id = model_id_for(base_path)
-    served_path = serving_model_path(settings)
     snapshot = load_snapshot(settings.index_dir)
     try:
         served_id = snapshot.info.model_id
+        # the held-out queries are embedded with the model of the snapshot they are ranked over
+        served_path = Path(snapshot.info.model_path or model_path_for(settings, served_id) or serving_model_path(settings))
         decision = Decision(decision="declined", reason="", base_model_id=base_id, served_model_id=served_id,
                             created_at=_now(), snapshot_version=snapshot.info.snapshot_version)
         pairs = build_pairs(snapshot, feedback_rows(settings) if feedback is None else feedback,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from llama_index.core.schema import QueryBundle
 
-from knowledge_store.embeddings import BatchingEmbedder, Embedder, document_embedder, query_embedder
+from knowledge_store.embeddings import BatchingEmbedder, Embedder, document_embedder, model_id_for, query_embedder
 from knowledge_store.errors import IndexNotBuiltError, ModelUnavailableError, QueryValidationError
 from knowledge_store.models.serving import model_path_for, serving_model_id, serving_model_path
 from knowledge_store.query_log import redact
@@ -178,13 +178,15 @@ class RetrievalEngine:
 
     # ---------------------------------------------------------------- plumbing
     def _query_embedder(self, model_path, embedder: Embedder | None = None) -> QueryEmbeddingCache:
+        """The query embedder of ``model_path``'s snapshots: ``embedder`` when given (it stands for that model,
+        whatever id it reports: tests wrap the real one), else that model's own."""
         # concurrent queries share model calls (see BatchingEmbedder); a lone query is not delayed;
         # repeated queries are served from QueryEmbeddingCache (retrieval/query_cache.py)
         wrapped = QueryEmbeddingCache(embedder or BatchingEmbedder(query_embedder(
             model_path, self.settings.query_encoder, self.settings.models_cache_dir,
             self.settings.query_torch_threads, self.settings.embedding_dim,
         ), cache_size=0), size=self.settings.query_cache_size)
-        self._embedders[wrapped.model_id.split("+", 1)[0]] = wrapped
+        self._embedders[model_id_for(model_path)] = wrapped
         return wrapped
 
     def embedder_for(self, snapshot: LoadedSnapshot) -> QueryEmbeddingCache:

@@ -122,8 +122,8 @@ def test_changing_the_document_encoder_re_embeds_instead_of_reusing_cached_vecto
     monkeypatch.setattr(Settings, "models_cache_dir", property(lambda self: onnx_cache))  # share the module's export
     made = []
 
-    def counting(settings, workers=1, cache_dir=None):  # the embedder run_sync builds from the settings, counted
-        made.append(CountingEmbedder(document_embedder(settings, workers, cache_dir)))
+    def counting(settings, workers=1, cache_dir=None, model_path=None):  # what run_sync builds from the settings, counted
+        made.append(CountingEmbedder(document_embedder(settings, workers, cache_dir, model_path)))
         return made[-1]
 
     monkeypatch.setattr(run_module, "document_embedder", counting)
