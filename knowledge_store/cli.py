@@ -448,7 +448,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             if vectors["sentence_vectors_pending"] else "off (GROUNDWORK_SENTENCE_VECTORS=false)"))
     model = status["embedding_model"]
     last = model["last_decision"]
-    print(f"embedding model: {model['served_model_id'] or model['base_model_id']}"
+    print(f"embedding model: {model['embedding_model']} ({model['dimensions']} dimensions, chunks of at most "
+          f"{model['max_chunk_tokens']} word-pieces), vectors {model['served_model_id'] or model['base_model_id']}"
           + (f" (fine-tuned for this corpus, adopted {model['adopted_at']})" if model["fine_tuned"] else " (base model)")
           + ("" if model["finetune_enabled"] else "; fine-tuning off (GROUNDWORK_FINETUNE_EMBEDDER=false)"))
     if last:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from knowledge_store.errors import ConfigError
+from knowledge_store.models.registry import model_facts
 from knowledge_store.settings import Settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -128,18 +129,19 @@ class Embedder:
     """
 
     def __init__(self, model_path: Path, batch_size: int = 32, torch_threads: int = 1, dim: int | None = None,
-                 bare_weight: float = 0.0) -> None:
+                 bare_weight: float = 0.0, prefix: str = "") -> None:
         self.model_path = Path(model_path)
         self.batch_size = batch_size
         self.torch_threads = torch_threads
-        self.dim = Settings().embedding_dim if dim is None else dim
+        self.dim = model_dim(self.model_path) if dim is None else dim
+        self.prefix = prefix
         self._model = None
         self._lock = threading.Lock()
         if not (self.model_path / "config.json").is_file():
             raise ConfigError("model_path", str(model_path), "not a sentence-transformers model folder (no config.json)")
         # ``bare_weight`` only names the chunk-vector recipe (ingestion's ``embed_chunks`` reads it off the id);
         # ``embed`` always embeds the texts it is given, as queries need
-        self.model_id = chunk_vector_id(model_id_for(self.model_path), bare_weight)
+        self.model_id = chunk_vector_id(with_prefix(model_id_for(self.model_path), prefix), bare_weight)
 
     @property
     def loaded(self) -> bool:
@@ -175,7 +177,7 @@ class Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self._load()
         vectors = model.encode(
-            texts,
+            [self.prefix + t for t in texts] if self.prefix else texts,
             batch_size=self.batch_size,
             convert_to_numpy=True,
             normalize_embeddings=True,
@@ -289,7 +291,7 @@ EMBEDDING_BACKENDS = {"onnx": "ONNX Runtime, exported once from the local weight
 _FP32_IN_INT8 = re.compile(r"/layer\.\d+/output/dense/MatMul$")
 
 
-def document_model_id(model_path: Path, quantization: str = "none", bare_weight: float = 0.0) -> str:
+def document_model_id(model_path: Path, quantization: str = "none", bare_weight: float = 0.0, prefix: str = "") -> str:
     """The cache identity of document vectors made with ``quantization`` and ``bare_weight``.
 
     fp32 ONNX Runtime and torch share the model's id: their vectors agree to
@@ -302,7 +304,18 @@ def document_model_id(model_path: Path, quantization: str = "none", bare_weight:
         raise ConfigError("document_quantization", quantization, f"must be one of {', '.join(QUANTIZATION_RECIPES)}")
     base = model_id_for(model_path)
     recipe = QUANTIZATION_RECIPES[quantization]
-    return chunk_vector_id(f"{base}+{recipe}" if recipe else base, bare_weight)
+    return chunk_vector_id(with_prefix(f"{base}+{recipe}" if recipe else base, prefix), bare_weight)
+
+
+def with_prefix(model_id: str, prefix: str) -> str:
+    """``model_id`` of vectors of texts embedded behind ``prefix`` (e5's ``passage: ``): ``+p<hash>``, so texts
+    embedded with and without one are never taken for each other."""
+    return f"{model_id}+p{hashlib.sha256(prefix.encode()).hexdigest()[:8]}" if prefix else model_id
+
+
+def model_dim(model_path: Path) -> int:
+    """The width of ``model_path``'s vectors: what its pooling config says, else the configured width."""
+    return model_facts(Path(model_path)).dim or Settings().embedding_dim
 
 
 def chunk_vector_id(model_id: str, bare_weight: float) -> str:
@@ -367,21 +380,24 @@ class OnnxEmbedder:
       export with ONNX Runtime's quantiser; its own model id.
     """
 
-    def __init__(self, model_path: Path, cache_dir: Path, threads: int = 1, dim: int | None = None, max_length: int = 256,
-                 quantization: str = "none", batch_size: int = 32, parallel: int = 1,
-                 torch_fallback: bool = False, bare_weight: float = 0.0) -> None:
+    def __init__(self, model_path: Path, cache_dir: Path, threads: int = 1, dim: int | None = None,
+                 max_length: int | None = None, quantization: str = "none", batch_size: int = 32, parallel: int = 1,
+                 torch_fallback: bool = False, bare_weight: float = 0.0, prefix: str = "") -> None:
         self.model_path = Path(model_path)
         self.cache_dir = Path(cache_dir)
         self.threads = max(1, threads)
         self.parallel = max(1, parallel)
         self.torch_threads = self.threads * self.parallel  # cores used (the name other embedders report)
-        self.dim = Settings().embedding_dim if dim is None else dim  # None: the configured width, as Embedder
-        self.max_length = max_length
+        self.dim = model_dim(self.model_path) if dim is None else dim  # None: what the model says, as Embedder
+        # the model's own window (256 all-MiniLM-L6-v2, 384 all-mpnet-base-v2), as sentence-transformers truncates
+        self.max_length = max_length or model_facts(self.model_path).max_tokens or 256
+        self.prefix = prefix
         self.batch_size = max(1, batch_size)
         self.quantization = quantization
         self.torch_fallback = torch_fallback
         self.base_model_id = model_id_for(self.model_path)
-        self.model_id = document_model_id(self.model_path, quantization, bare_weight)
+        self.model_id = document_model_id(self.model_path, quantization, bare_weight, prefix)
+        self._inputs: tuple[str, ...] = ()
         self._session = None
         self._tokenizer = None
         self._torch: Embedder | None = None
@@ -415,23 +431,26 @@ class OnnxEmbedder:
         tokenizer = AutoTokenizer.from_pretrained(str(self.model_path), local_files_only=True)
         model = AutoModel.from_pretrained(str(self.model_path), local_files_only=True, attn_implementation="eager").eval()
 
+        sample = tokenizer(["export sample"], return_tensors="pt")
+        # BERT-like models (MiniLM) take token type ids, MPNet does not: the graph takes what the tokenizer gives
+        names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in sample]
+
         class LastHiddenState(torch.nn.Module):
             def __init__(self, inner):
                 super().__init__()
                 self.inner = inner
 
-            def forward(self, input_ids, attention_mask, token_type_ids):
-                return self.inner(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+            def forward(self, *tensors):
+                return self.inner(**dict(zip(names, tensors))).last_hidden_state
 
-        sample = tokenizer(["export sample"], return_tensors="pt")
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.fp32_path.with_suffix(f".{os.getpid()}.tmp")
         axes = {0: "batch", 1: "tokens"}
         with torch.no_grad():
             torch.onnx.export(
-                LastHiddenState(model), (sample["input_ids"], sample["attention_mask"], sample["token_type_ids"]), str(tmp),
-                input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["last_hidden_state"],
-                dynamic_axes={"input_ids": axes, "attention_mask": axes, "token_type_ids": axes, "last_hidden_state": axes},
+                LastHiddenState(model), tuple(sample[n] for n in names), str(tmp),
+                input_names=names, output_names=["last_hidden_state"],
+                dynamic_axes={**{n: axes for n in names}, "last_hidden_state": axes},
                 opset_version=17, dynamo=False,
             )
         os.replace(tmp, self.fp32_path)
@@ -470,6 +489,7 @@ class OnnxEmbedder:
         tokenizer.no_padding()
         self._tokenizer = tokenizer
         self._session = ort.InferenceSession(str(self.onnx_path), options, providers=["CPUExecutionProvider"])
+        self._inputs = tuple(i.name for i in self._session.get_inputs())
 
     def load(self) -> "OnnxEmbedder":
         with self._lock:
@@ -482,7 +502,8 @@ class OnnxEmbedder:
                     import logging
 
                     logging.getLogger(__name__).warning("ONNX document encoder unavailable (%s); using torch", error)
-                    self._torch = Embedder(self.model_path, batch_size=32, torch_threads=self.torch_threads, dim=self.dim)
+                    self._torch = Embedder(self.model_path, batch_size=32, torch_threads=self.torch_threads, dim=self.dim,
+                                           prefix=self.prefix)
                     self._torch.load()
         return self
 
@@ -497,7 +518,8 @@ class OnnxEmbedder:
             ids[row, :length] = encoding.ids
             mask[row, :length] = 1
             types[row, :length] = encoding.type_ids
-        hidden = self._session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        hidden = self._session.run(None, {name: feeds[name] for name in self._inputs})[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
@@ -509,7 +531,7 @@ class OnnxEmbedder:
         self.load()
         if self._torch is not None:
             return self._torch.embed(texts)
-        encodings = self._tokenizer.encode_batch(list(texts))
+        encodings = self._tokenizer.encode_batch([self.prefix + t for t in texts] if self.prefix else list(texts))
         order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))  # longest first: little padding
         batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         out = np.empty((len(texts), self.dim), dtype=np.float32)
@@ -526,7 +548,8 @@ class OnnxEmbedder:
         return out
 
 
-def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int, dim: int | None = None):
+def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int, dim: int | None = None,
+                   prefix: str = ""):
     """The embedder for queries: ONNX Runtime when asked for and it loads, else torch.
 
     Falls back to the sentence-transformers model (and says so in the log) if
@@ -537,10 +560,10 @@ def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int
 
     if backend == "onnx":
         try:
-            return OnnxEmbedder(model_path, cache_dir, threads=threads, dim=dim).load()
+            return OnnxEmbedder(model_path, cache_dir, threads=threads, dim=dim, prefix=prefix).load()
         except Exception as error:  # noqa: BLE001 - torch is always there to fall back on
             logging.getLogger(__name__).warning("ONNX query encoder unavailable (%s); using torch", error)
-    return Embedder(model_path, batch_size=32, torch_threads=threads, dim=dim)
+    return Embedder(model_path, batch_size=32, torch_threads=threads, dim=dim, prefix=prefix)
 
 
 def document_embedder(settings, workers: int = 1, cache_dir: Path | None = None, model_path: Path | None = None):
@@ -562,9 +585,9 @@ def document_embedder(settings, workers: int = 1, cache_dir: Path | None = None,
         if settings.document_quantization != "none":
             raise ConfigError("document_quantization", settings.document_quantization, "needs document_encoder=onnx")
         return Embedder(model_path, settings.embed_batch_size, cores, settings.embedding_dim,
-                        bare_weight=settings.bare_vector_weight)
+                        bare_weight=settings.bare_vector_weight, prefix=settings.embedding_passage_prefix)
     return OnnxEmbedder(
         model_path, cache_dir or settings.models_cache_dir, threads=1, dim=settings.embedding_dim,
         quantization=settings.document_quantization, batch_size=settings.onnx_batch_size, parallel=cores,
-        torch_fallback=True, bare_weight=settings.bare_vector_weight,
+        torch_fallback=True, bare_weight=settings.bare_vector_weight, prefix=settings.embedding_passage_prefix,
     )

@@ -95,7 +95,7 @@ def write_pointer(index_dir: Path, info: SnapshotInfo) -> None:
     _fsync_dir(index_dir)
 
 
-# the embedding keeps the store column's type, FLOAT[n] with n the width the store was created with
+# the embedding is cast to its model's FLOAT[n] (the store's column takes any width: models of several widths)
 SNAPSHOT_CHUNKS_SQL = """
     SELECT
         c.chunk_id, c.doc_id, c.version, c.chunk_index, c.text, c.title,
@@ -105,7 +105,7 @@ SNAPSHOT_CHUNKS_SQL = """
         d.metadata, coalesce(d.modified_at, d.valid_from) AS last_updated, d.status,
         d.rev_label, d.valid_from, d.valid_to, d.superseded_by,
         coalesce(c.ocr, FALSE) AS ocr, c.ocr_confidence,
-        e.embedding
+        e.embedding::FLOAT[{dim}] AS embedding
     FROM chunks c
     JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version AND d.status IN ('active', 'superseded')
     JOIN embeddings e ON e.content_hash = c.content_hash AND e.model_id = ?
@@ -138,7 +138,9 @@ def build_snapshot(store: duckdb.DuckDBPyConnection, index_dir: Path, info: Snap
         leftover.unlink(missing_ok=True)
     store.execute(f"ATTACH '{tmp}' AS snap")
     try:
-        store.execute(f"CREATE TABLE snap.chunks AS {SNAPSHOT_CHUNKS_SQL}", [info.model_id])
+        width = store.execute("SELECT len(embedding) FROM embeddings WHERE model_id = ? LIMIT 1", [info.model_id]).fetchone()
+        store.execute(f"CREATE TABLE snap.chunks AS {SNAPSHOT_CHUNKS_SQL.format(dim=width[0] if width else 1)}",
+                      [info.model_id])
         store.execute(f"CREATE TABLE snap.documents AS {SNAPSHOT_DOCUMENTS_SQL}")
         store.execute("CREATE TABLE snap.sources AS SELECT source_id, name, kind, location, "
                       "coalesce(visibility, 'internal') AS visibility FROM sources")

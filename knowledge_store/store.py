@@ -295,6 +295,12 @@ MIGRATIONS: list[Migration] = [
         # NULL until registration decides: the default corpus is public, every other source internal
         "ALTER TABLE sources ADD COLUMN visibility VARCHAR;  -- public | internal",
     ),
+    (
+        9,
+        "vectors of any width: one store holds the vectors of models of different widths (minilm 384, mpnet 768)",
+        # each snapshot holds one model's vectors and casts them to that model's FLOAT[n] (index.build_snapshot)
+        "ALTER TABLE embeddings ALTER COLUMN embedding SET DATA TYPE FLOAT[];",
+    ),
 ]
 
 

@@ -795,7 +795,7 @@ def corpus_inputs(settings, embedder=None, feedback: Iterable[dict] | None = Non
         # queries are embedded with the model of the snapshot they are ranked over (a fine-tuned one, once adopted)
         model_path = snapshot.info.model_path or model_path_for(settings, snapshot.info.model_id) or settings.model_path
         embedder = embedder or Embedder(model_path, settings.embed_batch_size, settings.torch_threads,
-                                        settings.embedding_dim)
+                                        settings.embedding_dim, prefix=settings.embedding_query_prefix)
         yield snapshot, embedder, list(feedback_rows(settings) if feedback is None else feedback)
     finally:
         snapshot.close()

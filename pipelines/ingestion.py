@@ -18,6 +18,7 @@ from knowledge_store.ingest.parse import parse_pending
 from knowledge_store.ingest.publish import publish_index
 from knowledge_store.ingest.run import record_sources
 from knowledge_store.ingest.sync_runs import current_sync_run
+from knowledge_store.models.serving import serving_model_id
 from knowledge_store.progress import DagsterLogSink
 from knowledge_store.store import store_connection
 from pipelines.metadata import markdown_table
@@ -296,7 +297,8 @@ def chunks_have_citation_fields(store: KnowledgeStoreResource) -> dg.AssetCheckR
     return _check(bad == 0, bad, "citation fields present, token_count within the window", chunks_checked=total)
 
 
-@dg.asset_check(asset=embeddings, description="Every vector has settings.embedding_dim dimensions and unit L2 norm.")
+@dg.asset_check(asset=embeddings, description="Every vector of the serving model has its settings.embedding_dim "
+                                             "dimensions and unit L2 norm.")
 def embeddings_are_unit_vectors(store: KnowledgeStoreResource) -> dg.AssetCheckResult:
     settings = store.settings()
     with store_connection(settings.store_path, read_only=True) as conn:
@@ -304,9 +306,9 @@ def embeddings_are_unit_vectors(store: KnowledgeStoreResource) -> dg.AssetCheckR
             """
             SELECT count(*) FILTER (WHERE len(embedding) <> ? OR abs(sqrt(list_dot_product(embedding::FLOAT[], embedding::FLOAT[])) - 1) > 1e-3),
                    count(*), coalesce(max(abs(sqrt(list_dot_product(embedding::FLOAT[], embedding::FLOAT[])) - 1)), 0)
-            FROM embeddings
+            FROM embeddings WHERE model_id = ?
             """,
-            [settings.embedding_dim],
+            [settings.embedding_dim, serving_model_id(settings)],
         ).fetchone()
     return _check(bad == 0, bad, f"dimension {settings.embedding_dim} and |norm - 1| <= 1e-3", vectors_checked=total,
                   worst_norm_error=float(worst))

@@ -393,7 +393,8 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
         training = train_embedder(base_path, pairs.train, out_dir, budget, settings.torch_threads, log=say)
         stages["train"] = round(time.perf_counter() - started - sum(stages.values()), 2)
         decision.training, decision.model_path = training.to_dict(), str(out_dir)
-        candidate_id = document_model_id(out_dir, settings.document_quantization, settings.bare_vector_weight)
+        candidate_id = document_model_id(out_dir, settings.document_quantization, settings.bare_vector_weight,
+                                         settings.embedding_passage_prefix)
         decision.candidate_model_id = candidate_id
         say(f"fine-tune: {training.steps}/{training.planned_steps} steps in {training.seconds:.0f} s "
             f"({training.stopped_by}); re-embedding the corpus with {candidate_id}")
@@ -413,9 +414,9 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
         candidate = with_vectors(snapshot, vectors, sentences, candidate_id)
         threads = settings.torch_threads
         served_queries = query_embedder(served_path, settings.query_encoder, settings.models_cache_dir, threads,
-                                        settings.embedding_dim)
+                                        settings.embedding_dim, settings.embedding_query_prefix)
         candidate_queries = query_embedder(out_dir, settings.query_encoder, settings.models_cache_dir, threads,
-                                           settings.embedding_dim)
+                                           settings.embedding_dim, settings.embedding_query_prefix)
         verdict, before, after = decide(settings, snapshot, candidate, pairs.held_out, served_queries.embed,
                                         candidate_queries.embed)
         stages["decide"] = round(time.perf_counter() - started - sum(stages.values()), 2)

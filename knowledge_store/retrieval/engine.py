@@ -184,7 +184,7 @@ class RetrievalEngine:
         # repeated queries are served from QueryEmbeddingCache (retrieval/query_cache.py)
         wrapped = QueryEmbeddingCache(embedder or BatchingEmbedder(query_embedder(
             model_path, self.settings.query_encoder, self.settings.models_cache_dir,
-            self.settings.query_torch_threads, self.settings.embedding_dim,
+            self.settings.query_torch_threads, self.settings.embedding_dim, self.settings.embedding_query_prefix,
         ), cache_size=0), size=self.settings.query_cache_size)
         self._embedders[model_id_for(model_path)] = wrapped
         return wrapped
