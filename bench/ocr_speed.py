@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.report import publish  # noqa: E402
-from knowledge_store.parsers.ocr import OcrOptions  # noqa: E402
-from knowledge_store.parsers.pdf import parse_pdf  # noqa: E402
+from knowledge_store.ingest.parsers.ocr import OcrOptions  # noqa: E402
+from knowledge_store.ingest.parsers.pdf import parse_pdf  # noqa: E402
 
 TEST_LINES = (
     "Quarterly Maintenance Report",

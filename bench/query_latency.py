@@ -50,7 +50,13 @@ def build_synthetic(source: Path, target_dir: Path, size: int, make_vectors=None
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from knowledge_store.index import SnapshotInfo, index_snapshot_file, read_pointer, snapshot_file_name, write_pointer
+    from knowledge_store.storage.index import (
+        SnapshotInfo,
+        index_snapshot_file,
+        read_pointer,
+        snapshot_file_name,
+        write_pointer,
+    )
 
     info = read_pointer(source)
     conn = duckdb.connect(str(info.path(source)), read_only=True)
@@ -138,9 +144,9 @@ def store_adapter(index_dir: Path, norm: float, dim: int) -> None:
 
 
 def run(index_root: Path, queries: list[str], threads: int, variant: str = "exact") -> dict[str, object]:
+    from knowledge_store.config.settings import Settings
     from knowledge_store.retrieval.engine import RetrievalEngine
     from knowledge_store.retrieval.query_adapter import reset_adapter
-    from knowledge_store.settings import Settings
 
     settings = Settings(data_dir=index_root, query_torch_threads=threads, search_threads=1, **VARIANTS[variant])
     reset_adapter(settings.index_dir)

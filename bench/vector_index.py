@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from knowledge_store.settings import Settings
+from knowledge_store.config.settings import Settings
 
 SCIFACT = Path("/work/shared/datasets/scifact")
 DIM = Settings().embedding_dim  # the width the store and snapshots hold (the model's)

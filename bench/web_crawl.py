@@ -100,12 +100,12 @@ def main() -> int:
     args = parser.parse_args()
     os.environ["HF_HUB_OFFLINE"] = "1"
 
-    from knowledge_store.embeddings import Embedder
+    from knowledge_store.config.settings import Settings
     from knowledge_store.ingest.run import run_sync
-    from knowledge_store.settings import Settings
-    from knowledge_store.sources import add_source
-    from knowledge_store.store import store_connection
-    from knowledge_store.web import CrawlConfig, crawl
+    from knowledge_store.ingest.sources import add_source
+    from knowledge_store.ingest.web import CrawlConfig, crawl
+    from knowledge_store.models.embeddings import Embedder
+    from knowledge_store.storage.store import store_connection
 
     site = GeneratedSite(args.pages)
     base = f"{site.origin}/docs/"

@@ -11,8 +11,8 @@ __all__ = ["retrieve_knowledge", "RetrievalEngine", "Settings"]
 
 
 def retrieve_knowledge(intent: str, message: str, metadata: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
-    """See ``knowledge_store.support_tool.retrieve_knowledge``."""
-    from knowledge_store.support_tool import retrieve_knowledge as _retrieve
+    """See ``knowledge_store.app.support_tool.retrieve_knowledge``."""
+    from knowledge_store.app.support_tool import retrieve_knowledge as _retrieve
 
     return _retrieve(intent, message, metadata, **kwargs)
 
@@ -23,7 +23,7 @@ def __getattr__(name: str) -> Any:
 
         return RetrievalEngine
     if name == "Settings":
-        from knowledge_store.settings import Settings
+        from knowledge_store.config.settings import Settings
 
         return Settings
     raise AttributeError(name)

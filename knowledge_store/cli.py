@@ -30,12 +30,12 @@ import sys
 import time
 from collections.abc import Sequence
 
-from knowledge_store.errors import GroundworkError
-from knowledge_store.progress import terminal_progress
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import GroundworkError
+from knowledge_store.core.progress import terminal_progress
+from knowledge_store.ingest.sources import VISIBILITIES
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.reranker_registry import RERANKERS
-from knowledge_store.settings import Settings
-from knowledge_store.sources import VISIBILITIES
 
 
 def format_table(rows: Sequence[dict[str, object]], columns: Sequence[str], max_width: int = 48) -> str:
@@ -71,9 +71,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    from knowledge_store.app.status import store_status
     from knowledge_store.ingest.sync_runs import get_sync_run
-    from knowledge_store.status import store_status
-    from knowledge_store.store import store_connection
+    from knowledge_store.storage.store import store_connection
     from pipelines.definitions import INGEST_JOB_NAME, build_definitions
     from pipelines.resources import KnowledgeStoreResource
 
@@ -211,13 +211,13 @@ def _print_source(detail: dict[str, object]) -> None:
 
 def cmd_sources(args: argparse.Namespace) -> int:
     from knowledge_store.ingest.source_actions import delete_source_now, describe_source, update_source_now
-    from knowledge_store.sources import (
+    from knowledge_store.ingest.sources import (
         add_source,
         list_sources,
         register_configured_sources,
         source_statistics,
     )
-    from knowledge_store.store import store_connection
+    from knowledge_store.storage.store import store_connection
 
     settings = _settings(args)
     action = args.sources_command
@@ -313,9 +313,9 @@ def cmd_sources(args: argparse.Namespace) -> int:
 def cmd_sync(args: argparse.Namespace) -> int:
     """Re-sync one source: the Dagster ``sync_source`` job for that partition, headless."""
     from knowledge_store.ingest.source_actions import describe_source
+    from knowledge_store.ingest.sources import get_source, register_configured_sources
     from knowledge_store.ingest.sync_runs import get_sync_run
-    from knowledge_store.sources import get_source, register_configured_sources
-    from knowledge_store.store import store_connection
+    from knowledge_store.storage.store import store_connection
     from pipelines.definitions import SYNC_SOURCE_JOB_NAME, build_definitions
     from pipelines.resources import KnowledgeStoreResource
     from pipelines.sources import SOURCE_PARTITIONS
@@ -386,7 +386,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 def cmd_failures(args: argparse.Namespace) -> int:
     from knowledge_store.ingest.failures import open_failures
     from knowledge_store.ingest.source_actions import retry_failure
-    from knowledge_store.store import store_connection
+    from knowledge_store.storage.store import store_connection
 
     settings = _settings(args)
     if args.failures_command == "retry":
@@ -408,7 +408,7 @@ def cmd_failures(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from knowledge_store.status import store_status
+    from knowledge_store.app.status import store_status
 
     settings = _settings(args)
     status = store_status(settings, include_history=args.history)
@@ -567,9 +567,9 @@ def cmd_query(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from evals.beir import load_beir
-    from evals.metrics import METRICS, metric_label, metric_spec
-    from evals.retrieval_eval import EvalConfig, evaluate, open_engine
+    from knowledge_store.evaluation.beir import load_beir
+    from knowledge_store.evaluation.metrics import METRICS, metric_label, metric_spec
+    from knowledge_store.evaluation.retrieval_eval import EvalConfig, evaluate, open_engine
     from knowledge_store.learning.finetune import base_index
     from knowledge_store.models.serving import load_record
     from knowledge_store.retrieval.engine import RetrievalEngine
@@ -581,7 +581,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # alpha None = the engine's own per-query default: questions get the corpus's question alpha
     config = EvalConfig(alpha=args.alpha, fusion=args.fusion or defaults.fusion,
                         reranker=args.reranker or engine.default_reranker())
-    # every registered metric (evals.metrics.METRICS, what the scorecard records), plus nDCG and MRR at --k
+    # every registered metric (knowledge_store.evaluation.metrics.METRICS, what the scorecard records), plus nDCG and MRR at --k
     ks = tuple(sorted({5, 10, args.k}))
     result = evaluate(engine, dataset, config, doc_map, ks=ks)
     m = result.metrics
@@ -624,12 +624,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _record_eval(dataset, split: str, config, result) -> os.PathLike:
-    """Append this run to the evaluation results the Dagster assets write (``evals.results_store``),
+    """Append this run to the evaluation results the Dagster assets write (``knowledge_store.storage.eval_results``),
     as configuration ``<label> (groundwork eval)``; returns the results file."""
     import uuid
 
-    from evals.results_store import EvalRun, record_eval_results, results_path
-    from knowledge_store.store import utcnow
+    from knowledge_store.storage.eval_results import EvalRun, record_eval_results, results_path
+    from knowledge_store.storage.store import utcnow
 
     path = results_path(Settings().data_dir)
     record_eval_results(path, [EvalRun.from_result(
@@ -646,10 +646,10 @@ def _ranking_row(label: str, scores: dict[str, object]) -> dict[str, object]:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    """Self-tune the ranking of the configured store (``knowledge_store.tuning``) or forget the tuned choice."""
+    """Self-tune the ranking of the configured store (``knowledge_store.learning.tuning``) or forget the tuned choice."""
     import inspect
 
-    from knowledge_store.tuning import (
+    from knowledge_store.learning.tuning import (
         PSEUDO_QUERY_KINDS,
         TuningError,
         builtin_ranking,
@@ -811,7 +811,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
 
 
 def cmd_notebook(args: argparse.Namespace) -> int:
-    from evals.notebooks import parse_value, run_notebook
+    from knowledge_store.evaluation.notebooks import parse_value, run_notebook
 
     parameters = {key: parse_value(value) for key, value in (args.parameter or [])}
     run = run_notebook(args.name, parameters, _settings(args))
@@ -845,7 +845,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 def cmd_sample_corpus(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from knowledge_store.sample_corpus import write_sample_corpus
+    from knowledge_store.ingest.sample_corpus import write_sample_corpus
 
     paths = write_sample_corpus(Path(args.target))
     for path in paths:

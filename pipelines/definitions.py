@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from knowledge_store.settings import Settings
+from knowledge_store.config.settings import Settings
 from pipelines.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, NOTEBOOK_ASSETS, EvaluationResource
 from pipelines.finetuning import FINETUNE_JOB_NAME, FINETUNING_ASSETS, FINETUNING_CHECKS, build_finetune_sensor
 from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS

@@ -1,14 +1,14 @@
 """Evaluation assets: datasets -> one retrieval evaluation per configuration -> scorecard.
 
 The engine is the one that serves (``RetrievalResource``); each BEIR dataset is
-ingested into its own store through the normal pipeline (``evals.beir``).
+ingested into its own store through the normal pipeline (``knowledge_store.evaluation.beir``).
 Results are appended to ``<data_dir>/eval/results.duckdb`` (tables
 ``eval_runs`` and, long-form, ``eval_metrics``), the scorecard (the latest run
 per dataset and configuration) is shown in the asset's metadata as a markdown
 table and a plot; ``feedback_eval`` and ``query_log_drift`` append their
-figures there too (``evals.results_store`` owns the tables; the console's
+figures there too (``knowledge_store.storage.eval_results`` owns the tables; the console's
 Evaluation page reads them).  Which metrics, their labels, order and direction
-come from ``evals.metrics.METRICS``.  The regression check next to the
+come from ``knowledge_store.evaluation.metrics.METRICS``.  The regression check next to the
 scorecard fails when a gated metric (``MetricSpec.gated``: Recall@5) of any
 configuration worsens by more than ``recall_drop_margin`` against its previous
 run or a stored baseline.
@@ -24,14 +24,14 @@ from typing import Any
 
 import dagster as dg
 
-from evals import results_store
-from evals.metrics import METRICS, PRIMARY_METRIC, check_metric_value, metric_label, metric_spec
-from evals.retrieval_eval import EvalConfig
-from knowledge_store.errors import ConfigError
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import ConfigError
+from knowledge_store.evaluation.metrics import METRICS, PRIMARY_METRIC, check_metric_value, metric_label, metric_spec
+from knowledge_store.evaluation.retrieval_eval import EvalConfig
+from knowledge_store.learning.tuning import effective_question_alpha
 from knowledge_store.retrieval.fusion import FUSION_MODES
-from knowledge_store.settings import Settings
-from knowledge_store.store import utcnow
-from knowledge_store.tuning import effective_question_alpha
+from knowledge_store.storage import eval_results as results_store
+from knowledge_store.storage.store import utcnow
 from pipelines.metadata import markdown_table
 from pipelines.resources import RetrievalResource
 
@@ -75,7 +75,7 @@ class EvaluationResource(dg.ConfigurableResource):
 
 @dg.asset(group_name=GROUP, kinds={"duckdb"}, description="BEIR datasets ingested into their own stores (cached by corpus checksum).")
 def eval_datasets(context: dg.AssetExecutionContext, evaluation: EvaluationResource) -> dg.MaterializeResult:
-    from evals.beir import ingest_beir, load_beir
+    from knowledge_store.evaluation.beir import ingest_beir, load_beir
 
     folders = evaluation.folders()
     if not folders:
@@ -115,8 +115,8 @@ def _evaluation_asset(config: EvalConfig) -> dg.AssetsDefinition:
         description=f"{', '.join(spec.label for spec in METRICS.values())} for configuration '{config.name}'.",
     )
     def _asset(context: dg.AssetExecutionContext, evaluation: EvaluationResource, retrieval: RetrievalResource) -> dg.MaterializeResult:
-        from evals.beir import load_beir
-        from evals.retrieval_eval import evaluate, open_engine
+        from knowledge_store.evaluation.beir import load_beir
+        from knowledge_store.evaluation.retrieval_eval import evaluate, open_engine
 
         base = retrieval.settings()
         # alpha None = the serving path's per-query default: the serving alpha, and its question alpha for questions
@@ -247,7 +247,7 @@ def _notebook_asset(name: str, description: str) -> dg.AssetsDefinition:
     @dg.asset(name=f"{name}_notebook", group_name="notebooks", deps=[eval_datasets], kinds={"jupyter"},
               description=description)
     def _asset(context: dg.AssetExecutionContext, evaluation: EvaluationResource) -> dg.MaterializeResult:
-        from evals.notebooks import run_notebook
+        from knowledge_store.evaluation.notebooks import run_notebook
 
         folders = evaluation.folders()
         if not folders:
@@ -277,7 +277,7 @@ NOTEBOOK_ASSETS = [
 
 
 def _serving_log(evaluation: EvaluationResource, retrieval: RetrievalResource):
-    from knowledge_store.query_log import QueryLog
+    from knowledge_store.storage.query_log import QueryLog
 
     path = Path(evaluation.logs_path) if evaluation.logs_path else retrieval.settings().logs_path
     return QueryLog(path)
@@ -285,7 +285,7 @@ def _serving_log(evaluation: EvaluationResource, retrieval: RetrievalResource):
 
 @dg.asset(group_name=GROUP, kinds={"duckdb"}, description="Feedback-derived gold set: queries whose passages people rated; recall of today's engine on them and the helpful rate per configuration.")
 def feedback_eval(context: dg.AssetExecutionContext, evaluation: EvaluationResource, retrieval: RetrievalResource) -> dg.MaterializeResult:
-    from evals.feedback_gold import feedback_gold_set, helpful_by_config
+    from knowledge_store.evaluation.feedback_gold import feedback_gold_set, helpful_by_config
 
     log = _serving_log(evaluation, retrieval)
     try:
@@ -319,7 +319,7 @@ def feedback_eval(context: dg.AssetExecutionContext, evaluation: EvaluationResou
 
 @dg.asset(group_name=GROUP, kinds={"duckdb"}, description="Query-log replay: how many of each logged query's top-5 results changed since it was asked.")
 def query_log_drift(context: dg.AssetExecutionContext, evaluation: EvaluationResource, retrieval: RetrievalResource) -> dg.MaterializeResult:
-    from evals.log_replay import replay
+    from knowledge_store.evaluation.log_replay import replay
 
     log = _serving_log(evaluation, retrieval)
     try:

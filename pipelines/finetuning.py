@@ -15,10 +15,10 @@ a sync queued behind it publishes with whatever model serves when it starts.
 
 import dagster as dg
 
-from knowledge_store.errors import GroundworkError
-from knowledge_store.index import read_pointer
+from knowledge_store.core.errors import GroundworkError
 from knowledge_store.learning.finetune import corpus_change, finetune_corpus
 from knowledge_store.models.serving import serving_model_id
+from knowledge_store.storage.index import read_pointer
 from pipelines.ingestion import search_index
 from pipelines.metadata import markdown_table
 from pipelines.resources import RetrievalResource

@@ -9,7 +9,7 @@ they check.
 
 import dagster as dg
 
-from knowledge_store.index import open_snapshot
+from knowledge_store.core.progress import DagsterLogSink
 from knowledge_store.ingest.chunk import chunk_parsed, chunking_config
 from knowledge_store.ingest.embed import embed_missing
 from knowledge_store.ingest.embed_handoff import embed_shard_to_parts, import_parts
@@ -19,8 +19,8 @@ from knowledge_store.ingest.publish import publish_index
 from knowledge_store.ingest.run import record_sources
 from knowledge_store.ingest.sync_runs import current_sync_run
 from knowledge_store.models.serving import serving_model_id
-from knowledge_store.progress import DagsterLogSink
-from knowledge_store.store import store_connection
+from knowledge_store.storage.index import open_snapshot
+from knowledge_store.storage.store import store_connection
 from pipelines.metadata import markdown_table
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource
 from pipelines.sources import crawl_logger
@@ -126,7 +126,7 @@ def chunks(context: dg.AssetExecutionContext, store: KnowledgeStoreResource, mod
             "chunks_per_second": round(rate, 1),
             "chunker_signature": chunking_config(settings).signature,
             "preview": markdown_table(result.preview),
-            # entities named in chunk text (knowledge_store/entities.py): this run's extraction, then the active index
+            # entities named in chunk text (knowledge_store/core/entities.py): this run's extraction, then the active index
             "entity_signature": entities.signature,
             "entity_documents_extracted": entities.documents,
             "entity_mentions_extracted": entities.mentions,

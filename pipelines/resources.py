@@ -11,9 +11,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from knowledge_store.embeddings import Embedder, OnnxEmbedder, TokenCounter, document_embedder, token_counter
+from knowledge_store.config.settings import Settings
+from knowledge_store.models.embeddings import Embedder, OnnxEmbedder, TokenCounter, document_embedder, token_counter
 from knowledge_store.models.serving import serving_model_path
-from knowledge_store.settings import Settings
 
 
 class KnowledgeStoreResource(dg.ConfigurableResource):
@@ -90,7 +90,7 @@ class RetrievalResource(dg.ConfigurableResource):
     """The query engine with its retrieval settings, so evaluation and tuning assets use exactly what serves.
 
     Unset fields fall back to ``Settings`` (``GROUNDWORK_DEFAULT_ALPHA`` etc.); a ranking field set here
-    counts as set explicitly, so it wins over the corpus's self-tuned value (``knowledge_store.tuning``).
+    counts as set explicitly, so it wins over the corpus's self-tuned value (``knowledge_store.learning.tuning``).
     """
 
     data_dir: str | None = None

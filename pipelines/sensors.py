@@ -45,9 +45,9 @@ def watched_folders(settings) -> list[str]:
     """The configured folders plus the enabled folder sources registered through the CLI/API."""
     folders = [str(p) for p in settings.source_dirs]
     if settings.store_path.exists():
-        from knowledge_store.errors import StoreError
-        from knowledge_store.sources import list_sources
-        from knowledge_store.store import store_connection
+        from knowledge_store.core.errors import StoreError
+        from knowledge_store.ingest.sources import list_sources
+        from knowledge_store.storage.store import store_connection
 
         try:
             with store_connection(settings.store_path, read_only=True, timeout_s=5) as conn:

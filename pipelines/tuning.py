@@ -1,6 +1,6 @@
 """Self-tuning asset: the corpus's own headings, titles and FAQ questions -> the ranking it is served with.
 
-``corpus_tuning`` runs ``knowledge_store.tuning.tune_corpus`` on the published
+``corpus_tuning`` runs ``knowledge_store.learning.tuning.tune_corpus`` on the published
 index (it depends on ``search_index``, so selected together with the ingestion
 assets it runs after the sync) and stores the choice in ``<index_dir>/tuned.json``,
 where the engine, ``/api/knowledge/config`` and the console read it without a
@@ -23,15 +23,8 @@ import io
 
 import dagster as dg
 
-from knowledge_store.errors import IndexNotBuiltError
-from knowledge_store.retrieval.fusion import FUSION_MODES
-from knowledge_store.retrieval.query_adapter import (
-    QueryAdapterError,
-    adapt_corpus,
-    adapter_path,
-    read_adapter,
-)
-from knowledge_store.tuning import (
+from knowledge_store.core.errors import IndexNotBuiltError
+from knowledge_store.learning.tuning import (
     PSEUDO_QUERY_KINDS,
     TunedConfig,
     TuningError,
@@ -39,6 +32,13 @@ from knowledge_store.tuning import (
     ranking_sources,
     tune_corpus,
     tuned_path,
+)
+from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.query_adapter import (
+    QueryAdapterError,
+    adapt_corpus,
+    adapter_path,
+    read_adapter,
 )
 from pipelines.ingestion import search_index
 from pipelines.metadata import markdown_table
@@ -243,7 +243,7 @@ def up_votes(settings) -> int | None:
     """Thumbs-up stored in the corpus's query log; None when there is no log yet."""
     from pathlib import Path
 
-    from knowledge_store.query_log import QueryLog
+    from knowledge_store.storage.query_log import QueryLog
 
     if not Path(settings.logs_path).exists():
         return None

@@ -17,12 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-from evals.beir import beir_ids_by_doc_id, beir_settings, load_beir
-from evals.retrieval_eval import EvalConfig, NullQueryLog, evaluate
+from knowledge_store.config.settings import Settings
+from knowledge_store.evaluation.beir import beir_ids_by_doc_id, beir_settings, load_beir
+from knowledge_store.evaluation.retrieval_eval import EvalConfig, NullQueryLog, evaluate
 from knowledge_store.learning.finetune import base_index, index_copy
 from knowledge_store.models.serving import load_record
 from knowledge_store.retrieval.engine import RetrievalEngine
-from knowledge_store.settings import Settings
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,7 +45,7 @@ def model_path() -> Path:
 @pytest.fixture(scope="session")
 def token_counter(model_path: Path):
     """The model's own WordPiece tokenizer (the ``tokenizers`` file; torch and the weights are never loaded)."""
-    from knowledge_store.embeddings import token_counter
+    from knowledge_store.models.embeddings import token_counter
 
     return token_counter(str(model_path))
 
@@ -61,7 +61,7 @@ def tiny_beir(tmp_path: Path) -> Path:
 @pytest.fixture()
 def no_tesseract(monkeypatch) -> None:
     """This process sees no Tesseract: no TESSDATA_PREFIX, no system tessdata, no command."""
-    from knowledge_store.parsers import ocr as ocr_module
+    from knowledge_store.ingest.parsers import ocr as ocr_module
 
     monkeypatch.delenv("TESSDATA_PREFIX", raising=False)
     monkeypatch.setattr(ocr_module, "TESSDATA_GLOBS", ())

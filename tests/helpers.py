@@ -179,9 +179,9 @@ def build_sample_index(root: Path, embedder, **overrides):
     return the Settings (~15 s).  Modules that only read the sample index use the session's
     ``shared_sample_index`` fixture (tests/integration/conftest.py) instead; this is for modules
     that change their index (sync, upload, delete, edit a document, write tuned.json)."""
+    from knowledge_store.config.settings import Settings
     from knowledge_store.ingest.run import run_sync
-    from knowledge_store.sample_corpus import write_sample_corpus
-    from knowledge_store.settings import Settings
+    from knowledge_store.ingest.sample_corpus import write_sample_corpus
 
     write_sample_corpus(root / "docs")
     settings = Settings(data_dir=root / "data", sources=[root / "docs"], **overrides)

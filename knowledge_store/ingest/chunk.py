@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from knowledge_store.chunking import SECTION_SEPARATOR, ChunkDraft, ChunkingConfig, chunk_document
-from knowledge_store.documents import Block, Page, ParsedDocument
-from knowledge_store.embeddings import TokenCounter
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.progress import Sink, stage_progress
+from knowledge_store.ingest.chunking import SECTION_SEPARATOR, ChunkDraft, ChunkingConfig, chunk_document
+from knowledge_store.ingest.documents import Block, Page, ParsedDocument
 from knowledge_store.ingest.entities import EntityResult, delete_mentions_of_chunks, extract_entities
 from knowledge_store.ingest.failures import record_failure
 from knowledge_store.ingest.sync_runs import add_counts
-from knowledge_store.progress import Sink, stage_progress
-from knowledge_store.settings import Settings
-from knowledge_store.store import store_connection, transaction, utcnow
+from knowledge_store.models.embeddings import TokenCounter
+from knowledge_store.storage.store import store_connection, transaction, utcnow
 
 
 @dataclass

@@ -16,12 +16,12 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from knowledge_store.embeddings import Embedder, bare_weight_of, embed_chunks
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.progress import Sink, stage_progress
 from knowledge_store.ingest.sync_runs import add_counts
-from knowledge_store.progress import Sink, stage_progress
+from knowledge_store.models.embeddings import Embedder, bare_weight_of, embed_chunks
 from knowledge_store.retrieval.sentences import split_sentences
-from knowledge_store.settings import Settings
-from knowledge_store.store import store_connection, transaction, utcnow
+from knowledge_store.storage.store import store_connection, transaction, utcnow
 
 
 @dataclass

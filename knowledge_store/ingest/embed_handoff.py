@@ -27,7 +27,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from knowledge_store.embeddings import Embedder
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.progress import Sink, stage_progress
 from knowledge_store.ingest.embed import (
     EmbedResult,
     chunk_vectors,
@@ -36,9 +37,8 @@ from knowledge_store.ingest.embed import (
     write_sentence_table,
 )
 from knowledge_store.ingest.sync_runs import add_counts
-from knowledge_store.progress import Sink, stage_progress
-from knowledge_store.settings import Settings
-from knowledge_store.store import store_connection, transaction, utcnow
+from knowledge_store.models.embeddings import Embedder
+from knowledge_store.storage.store import store_connection, transaction, utcnow
 
 
 def _model_dir(handoff: Path, model_id: str) -> Path:

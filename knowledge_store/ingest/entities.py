@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import duckdb
 import pyarrow as pa
 
-from knowledge_store.entities import EntityMention, EntityVocabulary
-from knowledge_store.store import transaction
+from knowledge_store.core.entities import EntityMention, EntityVocabulary
+from knowledge_store.storage.store import transaction
 
 DOCUMENTS_PER_BATCH = 500
 

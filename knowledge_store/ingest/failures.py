@@ -8,7 +8,7 @@ import hashlib
 
 import duckdb
 
-from knowledge_store.store import utcnow
+from knowledge_store.storage.store import utcnow
 
 
 def failure_id(path: str, stage: str, kind: str, identity: str) -> str:

@@ -17,18 +17,18 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from knowledge_store.documents import ParsedDocument
-from knowledge_store.errors import IngestionError
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import IngestionError
+from knowledge_store.core.progress import Sink, stage_progress
+from knowledge_store.core.revisions import revision_label
+from knowledge_store.ingest.documents import ParsedDocument
 from knowledge_store.ingest.failures import failure_id, record_failure, resolve_failures
+from knowledge_store.ingest.parsers import OcrOptions, parse_file
+from knowledge_store.ingest.parsers.ocr import missing_text_reason
 from knowledge_store.ingest.raw_documents import sha256_file
 from knowledge_store.ingest.relations import write_links
 from knowledge_store.ingest.sync_runs import add_counts
-from knowledge_store.parsers import OcrOptions, parse_file
-from knowledge_store.parsers.ocr import missing_text_reason
-from knowledge_store.progress import Sink, stage_progress
-from knowledge_store.revisions import revision_label
-from knowledge_store.settings import Settings
-from knowledge_store.store import store_connection, transaction, utcnow
+from knowledge_store.storage.store import store_connection, transaction, utcnow
 
 
 @dataclass

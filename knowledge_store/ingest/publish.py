@@ -3,7 +3,7 @@
 Activation is one transaction: every pending version whose chunks all have
 embeddings becomes ``active`` and the version it replaces ``superseded``.
 Then, if the set of active chunks differs from the published snapshot's, a new
-snapshot is built and published atomically (``knowledge_store.index``).  A
+snapshot is built and published atomically (``knowledge_store.storage.index``).  A
 no-change sync therefore ends here having hashed files and nothing more.
 """
 
@@ -15,16 +15,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from knowledge_store.errors import IndexNotBuiltError, StoreError
-from knowledge_store.index import (
-    FTS_CONFIG_ID,
-    SnapshotInfo,
-    build_snapshot,
-    read_pointer,
-    retire_old_snapshots,
-    snapshot_file_name,
-    write_pointer,
-)
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import IndexNotBuiltError, StoreError
 from knowledge_store.ingest.embed import sentenceless_chunks_sql
 from knowledge_store.ingest.entities import delete_mentions_of_chunks, delete_orphans
 from knowledge_store.ingest.relations import apply_document_model, document_model_digest
@@ -36,8 +28,16 @@ from knowledge_store.ingest.sync_runs import (
 )
 from knowledge_store.ingest.web_sources import cache_dir
 from knowledge_store.models.serving import model_path_for
-from knowledge_store.settings import Settings
-from knowledge_store.store import store_connection, transaction, utcnow
+from knowledge_store.storage.index import (
+    FTS_CONFIG_ID,
+    SnapshotInfo,
+    build_snapshot,
+    read_pointer,
+    retire_old_snapshots,
+    snapshot_file_name,
+    write_pointer,
+)
+from knowledge_store.storage.store import store_connection, transaction, utcnow
 
 
 @dataclass

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import duckdb
 
-from knowledge_store.errors import OversizeFileError, UnsupportedTypeError
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import OversizeFileError, UnsupportedTypeError
 from knowledge_store.ingest.entities import delete_mentions_of_chunks
 from knowledge_store.ingest.failures import failure_id, record_failure, resolve_failures
+from knowledge_store.ingest.parsers import SUPPORTED_EXTENSIONS
 from knowledge_store.ingest.sync_runs import STOPPED_RUN_STATUSES, add_counts, unpublished_active_versions
-from knowledge_store.parsers import SUPPORTED_EXTENSIONS
-from knowledge_store.settings import Settings
-from knowledge_store.store import transaction, utcnow
+from knowledge_store.storage.store import transaction, utcnow
 
 HASH_CHUNK = 1024 * 1024
 

@@ -8,7 +8,7 @@ saw, and a re-run changes nothing (idempotent):
 1. **Labels**: live documents parsed before migration 6 (``rev_label_source``
    NULL) get their label from their stored title, metadata and path.
 2. **Families**: live documents (active, or superseded by another file) of one
-   source that share a family key (``knowledge_store.revisions``) are ordered
+   source that share a family key (``knowledge_store.core.revisions``) are ordered
    oldest to newest; only the newest stays ``active``; each older one is
    ``superseded`` (``valid_to`` set, ``superseded_by`` = the next newer one),
    and ``relations`` holds ``next newer -[supersedes]-> older`` with evidence.
@@ -39,17 +39,17 @@ from urllib.parse import unquote, urlsplit
 import duckdb
 import pyarrow as pa
 
-from knowledge_store.documents import DocumentLink
-from knowledge_store.revisions import (
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.revisions import (
     FamilyMember,
     compile_family_pattern,
     family_key,
     order_family,
     revision_label,
 )
-from knowledge_store.settings import Settings
-from knowledge_store.web.errors import InvalidUrlError
-from knowledge_store.web.urls import canonical_url
+from knowledge_store.ingest.documents import DocumentLink
+from knowledge_store.ingest.web.errors import InvalidUrlError
+from knowledge_store.ingest.web.urls import canonical_url
 
 SUPERSEDES = "supersedes"
 SEE_ALSO = "seeAlso"

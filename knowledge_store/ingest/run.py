@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knowledge_store.embeddings import Embedder, document_embedder, token_counter
+from knowledge_store.config.settings import Settings
 from knowledge_store.ingest.chunk import ChunkResult, chunk_parsed
 from knowledge_store.ingest.embed import EmbedResult, embed_missing
 from knowledge_store.ingest.parse import ParseResult, parse_pending
 from knowledge_store.ingest.publish import PublishResult, publish_index
 from knowledge_store.ingest.raw_documents import RawDocumentsResult, SourceFolder, record_raw_documents, scan_sources
+from knowledge_store.ingest.sample_corpus import write_sample_corpus
+from knowledge_store.ingest.sources import record_source_sync, sources_to_sync
 from knowledge_store.ingest.sync_runs import end_sync_run, start_sync_run
 from knowledge_store.ingest.web_sources import (
     ProgressCallback,
@@ -28,11 +30,9 @@ from knowledge_store.ingest.web_sources import (
     prune_body_cache,
     record_web_pages,
 )
+from knowledge_store.models.embeddings import Embedder, document_embedder, token_counter
 from knowledge_store.models.serving import serving_model_id, serving_model_path
-from knowledge_store.sample_corpus import write_sample_corpus
-from knowledge_store.settings import Settings
-from knowledge_store.sources import record_source_sync, sources_to_sync
-from knowledge_store.store import store_connection, transaction, utcnow
+from knowledge_store.storage.store import store_connection, transaction, utcnow
 
 
 @dataclass
@@ -183,7 +183,7 @@ def process_pending(
     settings: Settings, embedder: Embedder, sync_run_id: str, progress: ProgressCallback | None = None
 ) -> tuple[ParseResult, ChunkResult, EmbedResult, PublishResult]:
     """Stages 2-5 over whatever is pending (after a scan, a crawl or a retry), then publish;
-    ``progress(stage, figures)`` hears each stage's counts, rate and ETA (knowledge_store.progress).
+    ``progress(stage, figures)`` hears each stage's counts, rate and ETA (knowledge_store.core.progress).
 
     An ``embedder`` of the serving model stays the serving model's: when a fine-tuned model is adopted (or
     rolled back) while this runs, the texts get vectors of the new serving model too and the snapshot is

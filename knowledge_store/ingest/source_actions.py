@@ -13,13 +13,10 @@ from typing import Any
 
 import duckdb
 
-from knowledge_store.embeddings import Embedder, document_embedder
-from knowledge_store.errors import GroundworkError
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import GroundworkError
 from knowledge_store.ingest.publish import publish_index
-from knowledge_store.ingest.sync_runs import get_sync_run, start_sync_run
-from knowledge_store.models.serving import serving_model_id, serving_model_path
-from knowledge_store.settings import Settings
-from knowledge_store.sources import (
+from knowledge_store.ingest.sources import (
     Source,
     delete_source,
     get_source,
@@ -27,7 +24,10 @@ from knowledge_store.sources import (
     source_statistics,
     update_source,
 )
-from knowledge_store.store import store_connection, transaction, utcnow
+from knowledge_store.ingest.sync_runs import get_sync_run, start_sync_run
+from knowledge_store.models.embeddings import Embedder, document_embedder
+from knowledge_store.models.serving import serving_model_id, serving_model_path
+from knowledge_store.storage.store import store_connection, transaction, utcnow
 
 
 class FailureNotFoundError(GroundworkError):

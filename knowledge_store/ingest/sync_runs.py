@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 
 import duckdb
 
-from knowledge_store.store import utcnow
+from knowledge_store.storage.store import utcnow
 
 COUNTERS = (
     "added", "updated", "removed", "unchanged", "excluded", "failed",

@@ -48,13 +48,21 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from knowledge_store.embeddings import document_embedder, document_model_id, model_id_for, query_embedder
-from knowledge_store.errors import GroundworkError, IndexNotBuiltError
-from knowledge_store.index import SnapshotInfo, build_snapshot, read_pointer, snapshot_file_name, write_pointer
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import GroundworkError, IndexNotBuiltError
+from knowledge_store.core.progress import stage_progress
 from knowledge_store.ingest.embed import embed_missing
 from knowledge_store.ingest.publish import active_fingerprint, publish_index
 from knowledge_store.ingest.sync_runs import end_sync_run, start_sync_run
 from knowledge_store.learning.pairs import PairSet, TrainingPair, build_pairs
+from knowledge_store.learning.tuning import (
+    effective_question_alpha,
+    effective_ranking,
+    feedback_rows,
+    paired_gain,
+    score_grid,
+)
+from knowledge_store.models.embeddings import document_embedder, document_model_id, model_id_for, query_embedder
 from knowledge_store.models.serving import (
     HISTORY_KEPT,
     EmbedderRecord,
@@ -65,18 +73,10 @@ from knowledge_store.models.serving import (
     serving_model_id,
     serving_model_path,
 )
-from knowledge_store.progress import stage_progress
 from knowledge_store.retrieval.sentences import sentence_index_from
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, load_snapshot
-from knowledge_store.settings import Settings
-from knowledge_store.store import store_connection, transaction
-from knowledge_store.tuning import (
-    effective_question_alpha,
-    effective_ranking,
-    feedback_rows,
-    paired_gain,
-    score_grid,
-)
+from knowledge_store.storage.index import SnapshotInfo, build_snapshot, read_pointer, snapshot_file_name, write_pointer
+from knowledge_store.storage.store import store_connection, transaction
 
 logger = logging.getLogger(__name__)
 

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from knowledge_store.chunking import SECTION_SEPARATOR
+from knowledge_store.ingest.chunking import SECTION_SEPARATOR
+from knowledge_store.learning.tuning import PseudoQuery, build_pseudo_queries, stripped_embed_texts, target_rows
 from knowledge_store.retrieval.sentences import split_sentences
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
-from knowledge_store.tuning import PseudoQuery, build_pseudo_queries, stripped_embed_texts, target_rows
 
 PAIR_KINDS = ("heading", "question", "title", "feedback", "first_sentence", "link")
 HELD_OUT_SHARE = 0.2

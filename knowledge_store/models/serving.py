@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from knowledge_store.embeddings import document_model_id, model_id_for
-from knowledge_store.errors import StoreError
-from knowledge_store.settings import Settings
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import StoreError
+from knowledge_store.models.embeddings import document_model_id, model_id_for
 
 EMBEDDER_FILE = "embedder.json"
 HISTORY_KEPT = 20

@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 from pydantic import BaseModel, Field
 
-from knowledge_store.chunking import split_sentences
-from knowledge_store.errors import GroundworkError
+from knowledge_store.core.errors import GroundworkError
+from knowledge_store.core.vocabulary import Vocabulary
+from knowledge_store.ingest.chunking import split_sentences
 from knowledge_store.retrieval.snippets import collapse_ws, segments, snippet_around, term_weights, unit_term_sets
 from knowledge_store.retrieval.terms import normalize, query_terms, term_spans
 from knowledge_store.retrieval.types import SearchHit
-from knowledge_store.vocabulary import Vocabulary
 
 if TYPE_CHECKING:
-    from knowledge_store.settings import Settings
+    from knowledge_store.config.settings import Settings
 
 log = logging.getLogger(__name__)
 

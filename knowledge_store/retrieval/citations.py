@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from knowledge_store.entities import EntityRef
+from knowledge_store.core.entities import EntityRef
 from knowledge_store.retrieval.snippets import best_snippet
 from knowledge_store.retrieval.types import SearchHit
 

@@ -20,10 +20,16 @@ from typing import Any
 import numpy as np
 from llama_index.core.schema import QueryBundle
 
-from knowledge_store.embeddings import BatchingEmbedder, Embedder, document_embedder, model_id_for, query_embedder
-from knowledge_store.errors import IndexNotBuiltError, ModelUnavailableError, QueryValidationError
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import IndexNotBuiltError, ModelUnavailableError, QueryValidationError
+from knowledge_store.models.embeddings import (
+    BatchingEmbedder,
+    Embedder,
+    document_embedder,
+    model_id_for,
+    query_embedder,
+)
 from knowledge_store.models.serving import model_path_for, serving_model_id, serving_model_path
-from knowledge_store.query_log import redact
 from knowledge_store.retrieval.ann import AnnConfig
 from knowledge_store.retrieval.answer import ANSWER_MODES, Answer, LLMAnswerer, extractive_answer
 from knowledge_store.retrieval.citations import Citation, build_citations
@@ -52,7 +58,7 @@ from knowledge_store.retrieval.reranker_registry import (
 from knowledge_store.retrieval.rerankers import run_reranker
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, SnapshotManager
 from knowledge_store.retrieval.types import SearchHit
-from knowledge_store.settings import Settings
+from knowledge_store.storage.query_log import redact
 
 _SEARCH_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="bm25")
 NO_RESULTS = "No relevant content found."
@@ -236,7 +242,7 @@ class RetrievalEngine:
         if self._query_log is None:
             with self._log_lock:
                 if self._query_log is None:
-                    from knowledge_store.query_log import QueryLines, QueryLog
+                    from knowledge_store.storage.query_log import QueryLines, QueryLog
 
                     self._query_log = QueryLog(self.settings.logs_path, lines=QueryLines.for_file(self.settings))
         return self._query_log
@@ -346,7 +352,7 @@ class RetrievalEngine:
     def ranking_defaults(self) -> RankingParams:
         """The ranking a query gets when it does not say: settings set explicitly (environment,
         ``.env`` or code) win, then the corpus's self-tuned configuration, then the built-in defaults."""
-        from knowledge_store.tuning import effective_ranking
+        from knowledge_store.learning.tuning import effective_ranking
 
         return effective_ranking(self.settings, self.settings.index_dir)
 
@@ -359,14 +365,14 @@ class RetrievalEngine:
 
     def question_alpha(self) -> float | None:
         """The alpha of questions that do not set one (None: the default alpha); see ``tuning.effective_question_alpha``."""
-        from knowledge_store.tuning import effective_question_alpha
+        from knowledge_store.learning.tuning import effective_question_alpha
 
         return effective_question_alpha(self.settings, self.settings.index_dir)
 
     def default_reranker(self) -> str:
         """The reranker a query gets when it does not say: an explicit setting wins, then the one set in the
         console for this corpus (``tuned.json``), then the built-in ``none``; read per query, no restart."""
-        from knowledge_store.tuning import effective_reranker
+        from knowledge_store.learning.tuning import effective_reranker
 
         return effective_reranker(self.settings, self.settings.index_dir)
 
@@ -500,7 +506,7 @@ class RetrievalEngine:
     def _log(self, request: SearchRequest, pre: list[SearchHit], post: list[SearchHit], response: SearchResponse) -> str:
         """Append to the query log; never lets a logging problem fail the query."""
         try:
-            from knowledge_store.query_log import QueryLogRecord
+            from knowledge_store.storage.query_log import QueryLogRecord
 
             record = QueryLogRecord(
                 query=request.query,
@@ -533,7 +539,7 @@ class RetrievalEngine:
         """Record a query that failed: its parameters, the error (``Type: message``, redacted by the
         query log) and how long it ran.  Never raises: the caller re-raises the original error."""
         try:
-            from knowledge_store.query_log import QueryLogRecord
+            from knowledge_store.storage.query_log import QueryLogRecord
 
             self.query_log.append(QueryLogRecord(
                 query=request.query,

@@ -17,7 +17,7 @@ per chunk in the draw for the top ten while a short answer section gets one,
 and a section's words split across chunk borders count for neither chunk.
 docs/EVALUATION.md has the measurements on SciFact and the documentation set.
 
-The engine and the self-tuning sweep (``knowledge_store.tuning``) both rank with
+The engine and the self-tuning sweep (``knowledge_store.learning.tuning``) both rank with
 ``rank_rows``, so what tuning measures is what the server does.  Two exceptions:
 the engine passes an ``EntityBoost`` when the query names an entity (SOP-42,
 ASSET-104, API 510); the sweeps do not (their queries are headings, titles and
@@ -25,9 +25,9 @@ dev-set questions, which name none: docs/ARCHITECTURE.md, "Entities").  And the
 engine passes ``VectorFeedback`` (pseudo-relevance feedback, on by default); the
 sweeps do not: it would re-score a pseudo-query's target with its stored vector,
 which holds the heading the query was made from, and undo the stripping tuning
-depends on.  Its effect is measured on its own (``evals/prf_experiment.py``).  Likewise
+depends on.  Its effect is measured on its own (``research/prf_experiment.py``).  Likewise
 ``SentenceEvidence`` (each chunk's best sentence, ``sentences.py``): a target's stored sentences hold
-the heading its pseudo-query was made from (``evals/sentence_evidence_experiment.py`` measures it).
+the heading its pseudo-query was made from (``research/sentence_evidence_experiment.py`` measures it).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ class SearchFilters(BaseModel):
       e.g. ``{"product": "aurora-hub"}``; a list-valued field (``tags``) matches
       when it contains the value; comparison is case-insensitive.
     - ``entities``: entity values such as ``SOP-42``, ``ASSET-104``, ``API 510``
-      (``knowledge_store.entities``); matches the *chunks* that mention any of them.
+      (``knowledge_store.core.entities``); matches the *chunks* that mention any of them.
       Chunk-level on purpose: "passages about ASSET-104" is what an identifier
       filter means, and it is what a result's entity chip offers; to keep a whole
       document use ``doc_ids`` or ``paths``.  Values are read with the same patterns

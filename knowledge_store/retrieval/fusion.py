@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from knowledge_store.vocabulary import Vocabulary
+from knowledge_store.core.vocabulary import Vocabulary
 
 
 @dataclass
@@ -60,7 +60,7 @@ class FusionMode:
     description: str  # what it does, in one line (help texts, schema, console)
     fuse: Callable[[FusionInputs], np.ndarray]
     # the alpha at which this mode is the published method (rrf: 0.5 = unweighted RRF, halved); None = any alpha.
-    # evals/quality_report.py measures each mode at it, or at the corpus default alpha when None
+    # research/quality_report.py measures each mode at it, or at the corpus default alpha when None
     textbook_alpha: float | None = None
 
 

@@ -70,7 +70,7 @@ class HybridRetriever(BaseRetriever):
         super().__init__()
         unknown = sorted(set(params) - set(SEARCH_PARAMS))
         if unknown:
-            from knowledge_store.errors import QueryValidationError
+            from knowledge_store.core.errors import QueryValidationError
 
             raise QueryValidationError(unknown[0], params[unknown[0]], f"not a search parameter ({', '.join(SEARCH_PARAMS)})")
         self._engine = engine

@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from evals.metrics import ndcg_at_k, recall_at_k
-from knowledge_store.errors import GroundworkError
+from knowledge_store.core.errors import GroundworkError
+from knowledge_store.evaluation.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.retrieval.evidence import (
     RankingParams,
     gather_evidence,
@@ -108,7 +108,7 @@ class RatedQuery:
 def rated_queries(snapshot: LoadedSnapshot, feedback: Iterable[dict],
                   embed: Callable[[list[str]], np.ndarray]) -> list[RatedQuery]:
     """Thumbs-up rows whose chunk is still in ``snapshot``, grouped by query text."""
-    from knowledge_store.tuning import feedback_queries
+    from knowledge_store.learning.tuning import feedback_queries
 
     gold = feedback_queries(snapshot, feedback)
     if not gold:
@@ -255,7 +255,7 @@ def per_query_quality(snapshot: LoadedSnapshot, rated: list[RatedQuery], params:
     """(queries, 2) nDCG@10 and Recall@5 of each query's rated sections when ``rated`` are ranked as the engine
     ranks under ``settings`` (candidate pool, RRF constant, sentence evidence, the feedback step; questions at
     ``question_alpha``), with the adapter ``matrix`` applied to their vectors (None: as asked)."""
-    from knowledge_store.tuning import units_of
+    from knowledge_store.learning.tuning import units_of
 
     adapter = None if matrix is None else QueryAdapter(matrix)
     out = np.zeros((len(rated), 2), dtype=np.float64)
@@ -320,7 +320,7 @@ def train_query_adapter(snapshot: LoadedSnapshot, settings, feedback: Iterable[d
                         question_alpha: float | None = None, folds: int = FOLDS) -> AdapterTraining:
     """Train, check by ``folds``-fold cross-validation on the rated queries and (if the gain is clear: above
     ``min_gain`` and ``z`` standard errors, paired per query) return the adapter; never saves."""
-    from knowledge_store.tuning import paired_gain
+    from knowledge_store.learning.tuning import paired_gain
 
     started = time.perf_counter()
     if snapshot.sections is None:
@@ -451,7 +451,7 @@ def adapt_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None
     ``read_labels``) and, when ``save``, store it if adopted - or remove a stored one the new measurement did
     not adopt (what is served is what the latest evidence chose).  Labels naming no indexed document are an
     error when none match, and are counted in the result otherwise."""
-    from knowledge_store.tuning import corpus_inputs, effective_question_alpha, effective_ranking
+    from knowledge_store.learning.tuning import corpus_inputs, effective_question_alpha, effective_ranking
 
     with corpus_inputs(settings, embedder, feedback) as (snapshot, embedder, feedback):
         missing: list[dict] = []

@@ -19,12 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from knowledge_store.errors import QueryValidationError
-from knowledge_store.vocabulary import Vocabulary
+from knowledge_store.core.errors import QueryValidationError
+from knowledge_store.core.vocabulary import Vocabulary
 
 if TYPE_CHECKING:
+    from knowledge_store.config.settings import Settings
     from knowledge_store.retrieval.engine import RetrievalEngine
-    from knowledge_store.settings import Settings
 
 
 class RerankerUnavailable(QueryValidationError):

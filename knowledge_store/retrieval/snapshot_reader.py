@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from knowledge_store.entities import DEFAULT_VOCABULARY, EntityRef, EntityVocabulary, entity_key
-from knowledge_store.index import FTS_IGNORE, SnapshotInfo, open_snapshot, read_pointer
+from knowledge_store.core.entities import DEFAULT_VOCABULARY, EntityRef, EntityVocabulary, entity_key
 from knowledge_store.retrieval.sentences import SentenceIndex, sentence_index_from
 from knowledge_store.retrieval.types import SearchHit
+from knowledge_store.storage.index import FTS_IGNORE, SnapshotInfo, open_snapshot, read_pointer
 
 _FTS_SPLIT = re.compile(FTS_IGNORE)
 BM25_K1 = 1.2
@@ -107,7 +107,7 @@ class LoadedSnapshot:
     # per doc_id the ids it supersedes / is superseded by / links to (seeAlso) / is linked from
     relations: list[dict] = field(default_factory=list)
     doc_relations: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    # entities (knowledge_store/entities.py): sparse, most chunks mention none
+    # entities (knowledge_store/core/entities.py): sparse, most chunks mention none
     entity_vocabulary: EntityVocabulary = DEFAULT_VOCABULARY  # the patterns that extracted this snapshot's mentions
     row_entities: dict[int, list[EntityRef]] = field(default_factory=dict)  # row -> entities, first mention first
     entity_rows: dict[str, np.ndarray] = field(default_factory=dict)  # entity_key(canonical value) -> sorted rows

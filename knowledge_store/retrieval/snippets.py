@@ -18,7 +18,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 
-from knowledge_store.chunking import split_sentences, trim_span
+from knowledge_store.ingest.chunking import split_sentences, trim_span
 from knowledge_store.retrieval.terms import query_terms, term_spans
 
 ELLIPSIS = "…"

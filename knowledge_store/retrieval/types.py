@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from knowledge_store.entities import EntityRef
+from knowledge_store.core.entities import EntityRef
 
 
 @dataclass
@@ -21,7 +21,7 @@ class SearchHit:
     the passage's text was read by OCR from a scanned page; ``ocr_confidence``
     is then the mean Tesseract word confidence (0-1) of its least sure page, or
     None when unknown.  ``entities`` are the entities the chunk's text mentions
-    (``knowledge_store.entities``), in order of first mention; ``entity_boost``
+    (``knowledge_store.core.entities``), in order of first mention; ``entity_boost``
     is what the query naming one of them added to ``score`` (0 when none); a
     passage naming every entity of the query has ``relevance`` at least the
     query's ``min_relevance`` (see ``RetrievalEngine.candidates``).
@@ -54,7 +54,7 @@ class SearchHit:
     content_hash: str = ""
     ocr: bool = False
     ocr_confidence: float | None = None
-    # seed 003's document model (knowledge_store/revisions.py, ingest/relations.py): the document's revision label,
+    # seed 003's document model (knowledge_store/core/revisions.py, ingest/relations.py): the document's revision label,
     # when its version became valid / stopped being valid (ISO-8601 UTC; valid_to None while active), the newer
     # revision (another file) that superseded it, and the documents its relations name
     rev_label: str | None = None

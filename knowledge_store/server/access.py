@@ -39,9 +39,9 @@ from typing import Any
 
 from fastapi import Request
 
-from knowledge_store.errors import ConfigError, InvalidSourceError
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import ConfigError, InvalidSourceError
 from knowledge_store.server.origin_policy import ASGIApp, headers_of, refuse
-from knowledge_store.settings import Settings
 
 PUBLIC = "public"
 ADMIN = "admin"

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from knowledge_store.entities import EntityRef
+from knowledge_store.core.entities import EntityRef
 from knowledge_store.retrieval.answer import Answer
 from knowledge_store.retrieval.citations import Citation
 from knowledge_store.server.ingest_jobs import Job  # the job record's model lives beside the jobs
@@ -348,7 +348,7 @@ class EvaluationSummary(Open):
                                                              "value}) and previous (the run before it: run_id, "
                                                              "created_at, metrics; null for a first run).")
     metrics: list[dict[str, Any]] = Field(..., description="The scorecard's metric columns in order: the registry "
-                                          "(evals.metrics.METRICS), then any other metric the runs stored; each "
+                                          "(knowledge_store.evaluation.metrics.METRICS), then any other metric the runs stored; each "
                                           "with name, label, higher_is_better, digits, headline (shown with its "
                                           "change), gated (checked by the regression gate) and description.")
     alpha_sweeps: list[dict[str, Any]] = Field(..., description="Latest alpha sweep per dataset and split (the "

@@ -40,9 +40,9 @@ def served_schema(embedder: Any = None) -> dict[str, Any]:
     """The OpenAPI document of an app over an empty data folder (the schema does not depend on data).
 
     ``embedder``: a loaded query embedder to reuse (tests); else the configured one is built."""
+    from knowledge_store.config.settings import Settings
     from knowledge_store.retrieval.engine import RetrievalEngine
     from knowledge_store.server.app import create_app
-    from knowledge_store.settings import Settings
 
     with tempfile.TemporaryDirectory(prefix="gw-api-reference-") as tmp:
         settings = Settings(data_dir=Path(tmp), models_cache_dir=Settings().models_cache_dir,  # reuse the ONNX export

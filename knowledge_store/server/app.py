@@ -18,7 +18,8 @@ own modules (``errors.py``, ``middleware.py``, ``ingest_jobs.py``).
 
 from fastapi import FastAPI
 
-from knowledge_store.errors import ConfigError, GroundworkError
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import ConfigError, GroundworkError
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server import admin_api
 from knowledge_store.server.access import document_surfaces
@@ -29,7 +30,6 @@ from knowledge_store.server.origin_policy import mcp_transport_security
 from knowledge_store.server.routes import console, documents, ingestion, knowledge, operations, sources
 from knowledge_store.server.routes.console import STATIC_DIR  # noqa: F401 - where the console's files are
 from knowledge_store.server.state import ServerState, lifespan
-from knowledge_store.settings import Settings
 
 
 def create_app(settings: Settings | None = None, engine: RetrievalEngine | None = None, mount_mcp: bool = True) -> FastAPI:

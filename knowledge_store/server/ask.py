@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from knowledge_store.errors import QueryValidationError
+from knowledge_store.core.errors import QueryValidationError
+from knowledge_store.ingest.web.errors import InvalidUrlError
+from knowledge_store.ingest.web.urls import canonical_url
 from knowledge_store.retrieval.answer import Answer, LLMAnswerer, extractive_answer
 from knowledge_store.retrieval.filters import SearchFilters, document_matches
 from knowledge_store.retrieval.terms import query_terms
-from knowledge_store.web.errors import InvalidUrlError
-from knowledge_store.web.urls import canonical_url
 
 NO_ANSWER = "No relevant content found."
 # words of a question that is about the selected text itself, not about something in it

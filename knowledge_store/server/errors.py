@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from knowledge_store.errors import (
+from knowledge_store.core.errors import (
     GroundworkError,
     IndexNotBuiltError,
     InvalidSourceError,
@@ -27,8 +27,8 @@ from knowledge_store.errors import (
     SourceNotFoundError,
 )
 from knowledge_store.ingest.source_actions import FailureNotFoundError
-from knowledge_store.query_log import redact
-from knowledge_store.tuning import InvalidRankingError
+from knowledge_store.learning.tuning import InvalidRankingError
+from knowledge_store.storage.query_log import redact
 
 # the server's log, under the name it has always had (log filters and handlers configured for it keep working)
 server_log = logging.getLogger("knowledge_store.server.app")

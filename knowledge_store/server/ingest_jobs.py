@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from knowledge_store.settings import Settings
+from knowledge_store.config.settings import Settings
 
 JobStatus = Literal["queued", "running", "succeeded", "failed"]
 # what the job record says ran it (the Dagster assets' code path, not a Dagster run)

@@ -57,13 +57,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
-from knowledge_store.errors import GroundworkError
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import GroundworkError
 from knowledge_store.retrieval.citations import Citation, citation_url
 from knowledge_store.retrieval.engine import NO_RESULTS, QueryValidationError, RetrievalEngine
 from knowledge_store.retrieval.filters import SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.reranker_registry import RERANKER_REGISTRY, RERANKERS, RerankerUnavailable
-from knowledge_store.settings import Settings
 
 SERVER_NAME = "groundwork"
 

@@ -55,8 +55,8 @@ class PagesIngestedCollector:
         self.last = 0
 
     def collect(self):
-        from knowledge_store.errors import GroundworkError
-        from knowledge_store.store import store_connection
+        from knowledge_store.core.errors import GroundworkError
+        from knowledge_store.storage.store import store_connection
 
         if self.store_path.exists():
             try:

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from knowledge_store.settings import Settings
+from knowledge_store.config.settings import Settings
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})

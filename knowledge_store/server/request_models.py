@@ -27,13 +27,13 @@ from pydantic import (
     model_validator,
 )
 
+from knowledge_store.config.settings import Settings
+from knowledge_store.ingest.sources import NAME_PATTERN
+from knowledge_store.learning.tuning import MANUAL_FIELDS
 from knowledge_store.retrieval.answer import ANSWER_MODES, ANSWER_REGISTRY
 from knowledge_store.retrieval.filters import SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.reranker_registry import RERANKERS, unavailable_requirements
-from knowledge_store.settings import Settings
-from knowledge_store.sources import NAME_PATTERN
-from knowledge_store.tuning import MANUAL_FIELDS
 
 SOURCE_NAME_PATTERN = NAME_PATTERN.pattern
 

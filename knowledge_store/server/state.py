@@ -25,8 +25,8 @@ from typing import Annotated, Any, AsyncIterator
 import anyio
 from fastapi import Depends, FastAPI, Request
 
-from knowledge_store.errors import IndexNotBuiltError
-from knowledge_store.query_log import QueryLines, QueryLog
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import IndexNotBuiltError
 from knowledge_store.retrieval.answer import available_answer_modes
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server.access import AccessPolicy, Caller, caller_of
@@ -34,7 +34,7 @@ from knowledge_store.server.ingest_jobs import IngestJobs
 from knowledge_store.server.metrics import Metrics
 from knowledge_store.server.origin_policy import OriginPolicy
 from knowledge_store.server.request_models import RequestModels, served_request_models
-from knowledge_store.settings import Settings
+from knowledge_store.storage.query_log import QueryLines, QueryLog
 
 
 @dataclass

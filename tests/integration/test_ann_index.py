@@ -22,8 +22,8 @@ def sample_settings(tmp_path_factory, embedder):
 
 @pytest.mark.slow
 def test_engine_with_ann_answers_like_the_exact_engine(sample_settings, embedder):
+    from knowledge_store.config.settings import Settings
     from knowledge_store.retrieval.engine import RetrievalEngine
-    from knowledge_store.settings import Settings
 
     settings = sample_settings
     common = dict(data_dir=settings.data_dir, sources=settings.sources, candidate_pool=20, ann_ef_search=20)
@@ -62,9 +62,9 @@ def test_large_snapshot_loads_in_the_background_while_the_old_one_answers(sample
     import shutil
 
     import knowledge_store.retrieval.snapshot_reader as reader
-    from knowledge_store.index import read_pointer, snapshot_file_name, write_pointer
+    from knowledge_store.config.settings import Settings
     from knowledge_store.retrieval.engine import RetrievalEngine
-    from knowledge_store.settings import Settings
+    from knowledge_store.storage.index import read_pointer, snapshot_file_name, write_pointer
 
     engine = RetrievalEngine(Settings(data_dir=sample_settings.data_dir, sources=sample_settings.sources,
                                       ann_min_chunks=1, ann_cache=False), embedder=embedder)

@@ -12,11 +12,11 @@ import pymupdf
 import pytest
 from fastapi.testclient import TestClient
 
-from knowledge_store.errors import GroundworkError
-from knowledge_store.query_log import QueryLog
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import GroundworkError
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server.app import create_app, serve
-from knowledge_store.settings import Settings
+from knowledge_store.storage.query_log import QueryLog
 from tests.helpers import build_sample_index
 
 pytestmark = pytest.mark.slow
@@ -242,7 +242,7 @@ def test_unknown_job_is_404_in_the_common_error_shape(env):
 
 def test_config_gives_defaults_and_limits_without_secrets(env):
     config = env["client"].get("/api/knowledge/config").json()
-    from knowledge_store.settings import Settings
+    from knowledge_store.config.settings import Settings
 
     assert config["default_alpha"] == Settings.model_fields["default_alpha"].default and config["max_query_chars"] == 2000 and config["max_note_chars"] == 1000
     assert "cross-encoder" not in config["rerankers"] and "llm_api_key" not in str(config)

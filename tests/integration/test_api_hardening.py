@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from knowledge_store.query_log import QueryLog
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server.app import create_app
+from knowledge_store.storage.query_log import QueryLog
 from tests.helpers import build_sample_index
 
 pytestmark = pytest.mark.slow

@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from knowledge_store.app.status import chunk_vector_status
 from knowledge_store.cli import main as status_main
-from knowledge_store.embeddings import Embedder
-from knowledge_store.index import read_pointer
 from knowledge_store.ingest.run import run_sync
+from knowledge_store.models.embeddings import Embedder
 from knowledge_store.retrieval.snapshot_reader import load_snapshot
-from knowledge_store.status import chunk_vector_status
-from knowledge_store.store import store_connection
+from knowledge_store.storage.index import read_pointer
+from knowledge_store.storage.store import store_connection
 from tests.helpers import build_sample_index
 
 pytestmark = pytest.mark.slow

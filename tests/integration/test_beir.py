@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from evals.beir import beir_ids_by_doc_id, chunk_to_beir_id, ingest_beir, load_beir
-from knowledge_store.index import open_snapshot
-from knowledge_store.store import store_connection
+from knowledge_store.evaluation.beir import beir_ids_by_doc_id, chunk_to_beir_id, ingest_beir, load_beir
+from knowledge_store.storage.index import open_snapshot
+from knowledge_store.storage.store import store_connection
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from knowledge_store.errors import GroundworkError
+from knowledge_store.core.errors import GroundworkError
 from knowledge_store.retrieval.answer import NO_ANSWER, GenerationError, LLMAnswerer
 from tests.helpers import hits_for_answer
 

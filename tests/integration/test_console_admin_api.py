@@ -12,10 +12,10 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from knowledge_store.query_log import QueryLog
+from knowledge_store.learning.tuning import tuned_path
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server.app import create_app
-from knowledge_store.tuning import tuned_path
+from knowledge_store.storage.query_log import QueryLog
 from tests.helpers import build_sample_index
 
 RESET = "how do I reset the Aurora to factory settings"
@@ -139,7 +139,7 @@ def test_evaluation_summary_is_empty_with_a_hint_before_any_evaluation(env):
 def test_evaluation_summary_reads_what_the_feedback_and_drift_assets_wrote(env):
     import dagster as dg
 
-    from evals.feedback_gold import helpful_by_config
+    from knowledge_store.evaluation.feedback_gold import helpful_by_config
     from pipelines.evaluation import EvaluationResource, feedback_eval, query_log_drift
     from pipelines.resources import RetrievalResource
 

@@ -22,8 +22,8 @@ pytestmark = pytest.mark.slow
 
 expect = require_browser("the console test")
 
-from knowledge_store.query_log import QueryLog  # noqa: E402  (after the skips: without a browser nothing loads)
 from knowledge_store.retrieval.engine import RetrievalEngine  # noqa: E402
+from knowledge_store.storage.query_log import QueryLog  # noqa: E402  (after the skips: without a browser nothing loads)
 
 RESET = "how do I reset the Aurora to factory settings"
 OFF_TOPIC = "what is the capital of France"
@@ -269,7 +269,7 @@ def test_keyboard_order_and_alpha_slider(page):
     page.focus("#alpha")
     expect(page.locator("#alpha-value")).to_have_text("server default")
     page.keyboard.press("ArrowRight")
-    from knowledge_store.settings import Settings
+    from knowledge_store.config.settings import Settings
 
     # the slider starts at the effective default alpha; one step right is +0.05
     expect(page.locator("#alpha-value")).to_have_text(f"{Settings.model_fields['default_alpha'].default + 0.05:.2f}")

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from evals import debian_docs, perl_docs
-from evals.devset_files import split_of
+from research import debian_docs, perl_docs
+from research.devset_files import split_of
 from tests.helpers import read_jsonl, read_qrels
 
 pytestmark = pytest.mark.slow

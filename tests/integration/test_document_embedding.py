@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from knowledge_store.embeddings import (
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import ConfigError
+from knowledge_store.models.embeddings import (
     Embedder,
     OnnxEmbedder,
     document_embedder,
     document_model_id,
     model_id_for,
 )
-from knowledge_store.errors import ConfigError
-from knowledge_store.settings import Settings
 
 pytestmark = pytest.mark.slow
 
@@ -108,7 +108,7 @@ def _write_docs(folder: Path) -> None:
 
 
 def _rows_per_model(settings: Settings, table: str = "embeddings") -> dict[str, int]:
-    from knowledge_store.store import store_connection
+    from knowledge_store.storage.store import store_connection
 
     with store_connection(settings.store_path, read_only=True) as conn:
         return dict(conn.execute(f"SELECT model_id, count(*) FROM {table} GROUP BY 1").fetchall())
@@ -116,7 +116,7 @@ def _rows_per_model(settings: Settings, table: str = "embeddings") -> dict[str, 
 
 def test_changing_the_document_encoder_re_embeds_instead_of_reusing_cached_vectors(tmp_path, onnx_cache, monkeypatch):
     import knowledge_store.ingest.run as run_module
-    from knowledge_store.index import read_pointer
+    from knowledge_store.storage.index import read_pointer
     from tests.helpers import CountingEmbedder
 
     monkeypatch.setattr(Settings, "models_cache_dir", property(lambda self: onnx_cache))  # share the module's export

@@ -19,11 +19,11 @@ import duckdb
 import pytest
 from fastapi.testclient import TestClient
 
+from knowledge_store.config.settings import Settings
 from knowledge_store.ingest.relations import relation_id
 from knowledge_store.ingest.run import run_sync
 from knowledge_store.retrieval.engine import RetrievalEngine
-from knowledge_store.settings import Settings
-from knowledge_store.store import MIGRATIONS, migrate, store_connection
+from knowledge_store.storage.store import MIGRATIONS, migrate, store_connection
 
 SEED_RELATION_COLUMNS = ("src_type", "src_id", "rel_type", "dst_type", "dst_id", "confidence", "evidence")
 SEED_CITATION_FIELDS = ("doc_id", "title", "rev_label", "section", "pages", "chunk_id", "source_path")
@@ -335,7 +335,7 @@ def test_api_and_mcp_citations_carry_rev_label_validity_and_relations(tmp_path: 
 
 @pytest.mark.slow
 def test_web_page_links_and_links_to_web_pages_become_see_also(tmp_path: Path, embedder) -> None:
-    from knowledge_store.sources import add_source
+    from knowledge_store.ingest.sources import add_source
     from tests.doc_site import DocSite
 
     site = DocSite()

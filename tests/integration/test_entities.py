@@ -12,13 +12,13 @@ import anyio
 import pytest
 from fastapi.testclient import TestClient
 
-from knowledge_store.entities import DEFAULT_VOCABULARY, EntityRef
-from knowledge_store.index import read_pointer
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.entities import DEFAULT_VOCABULARY, EntityRef
 from knowledge_store.ingest.run import run_sync
+from knowledge_store.ingest.sample_corpus import EXAMPLE_QUESTIONS, MAINTENANCE_SOP
 from knowledge_store.retrieval.engine import RetrievalEngine
-from knowledge_store.sample_corpus import EXAMPLE_QUESTIONS, MAINTENANCE_SOP
-from knowledge_store.settings import Settings
-from knowledge_store.store import store_connection
+from knowledge_store.storage.index import read_pointer
+from knowledge_store.storage.store import store_connection
 
 # ------------------------------------------------------------------ the sample corpus, end to end
 

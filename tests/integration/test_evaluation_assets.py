@@ -8,7 +8,7 @@ import dagster as dg
 import duckdb
 import pytest
 
-from evals.metrics import METRICS
+from knowledge_store.evaluation.metrics import METRICS
 from pipelines.evaluation import CONFIGURATIONS, EVALUATION_ASSETS, EVALUATION_CHECKS, EvaluationResource
 from pipelines.resources import RetrievalResource
 from tests.helpers import write_tiny_beir
@@ -58,8 +58,8 @@ def test_evaluation_assets_write_a_scorecard_and_gate_regressions(tmp_path, monk
 
 
 def test_a_failed_run_is_reported_in_a_file_and_in_status(tmp_path):
-    from knowledge_store.settings import Settings
-    from knowledge_store.status import store_status
+    from knowledge_store.app.status import store_status
+    from knowledge_store.config.settings import Settings
     from pipelines.definitions import evaluate_job
     from pipelines.resources import KnowledgeStoreResource
     from pipelines.sensors import build_failure_sensor
@@ -84,7 +84,7 @@ def test_a_failed_run_is_reported_in_a_file_and_in_status(tmp_path):
     assert record["run_id"] == result.run_id and "boom" in record["steps"]
     settings = Settings(data_dir=tmp_path / "data")
     settings.store_path.parent.mkdir(parents=True, exist_ok=True)
-    from knowledge_store.store import store_connection
+    from knowledge_store.storage.store import store_connection
 
     with store_connection(settings.store_path):
         pass

@@ -1,16 +1,16 @@
-"""Feedback -> gold set (evals.feedback_gold) and query-log replay drift (evals.log_replay),
+"""Feedback -> gold set (knowledge_store.evaluation.feedback_gold) and query-log replay drift (knowledge_store.evaluation.log_replay),
 on a real index of the sample corpus that the last test re-syncs after editing a document."""
 
 from __future__ import annotations
 
 import pytest
 
-from evals.feedback_gold import GoldSample, feedback_gold_set, helpful_by_config
-from evals.log_replay import ReplayReport, compare, replay
+from knowledge_store.evaluation.feedback_gold import GoldSample, feedback_gold_set, helpful_by_config
+from knowledge_store.evaluation.log_replay import ReplayReport, compare, replay
 from knowledge_store.ingest.run import run_sync
-from knowledge_store.query_log import QueryLog
+from knowledge_store.ingest.sample_corpus import FAQ
 from knowledge_store.retrieval.engine import RetrievalEngine
-from knowledge_store.sample_corpus import FAQ
+from knowledge_store.storage.query_log import QueryLog
 from tests.helpers import build_sample_index
 
 pytestmark = pytest.mark.slow

@@ -16,15 +16,15 @@ import dagster as dg
 import numpy as np
 import pytest
 
-from knowledge_store.embeddings import model_id_for
-from knowledge_store.index import read_pointer
+from knowledge_store.config.settings import Settings
 from knowledge_store.ingest.run import run_sync
+from knowledge_store.ingest.sample_corpus import write_sample_corpus
 from knowledge_store.learning import finetune
+from knowledge_store.models.embeddings import model_id_for
 from knowledge_store.models.serving import load_record
 from knowledge_store.retrieval.engine import RetrievalEngine
-from knowledge_store.sample_corpus import write_sample_corpus
-from knowledge_store.settings import Settings
-from knowledge_store.store import store_connection
+from knowledge_store.storage.index import read_pointer
+from knowledge_store.storage.store import store_connection
 from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.slow

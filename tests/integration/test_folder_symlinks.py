@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from knowledge_store.config.settings import Settings
 from knowledge_store.ingest.run import record_sources
+from knowledge_store.ingest.sources import get_source
 from knowledge_store.ingest.sync_runs import get_sync_run
-from knowledge_store.settings import Settings
-from knowledge_store.sources import get_source
-from knowledge_store.store import store_connection
+from knowledge_store.storage.store import store_connection
 from tests.helpers import symlink_layout
 
 

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
+from knowledge_store.app.status import store_status
 from knowledge_store.cli import main
-from knowledge_store.index import open_snapshot, read_pointer
+from knowledge_store.config.settings import Settings
 from knowledge_store.ingest.run import run_sync
+from knowledge_store.ingest.sources import get_source
 from knowledge_store.ingest.sync_runs import get_sync_run, start_sync_run
-from knowledge_store.settings import Settings
-from knowledge_store.sources import get_source
-from knowledge_store.status import store_status
-from knowledge_store.store import store_connection
+from knowledge_store.storage.index import open_snapshot, read_pointer
+from knowledge_store.storage.store import store_connection
 
 FAKE_EMBEDDER = textwrap.dedent(
     """
@@ -55,7 +55,7 @@ HashEmbedder = namespace["HashEmbedder"]
 KILLER = FAKE_EMBEDDER + textwrap.dedent(
     """
     import os, signal, sys
-    from knowledge_store.settings import Settings
+    from knowledge_store.config.settings import Settings
     import knowledge_store.ingest.run as run_module
     import knowledge_store.ingest.publish as publish_module
 
@@ -186,7 +186,7 @@ def test_a_dead_zombie_or_reused_pid_is_not_taken_for_a_running_sync():
     from datetime import timedelta
 
     from knowledge_store.ingest.sync_runs import process_alive, run_process_state, this_host
-    from knowledge_store.store import utcnow
+    from knowledge_store.storage.store import utcnow
 
     now = utcnow()
     assert process_alive(os.getpid(), now) is True

@@ -14,13 +14,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from fastapi.testclient import TestClient
 
-from knowledge_store.chunking import split_sentences
-from knowledge_store.query_log import QueryLog
+from knowledge_store.ingest.chunking import split_sentences
+from knowledge_store.ingest.sources import add_source
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server import kb_articles
 from knowledge_store.server.app import create_app
-from knowledge_store.sources import add_source
-from knowledge_store.store import store_connection
+from knowledge_store.storage.query_log import QueryLog
+from knowledge_store.storage.store import store_connection
 from tests.doc_site import DocSite, Reply
 from tests.helpers import build_sample_index
 
@@ -201,7 +201,7 @@ def test_pagination_beyond_limit_visits_every_article_once(env):
 
 
 def test_an_unavailable_knowledge_base_is_the_contract_error(env, monkeypatch):
-    from knowledge_store.errors import IndexNotBuiltError
+    from knowledge_store.core.errors import IndexNotBuiltError
 
     def no_index():
         raise IndexNotBuiltError(env["settings"].index_dir)

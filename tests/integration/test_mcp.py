@@ -22,11 +22,11 @@ from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from knowledge_store.query_log import QueryLog
+from knowledge_store.config.settings import Settings
 from knowledge_store.retrieval.citations import Citation
 from knowledge_store.retrieval.engine import NO_RESULTS, RetrievalEngine
 from knowledge_store.server.mcp_server import build_mcp_server, mount_mcp
-from knowledge_store.settings import Settings
+from knowledge_store.storage.query_log import QueryLog
 from tests.helpers import free_port
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The open metric set (issue 15 item 2): one registry (evals.metrics.METRICS) of canonical metric names that the
+"""The open metric set (issue 15 item 2): one registry (knowledge_store.evaluation.metrics.METRICS) of canonical metric names that the
 evaluator, the long-form results store, the CLI table, the Dagster scorecard and regression gate and the
 evaluation summary API all read - so adding a metric is one entry there.
 
@@ -13,10 +13,16 @@ from datetime import datetime, timedelta
 import duckdb
 import pytest
 
-from evals import results_store
-from evals.metrics import METRICS, MetricError, MetricSpec, UnknownMetricError, each_query
-from evals.results_store import EvalRun, evaluation_summary, read_scorecard, record_eval_results, results_path
-from knowledge_store.errors import ConfigError
+from knowledge_store.core.errors import ConfigError
+from knowledge_store.evaluation.metrics import METRICS, MetricError, MetricSpec, UnknownMetricError, each_query
+from knowledge_store.storage import eval_results as results_store
+from knowledge_store.storage.eval_results import (
+    EvalRun,
+    evaluation_summary,
+    read_scorecard,
+    record_eval_results,
+    results_path,
+)
 
 T0 = datetime(2026, 1, 1, 12, 0, 0)
 
@@ -127,9 +133,9 @@ def test_a_metric_registered_once_reaches_the_stored_rows_the_cli_table_and_the_
     from fastapi.testclient import TestClient
 
     from knowledge_store.cli import main
+    from knowledge_store.config.settings import Settings
     from knowledge_store.retrieval.engine import RetrievalEngine
     from knowledge_store.server.app import create_app
-    from knowledge_store.settings import Settings
     from tests.helpers import write_tiny_beir
 
     monkeypatch.setitem(METRICS, "answer_words", MetricSpec(

@@ -9,15 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from knowledge_store.embeddings import Embedder, OnnxEmbedder, model_id_for
-from knowledge_store.index import read_pointer
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.split_models import MPNET, installed
 from knowledge_store.ingest.run import run_sync
-from knowledge_store.models.install import MPNET, installed
+from knowledge_store.ingest.sample_corpus import write_sample_corpus
+from knowledge_store.models.embeddings import Embedder, OnnxEmbedder, model_id_for
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.retrieval.snapshot_reader import load_snapshot
-from knowledge_store.sample_corpus import write_sample_corpus
-from knowledge_store.settings import Settings
-from knowledge_store.store import store_connection
+from knowledge_store.storage.index import read_pointer
+from knowledge_store.storage.store import store_connection
 
 pytestmark = pytest.mark.slow
 QUERIES = ["how do I reset the Aurora to factory settings", "SOP-42 annual inspection", "pairing a sensor with the hub"]

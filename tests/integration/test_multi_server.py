@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from knowledge_store.query_log import QueryLog
+from knowledge_store.storage.query_log import QueryLog
 from tests.helpers import build_sample_index, start_serve, stop, wait_healthy
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""OCR of PDF pages without a text layer (knowledge_store.parsers.ocr, issue 6).
+"""OCR of PDF pages without a text layer (knowledge_store.ingest.parsers.ocr, issue 6).
 
 The scanned PDFs are made here: a text page drawn with PyMuPDF, rendered to a
 pixmap and placed as the only content of a new page, so the test knows exactly
@@ -16,14 +16,14 @@ import time
 import pymupdf
 import pytest
 
-from knowledge_store.errors import OcrTimeoutError
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import OcrTimeoutError
+from knowledge_store.ingest.parsers import OcrOptions, parse_file
+from knowledge_store.ingest.parsers.ocr import INSTALL_HINT
+from knowledge_store.ingest.parsers.pdf import parse_pdf
 from knowledge_store.ingest.run import run_sync
-from knowledge_store.parsers import OcrOptions, parse_file
-from knowledge_store.parsers.ocr import INSTALL_HINT
-from knowledge_store.parsers.pdf import parse_pdf
 from knowledge_store.retrieval.engine import RetrievalEngine
-from knowledge_store.settings import Settings
-from knowledge_store.store import store_connection
+from knowledge_store.storage.store import store_connection
 from tests.helpers import make_pdf
 
 needs_tesseract = pytest.mark.skipif(

@@ -10,8 +10,8 @@ import pytest
 
 @pytest.mark.slow
 def test_the_engine_embeds_a_repeated_query_once(tmp_path, embedder, shared_sample_index):
-    from knowledge_store.query_log import QueryLog
     from knowledge_store.retrieval.engine import RetrievalEngine
+    from knowledge_store.storage.query_log import QueryLog
     from tests.helpers import CountingEmbedder
 
     settings = shared_sample_index

@@ -21,10 +21,10 @@ import anyio
 import pytest
 from fastapi.testclient import TestClient
 
-from knowledge_store.errors import GroundworkError, IndexNotBuiltError
-from knowledge_store.query_log import QueryLog
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import GroundworkError, IndexNotBuiltError
 from knowledge_store.retrieval.engine import QueryValidationError, RetrievalEngine
-from knowledge_store.settings import Settings
+from knowledge_store.storage.query_log import QueryLog
 from tests.helpers import REPO_ROOT as ROOT
 
 GUIDE = """# Hub guide

@@ -11,10 +11,10 @@ from datetime import datetime
 import pytest
 from fastapi.testclient import TestClient
 
-from knowledge_store.query_log import QueryLines, QueryLog, QueryLogRecord
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server.app import create_app
-from knowledge_store.store import store_connection
+from knowledge_store.storage.query_log import QueryLines, QueryLog, QueryLogRecord
+from knowledge_store.storage.store import store_connection
 from tests.helpers import build_sample_index
 
 SEED_FIELDS = {"timestamp", "query", "num_results", "latency_ms", "reranker", "top_score", "results"}
@@ -52,8 +52,8 @@ def test_a_query_line_has_the_seed_fields_redacted(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_cli_query_writes_its_line_to_the_file_and_nothing_on_its_stdout(tmp_path, embedder, monkeypatch, capsys):
     from knowledge_store.cli import main
+    from knowledge_store.config.settings import Settings
     from knowledge_store.ingest.run import run_sync
-    from knowledge_store.settings import Settings
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "hub.md").write_text("# Hub\n\nTo reset the hub, hold its button for ten seconds; "

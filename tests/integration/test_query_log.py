@@ -17,9 +17,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from knowledge_store.errors import StoreLockedError
-from knowledge_store.query_log import LOG_MIGRATIONS, QueryLog, QueryLogRecord, default_log_path
-from knowledge_store.store import utcnow
+from knowledge_store.core.errors import StoreLockedError
+from knowledge_store.storage.query_log import LOG_MIGRATIONS, QueryLog, QueryLogRecord, default_log_path
+from knowledge_store.storage.store import utcnow
 
 LOCK_TIMEOUT_S = 0.3
 

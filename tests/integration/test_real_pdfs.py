@@ -8,9 +8,9 @@ import shutil
 import pymupdf
 import pytest
 
-from knowledge_store.index import open_snapshot
+from knowledge_store.config.settings import Settings
 from knowledge_store.ingest.run import run_sync
-from knowledge_store.settings import Settings
+from knowledge_store.storage.index import open_snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -60,8 +60,8 @@ def test_every_chunk_cites_the_page_its_text_is_on(tmp_path, shared_pdfs, embedd
 
 def test_a_pasted_span_of_a_page_brings_that_page_first(tmp_path, shared_pdfs, embedder):
     """Known-item lookup (issue 10): 20 seeded 14-word spans, at least 19 rank their page first."""
-    from evals.known_item import evaluate_known_items, sample_spans
-    from evals.retrieval_eval import NullQueryLog
+    from knowledge_store.evaluation.known_item import evaluate_known_items, sample_spans
+    from knowledge_store.evaluation.retrieval_eval import NullQueryLog
     from knowledge_store.retrieval.engine import RetrievalEngine
 
     docs = tmp_path / "docs"

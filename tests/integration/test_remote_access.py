@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from knowledge_store.config.settings import Settings
 from knowledge_store.ingest.run import run_sync
+from knowledge_store.ingest.sample_corpus import write_sample_corpus
 from knowledge_store.ingest.source_actions import update_source_now
-from knowledge_store.sample_corpus import write_sample_corpus
-from knowledge_store.settings import Settings
 from tests.helpers import start_serve, stop, wait_healthy
 
 pytestmark = pytest.mark.slow

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 
+from knowledge_store.config.settings import Settings
 from knowledge_store.ingest.run import run_sync
-from knowledge_store.query_log import QueryLog
 from knowledge_store.retrieval.engine import QueryValidationError, RetrievalEngine
-from knowledge_store.settings import Settings
+from knowledge_store.storage.query_log import QueryLog
 from tests.helpers import slow_reranker
 
 pytestmark = pytest.mark.slow
@@ -56,7 +56,7 @@ def test_bm25_scores_equal_duckdb_fts_match_bm25(engine, query):
 # ------------------------------------------------------------------ end to end
 
 def test_known_questions_find_their_single_source(engine):
-    from knowledge_store.sample_corpus import EXAMPLE_QUESTIONS
+    from knowledge_store.ingest.sample_corpus import EXAMPLE_QUESTIONS
 
     for example in EXAMPLE_QUESTIONS:
         response = engine.search(example.question, k=3, log=False)
@@ -281,7 +281,7 @@ def test_new_snapshot_is_picked_up_without_restart_and_superseded_is_opt_in(tmp_
 
 
 def test_onnx_query_encoder_gives_the_torch_vectors(tmp_path, embedder, model_path):
-    from knowledge_store.embeddings import OnnxEmbedder
+    from knowledge_store.models.embeddings import OnnxEmbedder
 
     onnx = OnnxEmbedder(model_path, tmp_path / "models", threads=1)
     texts = [RESET, "E42", "x" * 3000, "Wie setze ich das Gerät zurück?", "hvac.min_cycle_minutes"]
@@ -296,7 +296,7 @@ def test_onnx_query_encoder_gives_the_torch_vectors(tmp_path, embedder, model_pa
 
 
 def test_query_encoder_falls_back_to_torch_when_onnx_cannot_load(tmp_path, model_path, monkeypatch):
-    from knowledge_store import embeddings
+    from knowledge_store.models import embeddings
 
     def broken(self):
         raise RuntimeError("no onnx here")

@@ -3,13 +3,13 @@ with the chunks on re-sync, switched on for an existing store by the next sync, 
 
 from __future__ import annotations
 
-from knowledge_store.index import read_pointer
+from knowledge_store.app.status import chunk_vector_status
 from knowledge_store.ingest.run import run_sync
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.retrieval.sentences import split_sentences
 from knowledge_store.retrieval.snapshot_reader import load_snapshot
-from knowledge_store.status import chunk_vector_status
-from knowledge_store.store import store_connection
+from knowledge_store.storage.index import read_pointer
+from knowledge_store.storage.store import store_connection
 from tests.helpers import build_sample_index
 
 

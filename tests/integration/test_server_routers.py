@@ -13,14 +13,14 @@ from pathlib import Path
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
-from knowledge_store.parsers import detect
-from knowledge_store.query_log import QueryLog
+from knowledge_store.config.settings import Settings
+from knowledge_store.ingest.parsers import detect
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server.app import create_app
 from knowledge_store.server.errors import _leaf_routes
 from knowledge_store.server.routes import knowledge
 from knowledge_store.server.state import ServerState
-from knowledge_store.settings import Settings
+from knowledge_store.storage.query_log import QueryLog
 
 
 def _app(tmp_path: Path, embedder, **settings: object):

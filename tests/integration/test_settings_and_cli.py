@@ -17,7 +17,7 @@ from tests.helpers import REPO_ROOT as ROOT
 
 
 def _embeddings_column_type(store_path: Path) -> str:
-    from knowledge_store.store import store_connection
+    from knowledge_store.storage.store import store_connection
 
     with store_connection(store_path) as conn:
         return conn.execute(
@@ -32,7 +32,7 @@ def test_a_new_store_has_embeddings_as_wide_as_the_embedding_dim_setting(monkeyp
 
 
 def test_embedders_expect_the_configured_embedding_dim_by_default(monkeypatch, tmp_path, model_path):
-    from knowledge_store.embeddings import Embedder, OnnxEmbedder, query_embedder
+    from knowledge_store.models.embeddings import Embedder, OnnxEmbedder, query_embedder
 
     monkeypatch.setenv("GROUNDWORK_EMBEDDING_DIM", "8")
     assert Embedder(model_path).dim == 8

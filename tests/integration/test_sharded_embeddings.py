@@ -18,9 +18,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from knowledge_store.index import open_snapshot
-from knowledge_store.sample_corpus import write_sample_corpus
-from knowledge_store.store import store_connection
+from knowledge_store.ingest.sample_corpus import write_sample_corpus
+from knowledge_store.storage.index import open_snapshot
+from knowledge_store.storage.store import store_connection
 from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource
 from tests.helpers import REPO_ROOT
@@ -119,9 +119,9 @@ def test_parts_left_by_a_killed_run_are_imported_once(tmp_path):
     """Whole parts survive a kill; importing them is idempotent and removes them."""
     import numpy as np
 
+    from knowledge_store.config.settings import Settings
     from knowledge_store.ingest.embed import MissingText
     from knowledge_store.ingest.embed_handoff import embed_shard_to_parts, import_parts
-    from knowledge_store.settings import Settings
 
     settings = Settings(data_dir=tmp_path / "data", sources=[tmp_path / "docs"], write_batch_chunks=2)
     with store_connection(settings.store_path):  # an empty, migrated store

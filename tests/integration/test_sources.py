@@ -11,13 +11,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from knowledge_store.cli import main
-from knowledge_store.errors import CorruptFileError, InvalidSourceError, SourceExistsError, SourceNotFoundError
-from knowledge_store.index import read_pointer
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import CorruptFileError, InvalidSourceError, SourceExistsError, SourceNotFoundError
 from knowledge_store.ingest.run import run_sync
 from knowledge_store.ingest.source_actions import delete_source_now, retry_failure
-from knowledge_store.settings import Settings
-from knowledge_store.sources import add_source, get_source, list_sources, update_source
-from knowledge_store.store import store_connection
+from knowledge_store.ingest.sources import add_source, get_source, list_sources, update_source
+from knowledge_store.storage.index import read_pointer
+from knowledge_store.storage.store import store_connection
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from knowledge_store.errors import StoreBusyError, StoreError
-from knowledge_store.store import connection_gate, store_connection
+from knowledge_store.core.errors import StoreBusyError, StoreError
+from knowledge_store.storage.store import connection_gate, store_connection
 
 
 @pytest.fixture()

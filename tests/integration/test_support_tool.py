@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from knowledge_store import retrieve_knowledge, support_tool
-from knowledge_store.query_log import QueryLog
+from knowledge_store.config.settings import Settings
 from knowledge_store.retrieval.engine import RetrievalEngine
-from knowledge_store.settings import Settings
+from knowledge_store.storage.query_log import QueryLog
 
 pytestmark = pytest.mark.slow
 

@@ -15,10 +15,10 @@ import duckdb
 import pymupdf
 import pytest
 
-from knowledge_store.index import open_snapshot, read_pointer
+from knowledge_store.config.settings import Settings
 from knowledge_store.ingest.run import run_sync
-from knowledge_store.settings import Settings
-from knowledge_store.store import store_connection
+from knowledge_store.storage.index import open_snapshot, read_pointer
+from knowledge_store.storage.store import store_connection
 from pipelines.definitions import ingest_job
 from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource
@@ -267,10 +267,10 @@ def test_deleted_documents_are_purged_after_retention(tmp_path, counting_embedde
 KILLER = textwrap.dedent(
     """
     import os, signal, sys
-    from knowledge_store.settings import Settings
+    from knowledge_store.config.settings import Settings
     from knowledge_store.ingest import run as run_module
-    from knowledge_store import index as index_module
-    from knowledge_store.embeddings import Embedder
+    from knowledge_store.storage import index as index_module
+    from knowledge_store.models.embeddings import Embedder
     point = sys.argv[1]
     settings = Settings()
     if point == "embed":

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from knowledge_store.config.settings import Settings
+from knowledge_store.learning.tuning import builtin_ranking, effective_ranking, load_tuned, tuned_path
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.query_adapter import QueryAdapter, adapter_path
-from knowledge_store.settings import Settings
-from knowledge_store.tuning import builtin_ranking, effective_ranking, load_tuned, tuned_path
 
 DOCS = {
     "greenhouse.md": ("Greenhouse Irrigation Handbook", [
@@ -108,7 +108,7 @@ def write_tiny_corpus(folder: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tiny_embedder(model_path):
-    from knowledge_store.embeddings import Embedder
+    from knowledge_store.models.embeddings import Embedder
 
     return Embedder(model_path, batch_size=32, torch_threads=1)
 
@@ -141,7 +141,7 @@ def untuned(settings: Settings) -> Settings:
 
 @pytest.mark.slow
 def test_pseudo_queries_have_question_heading_and_title_kinds_with_real_targets(snapshot):
-    from knowledge_store.tuning import build_pseudo_queries
+    from knowledge_store.learning.tuning import build_pseudo_queries
 
     queries = build_pseudo_queries(snapshot)
     kinds = {q.kind for q in queries}
@@ -163,8 +163,8 @@ def test_pseudo_queries_have_question_heading_and_title_kinds_with_real_targets(
 
 @pytest.mark.slow
 def test_the_query_text_is_removed_from_its_target(snapshot, tiny_embedder):
+    from knowledge_store.learning.tuning import _TermCounter, build_pseudo_queries, strip_query_from_targets
     from knowledge_store.retrieval.evidence import gather_evidence
-    from knowledge_store.tuning import _TermCounter, build_pseudo_queries, strip_query_from_targets
 
     pq = next(q for q in build_pseudo_queries(snapshot) if q.query == UNIQUE_HEADING)
     vector = tiny_embedder.embed([pq.query])[0]
@@ -196,7 +196,7 @@ def test_the_query_text_is_removed_from_its_target(snapshot, tiny_embedder):
 
 @pytest.mark.slow
 def test_tune_corpus_saves_a_choice_on_the_grid_not_worse_than_builtin(tiny, tiny_embedder):
-    from knowledge_store.tuning import default_grid, tune_corpus
+    from knowledge_store.learning.tuning import default_grid, tune_corpus
 
     settings = untuned(tiny)
     tuned = tune_corpus(settings, embedder=tiny_embedder, feedback=[], save=True)
@@ -300,10 +300,10 @@ def test_dagster_asset_materialises_with_metadata_and_check(tiny):
 def test_config_endpoint_reports_tuned_and_effective_defaults(tiny, tiny_embedder, tmp_path):
     from fastapi.testclient import TestClient
 
-    from knowledge_store.query_log import QueryLog
+    from knowledge_store.learning.tuning import tune_corpus
     from knowledge_store.retrieval.engine import RetrievalEngine
     from knowledge_store.server.app import create_app
-    from knowledge_store.tuning import tune_corpus
+    from knowledge_store.storage.query_log import QueryLog
 
     settings = untuned(tiny)
     log = QueryLog(tmp_path / "logs.duckdb")
@@ -379,10 +379,10 @@ def test_adapter_training_measures_held_out_queries_and_the_engine_serves_the_st
         tiny, tiny_embedder, snapshot, tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
 
-    from knowledge_store.query_log import QueryLog
     from knowledge_store.retrieval.engine import RetrievalEngine
     from knowledge_store.retrieval.query_adapter import reset_adapter, save_adapter, train_query_adapter
     from knowledge_store.server.app import create_app
+    from knowledge_store.storage.query_log import QueryLog
 
     settings = untuned(tiny)
     reset_adapter(settings.index_dir)
@@ -393,7 +393,7 @@ def test_adapter_training_measures_held_out_queries_and_the_engine_serves_the_st
     assert declined.adapter is None and declined.reason.startswith("not adopted: on 24 rated queries")
     assert declined.decision["gain"] <= declined.decision["required"]
     # every query already finds its section (gain exactly 0): to follow the adopted path, the decision says yes
-    import knowledge_store.tuning as tuning
+    import knowledge_store.learning.tuning as tuning
 
     decide = tuning.paired_gain
     monkeypatch.setattr(tuning, "paired_gain", lambda *args, **kw: {**decide(*args, **kw), "adopted": True})
@@ -440,7 +440,7 @@ def test_adapter_training_measures_held_out_queries_and_the_engine_serves_the_st
 def test_the_adapter_asset_reports_its_cross_validated_decision_in_metadata(tiny, snapshot, monkeypatch):
     import dagster as dg
 
-    import knowledge_store.tuning as tuning
+    import knowledge_store.learning.tuning as tuning
     from pipelines.resources import EmbeddingModelResource, RetrievalResource
     from pipelines.tuning import query_adapter
 
@@ -509,8 +509,8 @@ def test_cli_adapt_learns_from_a_labelled_set_and_reports_labels_naming_no_docum
 def test_feedback_sensor_requests_a_tune_run_every_n_new_thumbs_up(tmp_path):
     import dagster as dg
 
-    from knowledge_store.query_log import QueryLog
-    from knowledge_store.query_log.records import QueryLogRecord
+    from knowledge_store.storage.query_log import QueryLog
+    from knowledge_store.storage.query_log.records import QueryLogRecord
     from pipelines.definitions import tune_job
     from pipelines.resources import RetrievalResource
     from pipelines.tuning import build_feedback_sensor

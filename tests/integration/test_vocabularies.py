@@ -17,8 +17,8 @@ import asyncio
 import pytest
 from fastapi.testclient import TestClient
 
+from knowledge_store.config.settings import Settings
 from knowledge_store.retrieval.reranker_registry import RerankerUnavailable
-from knowledge_store.settings import Settings
 
 GUIDES = {  # one short document each, so the index has several candidates to reorder
     "reset.md": "# Reset\n\nHold the reset button for ten seconds to restore the hub to factory settings.\n",

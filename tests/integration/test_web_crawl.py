@@ -1,4 +1,4 @@
-"""The documentation-site crawler (knowledge_store.web) against a loopback site; never the internet.
+"""The documentation-site crawler (knowledge_store.ingest.web) against a loopback site; never the internet.
 
 Most tests inject a fake clock and sleep, so politeness waits, backoff and
 Retry-After are asserted exactly without really waiting.
@@ -15,7 +15,7 @@ from email.utils import formatdate
 import httpx
 import pytest
 
-from knowledge_store.web import CrawlConfig, CrawlProgress, CrawlResult, PriorPage, crawl
+from knowledge_store.ingest.web import CrawlConfig, CrawlProgress, CrawlResult, PriorPage, crawl
 from tests.doc_site import DocSite, Reply, Request, default_site, doc_page, endless, etagged, markdown, redirect
 from tests.helpers import FakeTime, free_port
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from knowledge_store.query_log import QueryLog
+from knowledge_store.config.settings import Settings
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server.app import STATIC_DIR, create_app
-from knowledge_store.settings import Settings
+from knowledge_store.storage.query_log import QueryLog
 
 API = "http://127.0.0.1:8080"
 DOCS_SITE = "https://docs.example.org"

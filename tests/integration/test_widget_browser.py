@@ -42,10 +42,10 @@ pytestmark = pytest.mark.slow
 expect = require_browser("the widget test")
 
 from knowledge_store.ingest.run import run_sync  # noqa: E402  (after the skips: without a browser nothing loads)
-from knowledge_store.query_log import QueryLog  # noqa: E402
+from knowledge_store.ingest.sources import add_source  # noqa: E402
 from knowledge_store.retrieval.engine import RetrievalEngine  # noqa: E402
-from knowledge_store.sources import add_source  # noqa: E402
-from knowledge_store.store import store_connection  # noqa: E402
+from knowledge_store.storage.query_log import QueryLog  # noqa: E402
+from knowledge_store.storage.store import store_connection  # noqa: E402
 from tests.doc_site import DocSite, Reply, doc_page  # noqa: E402
 
 ARTIFACTS = REPO_ROOT / "test-artifacts"

@@ -8,7 +8,8 @@ import stat
 
 import pytest
 
-from knowledge_store.errors import ConfigError, InvalidSourceError
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import ConfigError, InvalidSourceError
 from knowledge_store.retrieval.filters import SearchFilters, document_matches
 from knowledge_store.server.access import (
     ADMIN,
@@ -23,7 +24,6 @@ from knowledge_store.server.access import (
     load_or_create_token,
     tokens_match,
 )
-from knowledge_store.settings import Settings
 
 
 def policy(**kwargs) -> AccessPolicy:

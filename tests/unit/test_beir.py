@@ -10,9 +10,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evals.beir import DatasetError, chunk_to_beir_id, load_beir, materialise_corpus, safe_file_stem
-from knowledge_store.errors import GroundworkError
-from knowledge_store.parsers.markdown import parse_markdown
+from knowledge_store.core.errors import GroundworkError
+from knowledge_store.evaluation.beir import (
+    DatasetError,
+    chunk_to_beir_id,
+    load_beir,
+    materialise_corpus,
+    safe_file_stem,
+)
+from knowledge_store.ingest.parsers.markdown import parse_markdown
 from tests.helpers import BEIR_DOCS as DOCS
 
 
@@ -100,7 +106,7 @@ def test_materialise_writes_front_matter_without_h1(tiny_beir: Path, tmp_path: P
 
 def test_plain_text_lines_that_look_like_markdown_headings_stay_text(tmp_path: Path) -> None:
     """Code comments and shell prompts in BEIR text ("# apt-get install x") must not become sections."""
-    from evals.beir import BeirDoc, document_markdown
+    from knowledge_store.evaluation.beir import BeirDoc, document_markdown
 
     text = ("Install it as root:\n\n# apt-get install mdadm\n## not a heading either\n\nAn underlined line\n---\n\n"
             "#hashtag stays as it is")

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from knowledge_store.embeddings import bare_weight_of, chunk_vector_id, embed_chunks
-from knowledge_store.errors import ConfigError
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import ConfigError
 from knowledge_store.ingest.embed import MissingText, chunk_vectors
-from knowledge_store.settings import Settings
+from knowledge_store.models.embeddings import bare_weight_of, chunk_vector_id, embed_chunks
 
 
 class LetterEmbedder:

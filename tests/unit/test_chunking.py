@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from knowledge_store.chunking import ChunkingConfig, build_header, chunk_document, split_sentences
-from knowledge_store.documents import PageBuilder, ParsedDocument
-from knowledge_store.settings import MODEL_MAX_SEQ_TOKENS
+from knowledge_store.config.embedding_models import EMBEDDER_REGISTRY
+from knowledge_store.ingest.chunking import ChunkingConfig, build_header, chunk_document, split_sentences
+from knowledge_store.ingest.documents import PageBuilder, ParsedDocument
 
 CONFIG = ChunkingConfig(size_tokens=200, max_tokens=254, overlap_tokens=32, min_tokens=24, header_max_tokens=40)
 
@@ -42,7 +42,7 @@ def test_every_chunk_fits_the_model_window_including_special_tokens(token_counte
     assert len(chunks) > 3
     for chunk in chunks:
         assert chunk.token_count <= CONFIG.max_tokens
-        assert full_length_with_specials(token_counter, chunk.embed_text) <= MODEL_MAX_SEQ_TOKENS
+        assert full_length_with_specials(token_counter, chunk.embed_text) <= EMBEDDER_REGISTRY["minilm"].max_tokens
         assert chunk.token_count == token_counter.count(chunk.embed_text)
 
 

@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from knowledge_store.retrieval.evidence import RankingParams
-from knowledge_store.settings import Settings
-from knowledge_store.tuning import (
+from knowledge_store.config.settings import Settings
+from knowledge_store.learning.tuning import (
     TunedConfig,
     effective_ranking,
     effective_reranker,
@@ -21,6 +20,7 @@ from knowledge_store.tuning import (
     save_tuned,
     tuned_path,
 )
+from knowledge_store.retrieval.evidence import RankingParams
 
 
 def tuned_run(params: RankingParams) -> TunedConfig:

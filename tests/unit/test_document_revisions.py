@@ -9,12 +9,9 @@ import docx
 import pymupdf
 import pytest
 
-from knowledge_store.errors import ConfigError
-from knowledge_store.ingest.relations import link_targets
-from knowledge_store.parsers import parse_file
-from knowledge_store.parsers.html import parse_html
-from knowledge_store.parsers.markdown import parse_markdown
-from knowledge_store.revisions import (
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import ConfigError
+from knowledge_store.core.revisions import (
     DEFAULT_FAMILY_ID_PATTERN,
     compile_family_pattern,
     family_key,
@@ -22,7 +19,10 @@ from knowledge_store.revisions import (
     revision_label,
     revision_order,
 )
-from knowledge_store.settings import Settings
+from knowledge_store.ingest.parsers import parse_file
+from knowledge_store.ingest.parsers.html import parse_html
+from knowledge_store.ingest.parsers.markdown import parse_markdown
+from knowledge_store.ingest.relations import link_targets
 
 # ------------------------------------------------------------------ revision labels (no model)
 

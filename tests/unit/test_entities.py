@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from knowledge_store.entities import DEFAULT_VOCABULARY, build_vocabulary, entity_id_for
-from knowledge_store.errors import ConfigError, EntityPatternError
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.entities import DEFAULT_VOCABULARY, build_vocabulary, entity_id_for
+from knowledge_store.core.errors import ConfigError, EntityPatternError
 from knowledge_store.retrieval.evidence import EntityBoost, apply_entity_boost
 from knowledge_store.retrieval.fusion import Fused
-from knowledge_store.settings import Settings
 
 
 def values(text: str) -> list[tuple[str, str]]:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from evals.metrics import (
+from knowledge_store.evaluation.metrics import (
     aggregate,
     dedupe_ranking,
     mrr_at_k,

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from knowledge_store.embeddings import model_id_for
-from knowledge_store.errors import StoreError
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import StoreError
 from knowledge_store.learning.finetune import Decision, batches, training_hash
 from knowledge_store.learning.pairs import PairSet, TrainingPair, held_out, normalised
+from knowledge_store.models.embeddings import model_id_for
 from knowledge_store.models.serving import (
     EmbedderRecord,
     adopted_model,
@@ -20,7 +21,6 @@ from knowledge_store.models.serving import (
     save_record,
     serving_model_path,
 )
-from knowledge_store.settings import Settings
 
 
 def pair(i: int, group: int | None = None) -> TrainingPair:
@@ -69,7 +69,7 @@ def _fake_model(folder: Path, weights: bytes = b"x" * 10) -> Path:
 
 def test_the_adopted_model_serves_only_while_it_fits_the_settings(tmp_path):
     base = _fake_model(tmp_path / "base")
-    settings = Settings(data_dir=tmp_path / "data", model_path=base)
+    settings = Settings(data_dir=tmp_path / "data", model_path=base, embedding_dim=384)
     assert serving_model_path(settings) == base and load_record(settings.index_dir) is None
     tuned = _fake_model(settings.models_cache_dir / "finetuned" / "base-ft-abc-123", b"y" * 11)
     save_record(settings.index_dir, EmbedderRecord(base_model_id=model_id_for(base), model_path=str(tuned),
@@ -84,7 +84,7 @@ def test_the_adopted_model_serves_only_while_it_fits_the_settings(tmp_path):
 
 def test_a_damaged_record_is_named_and_the_base_model_serves(tmp_path):
     base = _fake_model(tmp_path / "base")
-    settings = Settings(data_dir=tmp_path / "data", model_path=base)
+    settings = Settings(data_dir=tmp_path / "data", model_path=base, embedding_dim=384)
     record_path(settings.index_dir).parent.mkdir(parents=True)
     record_path(settings.index_dir).write_text("{not json")
     with pytest.raises(StoreError, match="embedder.json"):
@@ -94,7 +94,7 @@ def test_a_damaged_record_is_named_and_the_base_model_serves(tmp_path):
 
 def test_model_ids_lead_back_to_their_folders(tmp_path):
     base = _fake_model(tmp_path / "base")
-    settings = Settings(data_dir=tmp_path / "data", model_path=base)
+    settings = Settings(data_dir=tmp_path / "data", model_path=base, embedding_dim=384)
     tuned = _fake_model(settings.models_cache_dir / "finetuned" / "base-ft-abc-123", b"y" * 11)
     assert model_path_for(settings, model_id_for(base)) == base
     assert model_path_for(settings, model_id_for(base) + "+int8+bare0.5") == base

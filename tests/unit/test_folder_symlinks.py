@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from knowledge_store.config.settings import Settings
 from knowledge_store.ingest.raw_documents import scan_sources
-from knowledge_store.settings import Settings
 from tests.helpers import symlink_layout
 
 

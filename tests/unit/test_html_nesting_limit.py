@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from knowledge_store import errors
-from knowledge_store.parsers import html as html_parser
-from knowledge_store.parsers import parse_file
-from knowledge_store.parsers.html import parse_html
+from knowledge_store.core import errors
+from knowledge_store.ingest.parsers import html as html_parser
+from knowledge_store.ingest.parsers import parse_file
+from knowledge_store.ingest.parsers.html import parse_html
 
 
 def _nested(depth: int, tag: str = "div", text: str = "deep text") -> str:
@@ -90,7 +90,7 @@ def test_html_nested_too_deeply_is_a_failure_row_kind_not_a_corrupt_file() -> No
 
 
 def test_crawler_link_extraction_on_a_deeply_nested_page_returns_quickly() -> None:
-    from knowledge_store.web.links import html_links
+    from knowledge_store.ingest.web.links import html_links
 
     body = ("<html><body><a href='/first'>a</a>" + "<div>" * 100_000 + "x" + "</div>" * 100_000 + "</body></html>")
     started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The open metric set (issue 15 item 2): one registry (evals.metrics.METRICS) of canonical metric names,
+"""The open metric set (issue 15 item 2): one registry (knowledge_store.evaluation.metrics.METRICS) of canonical metric names,
 scored from query outcomes and named by the evaluation configuration (the results store, the regression gate
 and the CLI/API: tests/integration/test_metric_registry.py)."""
 
@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from evals.metrics import (
+from knowledge_store.core.errors import ConfigError
+from knowledge_store.evaluation.metrics import (
     METRICS,
     PRIMARY_METRIC,
     MetricError,
@@ -18,8 +19,7 @@ from evals.metrics import (
     metric_spec,
     score_outcomes,
 )
-from evals.retrieval_eval import EvalConfig
-from knowledge_store.errors import ConfigError
+from knowledge_store.evaluation.retrieval_eval import EvalConfig
 
 
 def outcomes() -> list[QueryOutcome]:

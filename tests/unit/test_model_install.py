@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from knowledge_store.models.install import INSTALLED_MARK, ModelInstallError, SplitModel, install_split_model
+from knowledge_store.core.split_models import INSTALLED_MARK, ModelInstallError, SplitModel, install_split_model
 
 WEIGHTS = b"\x00weights of a small model\x01" * 4000
 

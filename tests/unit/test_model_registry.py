@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from knowledge_store.embeddings import document_model_id, model_id_for, with_prefix
-from knowledge_store.errors import ConfigError
-from knowledge_store.models.registry import EMBEDDER_REGISTRY, EMBEDDING_MODELS, model_facts, resolve_model
-from knowledge_store.settings import Settings
+from knowledge_store.config.embedding_models import EMBEDDER_REGISTRY, EMBEDDING_MODELS, model_facts, resolve_model
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import ConfigError
+from knowledge_store.models.embeddings import document_model_id, model_id_for, with_prefix
 
 
 def st_folder(path: Path, dim: int = 16, window: int = 128) -> Path:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from knowledge_store.chunking import ChunkDraft
-from knowledge_store.documents import Page
-from knowledge_store.errors import NoTextError
+from knowledge_store.core.errors import NoTextError
 from knowledge_store.ingest.chunk import ocr_marks
-from knowledge_store.parsers import OcrOptions, parse_file
-from knowledge_store.parsers.ocr import mean_word_confidence
-from knowledge_store.parsers.pdf import parse_pdf
+from knowledge_store.ingest.chunking import ChunkDraft
+from knowledge_store.ingest.documents import Page
+from knowledge_store.ingest.parsers import OcrOptions, parse_file
+from knowledge_store.ingest.parsers.ocr import mean_word_confidence
+from knowledge_store.ingest.parsers.pdf import parse_pdf
 from tests.helpers import make_pdf
 
 

@@ -1,4 +1,4 @@
-"""Behaviour of the file parsers (knowledge_store.parsers).
+"""Behaviour of the file parsers (knowledge_store.ingest.parsers).
 
 Fixtures are generated inside each test (PyMuPDF, python-docx, plain strings)
 so the tests say exactly what input produces which output.  A few tests read
@@ -16,8 +16,7 @@ import docx
 import pymupdf
 import pytest
 
-from knowledge_store.documents import ParsedDocument
-from knowledge_store.errors import (
+from knowledge_store.core.errors import (
     CorruptFileError,
     EmptyFileError,
     IngestionError,
@@ -27,12 +26,13 @@ from knowledge_store.errors import (
     UnsupportedTypeError,
     WrongExtensionError,
 )
-from knowledge_store.parsers import SUPPORTED_EXTENSIONS, OcrOptions, detect_type, parse_file
-from knowledge_store.parsers.docx import parse_docx
-from knowledge_store.parsers.html import parse_html
-from knowledge_store.parsers.markdown import parse_markdown
-from knowledge_store.parsers.pdf import parse_pdf
-from knowledge_store.parsers.text import parse_text
+from knowledge_store.ingest.documents import ParsedDocument
+from knowledge_store.ingest.parsers import SUPPORTED_EXTENSIONS, OcrOptions, detect_type, parse_file
+from knowledge_store.ingest.parsers.docx import parse_docx
+from knowledge_store.ingest.parsers.html import parse_html
+from knowledge_store.ingest.parsers.markdown import parse_markdown
+from knowledge_store.ingest.parsers.pdf import parse_pdf
+from knowledge_store.ingest.parsers.text import parse_text
 from tests.helpers import SHARED_DATASETS
 
 SHARED_PDFS = SHARED_DATASETS / "pdfs"
@@ -725,7 +725,7 @@ def test_legacy_word_doc_is_unsupported(tmp_path: Path) -> None:
 
 
 def test_unexpected_parser_exception_becomes_corrupt_file_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import knowledge_store.parsers.markdown as markdown_module
+    import knowledge_store.ingest.parsers.markdown as markdown_module
 
     def explode(path: object) -> ParsedDocument:
         raise ValueError("parser library blew up")
@@ -796,8 +796,8 @@ def test_html_from_docusaurus_drops_copy_buttons_toc_and_permalinks() -> None:
 
 
 def test_an_empty_single_page_app_shell_says_it_needs_javascript(tmp_path: Path) -> None:
-    from knowledge_store.errors import NoTextError
-    from knowledge_store.parsers import parse_file
+    from knowledge_store.core.errors import NoTextError
+    from knowledge_store.ingest.parsers import parse_file
 
     shell = tmp_path / "index.html"
     shell.write_text('<!doctype html><html><head><title>Docs</title><script src="/assets/app.js" defer></script>'

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evals.perl_docs import build_devset, pod_sections, pod_text
+from research.perl_docs import build_devset, pod_sections, pod_text
 
 FAQ = """=head1 NAME
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 
-from knowledge_store.progress import DagsterLogSink, TerminalSink, describe, stage_progress, terminal_progress
+from knowledge_store.core.progress import DagsterLogSink, TerminalSink, describe, stage_progress, terminal_progress
 
 
 def test_figures_carry_counts_rate_and_eta():

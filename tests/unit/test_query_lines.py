@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from knowledge_store.query_log import _DailyAndSizeRotatingHandler
+from knowledge_store.storage.query_log import _DailyAndSizeRotatingHandler
 
 
 def test_query_log_rotates_by_size_and_keeps_a_bounded_number_of_files(tmp_path):

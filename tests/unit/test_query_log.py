@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from knowledge_store.query_log import redact
+from knowledge_store.storage.query_log import redact
 
 # ---------------------------------------------------------------------------
 # redaction

@@ -16,7 +16,7 @@ import docx
 import pymupdf
 import pytest
 
-from knowledge_store.sample_corpus import (
+from knowledge_store.ingest.sample_corpus import (
     API_GUIDE,
     CORPUS_FILES,
     EXAMPLE_QUESTIONS,
@@ -175,14 +175,14 @@ def test_example_answers_live_in_exactly_one_file(corpus: Path, question) -> Non
 
 
 def test_cli_writes_corpus(tmp_path: Path) -> None:
-    from knowledge_store.sample_corpus import main
+    from knowledge_store.ingest.sample_corpus import main
 
     assert main([str(tmp_path / "cli")]) == 0
     assert sorted(os.listdir(tmp_path / "cli")) == sorted(CORPUS_FILES)
 
 
 def test_text_documents_are_copied_verbatim_from_package_data(corpus: Path) -> None:
-    packaged = files("knowledge_store") / "sample_docs"
+    packaged = files("knowledge_store.ingest") / "sample_docs"
     # only the DOCX and the PDF are built by code; every other document is a data file
     assert set(CORPUS_FILES) - set(TEXT_DOCUMENTS) == {RELEASE_NOTES, INSTALLATION_MANUAL}
     assert sorted(entry.name for entry in packaged.iterdir()) == sorted(TEXT_DOCUMENTS)
@@ -193,7 +193,7 @@ def test_text_documents_are_copied_verbatim_from_package_data(corpus: Path) -> N
 def test_missing_package_document_raises_typed_error_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import knowledge_store.sample_corpus as sample_corpus
+    import knowledge_store.ingest.sample_corpus as sample_corpus
 
     empty_data = tmp_path / "no-package-data"
     empty_data.mkdir()
@@ -210,7 +210,7 @@ def test_missing_package_document_raises_typed_error_naming_it(
 def test_package_data_patterns_cover_every_sample_document() -> None:
     """A non-editable install (wheel) carries only files the package-data globs match."""
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    patterns = pyproject["tool"]["setuptools"]["package-data"]["knowledge_store.sample_docs"]
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["knowledge_store.ingest.sample_docs"]
     for name in TEXT_DOCUMENTS:
         assert any(fnmatch(name, pattern) for pattern in patterns), name
 

@@ -7,12 +7,12 @@ import threading
 
 import pytest
 
-from knowledge_store.parsers import detect
+from knowledge_store.config.settings import Settings
+from knowledge_store.ingest.parsers import detect
 from knowledge_store.server.ingest_jobs import IngestJobs
 from knowledge_store.server.routes import knowledge
 from knowledge_store.server.routes.documents import ORIGINAL_MEDIA_TYPES
 from knowledge_store.server.state import with_body_model
-from knowledge_store.settings import Settings
 
 
 def test_with_body_model_refuses_an_endpoint_without_that_parameter():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from knowledge_store.errors import ConfigError
-from knowledge_store.settings import Settings
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import ConfigError
 
 
 def test_sources_are_colon_separated_in_the_environment(monkeypatch, tmp_path):
@@ -25,8 +25,8 @@ def test_default_corpus_is_the_sample_documents_and_project_docs(tmp_path):
 
 def test_the_project_docs_in_the_default_corpus_scan_without_failures(tmp_path):
     """`make run` ingests docs/: a data file added there (benchmark JSON, plots) must be ignored, not a failure."""
+    from knowledge_store.config.settings import PROJECT_ROOT
     from knowledge_store.ingest.raw_documents import scan_sources
-    from knowledge_store.settings import PROJECT_ROOT
 
     scan = scan_sources(Settings(data_dir=tmp_path, sources=[PROJECT_ROOT / "docs"]))
     assert [(f.relative_path, f.reason) for f in scan.failures] == []

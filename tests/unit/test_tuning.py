@@ -9,10 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from knowledge_store.retrieval.evidence import RankingParams
-from knowledge_store.retrieval.fusion import FUSION_MODES
-from knowledge_store.settings import Settings
-from knowledge_store.tuning import (
+from knowledge_store.config.settings import Settings
+from knowledge_store.learning.tuning import (
     TunedConfig,
     builtin_ranking,
     effective_question_alpha,
@@ -24,6 +22,8 @@ from knowledge_store.tuning import (
     save_tuned,
     tuned_path,
 )
+from knowledge_store.retrieval.evidence import RankingParams
+from knowledge_store.retrieval.fusion import FUSION_MODES
 
 
 def fake_tuned(params: RankingParams, ndcg_before: float = 0.5, ndcg_after: float = 0.6) -> TunedConfig:

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from knowledge_store.config.settings import Settings
 from knowledge_store.retrieval.evidence import (
     RankingParams,
     feedback_rescore,
@@ -13,7 +14,6 @@ from knowledge_store.retrieval.evidence import (
     vector_feedback_for,
 )
 from knowledge_store.retrieval.fusion import fuse_scores
-from knowledge_store.settings import Settings
 
 
 def _unit(*rows):

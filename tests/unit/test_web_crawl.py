@@ -1,4 +1,4 @@
-"""The crawler's pure parts (knowledge_store.web): URL identity and scope, robots.txt, sitemaps, llms.txt, links,
+"""The crawler's pure parts (knowledge_store.ingest.web): URL identity and scope, robots.txt, sitemaps, llms.txt, links,
 content types, Retry-After, politeness and the configuration (crawls of a loopback site:
 tests/integration/test_web_crawl.py)."""
 
@@ -8,15 +8,15 @@ import gzip
 
 import pytest
 
-from knowledge_store.errors import GroundworkError
-from knowledge_store.web import CrawlConfig, InvalidCrawlConfig, InvalidUrlError, Scope, canonical_url
-from knowledge_store.web.content_types import content_kind
-from knowledge_store.web.fetch import parse_retry_after
-from knowledge_store.web.links import canonical_from_link_header, html_links, markdown_links
-from knowledge_store.web.llms_txt import parse_llms_txt
-from knowledge_store.web.politeness import RateLimiter
-from knowledge_store.web.robots import parse_robots
-from knowledge_store.web.sitemaps import is_newer, parse_lastmod, parse_sitemap
+from knowledge_store.core.errors import GroundworkError
+from knowledge_store.ingest.web import CrawlConfig, InvalidCrawlConfig, InvalidUrlError, Scope, canonical_url
+from knowledge_store.ingest.web.content_types import content_kind
+from knowledge_store.ingest.web.fetch import parse_retry_after
+from knowledge_store.ingest.web.links import canonical_from_link_header, html_links, markdown_links
+from knowledge_store.ingest.web.llms_txt import parse_llms_txt
+from knowledge_store.ingest.web.politeness import RateLimiter
+from knowledge_store.ingest.web.robots import parse_robots
+from knowledge_store.ingest.web.sitemaps import is_newer, parse_lastmod, parse_sitemap
 from tests.doc_site import doc_page, sitemap_xml
 from tests.helpers import FakeTime
 
@@ -228,7 +228,7 @@ def test_shared_rate_limiter_spaces_requests_from_separate_crawlers_on_one_host(
     import threading
     import time as real_time
 
-    from knowledge_store.web.politeness import SharedRateLimiter
+    from knowledge_store.ingest.web.politeness import SharedRateLimiter
 
     interval = 0.05
     starts: list[float] = []

@@ -12,15 +12,15 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse
 
-from knowledge_store.errors import GroundworkError, StoreError
-from knowledge_store.parsers.detect import MEDIA_TYPES, media_type_of
-from knowledge_store.query_log import redact
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import GroundworkError, StoreError
+from knowledge_store.ingest.parsers.detect import MEDIA_TYPES, media_type_of
 from knowledge_store.server import api_models as out
 from knowledge_store.server.api_models import error_responses
 from knowledge_store.server.errors import server_log
 from knowledge_store.server.request_models import IsoDatetime
 from knowledge_store.server.state import CallerOf, State
-from knowledge_store.settings import Settings
+from knowledge_store.storage.query_log import redact
 
 router = APIRouter(tags=["documents"])
 FALLBACK_MEDIA_TYPE = "application/octet-stream"  # a file of no supported type is served as bytes, never rendered
@@ -31,7 +31,7 @@ ORIGINAL_MEDIA_TYPES = (*dict.fromkeys(MEDIA_TYPES.values()), FALLBACK_MEDIA_TYP
 @router.get("/api/knowledge/documents", response_model=out.DocumentList)
 def documents(state: State, include_history: bool = True) -> dict[str, Any]:
     """Documents with their versions and status (from the store; from the snapshot while a sync holds it)."""
-    from knowledge_store.status import store_status
+    from knowledge_store.app.status import store_status
 
     try:
         status = store_status(state.settings.model_copy(update={"lock_timeout_s": 1.0}), include_history=include_history)

@@ -16,12 +16,12 @@ from typing import Any
 from fastapi import APIRouter, File, Form, HTTPException, Request, UploadFile
 from fastapi.responses import JSONResponse
 
-from knowledge_store.errors import IngestionError, QueryValidationError, StoreError
-from knowledge_store.parsers.detect import EXTENSION_TYPES, detect_type
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import IngestionError, QueryValidationError, StoreError
+from knowledge_store.ingest.parsers.detect import EXTENSION_TYPES, detect_type
 from knowledge_store.server import api_models as out
 from knowledge_store.server.api_models import error_responses
 from knowledge_store.server.state import State
-from knowledge_store.settings import Settings
 
 router = APIRouter(tags=["ingestion"])
 
@@ -112,7 +112,7 @@ def _check_content(path: Path, name: str, suffix: str) -> None:
 def _find_duplicate(settings: Settings, checksum: str) -> dict[str, Any] | None:
     """The newest active or pending document with these bytes, or None (also when the store is busy:
     a duplicate then goes through, which costs a second copy, never a lost upload)."""
-    from knowledge_store.store import store_connection
+    from knowledge_store.storage.store import store_connection
 
     if not settings.store_path.exists():
         return None

@@ -12,8 +12,9 @@ from typing import Any
 import anyio
 from fastapi import APIRouter, HTTPException, Query, Request
 
-from knowledge_store.errors import QueryValidationError
-from knowledge_store.parsers.detect import EXTENSION_TYPES
+from knowledge_store.app.status import chunk_vector_status, embedding_model_status
+from knowledge_store.core.errors import QueryValidationError
+from knowledge_store.ingest.parsers.detect import EXTENSION_TYPES
 from knowledge_store.retrieval.filters import SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.reranker_registry import reranker_labels
@@ -29,7 +30,6 @@ from knowledge_store.server.request_models import (
     RequestModels,
 )
 from knowledge_store.server.state import CallerOf, State, with_body_model
-from knowledge_store.status import chunk_vector_status, embedding_model_status
 
 
 async def query(body: QueryBody, request: Request, state: State, caller: CallerOf) -> dict[str, Any]:
@@ -130,7 +130,7 @@ def config(state: State) -> dict[str, Any]:
     console (PUT /api/knowledge/ranking), then the corpus's self-tuned choice (``groundwork tune``), then the
     built-in default; ``ranking_sources`` / ``reranker_source`` say which applied to each value and ``tuned``
     summarises the tuning run (null when the corpus is not tuned)."""
-    from knowledge_store.tuning import load_tuned, ranking_sources, reranker_source
+    from knowledge_store.learning.tuning import load_tuned, ranking_sources, reranker_source
 
     settings, engine = state.settings, state.engine
     index_dir = engine.snapshots.index_dir

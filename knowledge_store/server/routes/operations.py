@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from knowledge_store.errors import GroundworkError
+from knowledge_store.core.errors import GroundworkError
 from knowledge_store.server import api_models as out
 from knowledge_store.server.state import State
 

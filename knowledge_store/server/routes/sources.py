@@ -10,20 +10,20 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from knowledge_store.errors import InvalidSourceError
+from knowledge_store.config.settings import Settings
+from knowledge_store.core.errors import InvalidSourceError
 from knowledge_store.server import api_models as out
 from knowledge_store.server.api_models import error_responses
 from knowledge_store.server.request_models import WEB_OPTION_FIELDS, SourceBody, SourceUpdateBody
 from knowledge_store.server.routes.ingestion import job_accepted
 from knowledge_store.server.state import State
-from knowledge_store.settings import Settings
 
 router = APIRouter(tags=["sources"])
 
 
 def _writer(settings: Settings):
     """A store connection for registry reads and writes, waiting at most 10 s for a running sync's lock."""
-    from knowledge_store.store import store_connection
+    from knowledge_store.storage.store import store_connection
 
     return store_connection(settings.store_path, timeout_s=min(settings.lock_timeout_s, 10.0))
 
@@ -31,7 +31,7 @@ def _writer(settings: Settings):
 @router.get("/api/sources", response_model=out.SourceList)
 def sources_list(state: State, include_deleted: bool = False) -> dict[str, Any]:
     """Every source with its counts and last sync."""
-    from knowledge_store.sources import list_sources, register_configured_sources, source_statistics
+    from knowledge_store.ingest.sources import list_sources, register_configured_sources, source_statistics
 
     with _writer(state.settings) as conn:
         configured = {s.source_id for s in register_configured_sources(conn, state.settings)}
@@ -48,7 +48,7 @@ def sources_list(state: State, include_deleted: bool = False) -> dict[str, Any]:
 def sources_add(body: SourceBody, request: Request, state: State):
     """Register a web site or a folder (inside a source root: ``GROUNDWORK_SOURCE_ROOTS``, else 422 naming
     ``folder``); ``visibility`` internal unless said public; ``sync: true`` starts its first sync (202 + job)."""
-    from knowledge_store.sources import add_source
+    from knowledge_store.ingest.sources import add_source
 
     options = {k: getattr(body, k) for k in WEB_OPTION_FIELDS if getattr(body, k) is not None}
     if body.kind == "web" and not body.url:
@@ -108,7 +108,7 @@ def sources_delete(name: str, state: State) -> dict[str, Any]:
 def sources_sync(name: str, request: Request, state: State, refresh: bool = False):
     """Re-sync one source now (scan or crawl, parse, chunk, embed, publish); poll the job for progress.
     ``refresh=true`` downloads every page of a web source again (ignores lastmod and validators)."""
-    from knowledge_store.sources import get_source
+    from knowledge_store.ingest.sources import get_source
 
     with _writer(state.settings) as conn:
         source = get_source(conn, name)
@@ -121,7 +121,7 @@ def sources_sync(name: str, request: Request, state: State, refresh: bool = Fals
 def failures_list(state: State) -> dict[str, Any]:
     """Open ingestion failures (files and URLs), newest first."""
     from knowledge_store.ingest.failures import open_failures
-    from knowledge_store.store import store_connection
+    from knowledge_store.storage.store import store_connection
 
     with store_connection(state.settings.store_path, read_only=True, timeout_s=5.0) as conn:
         return json.loads(json.dumps({"failures": open_failures(conn)}, default=str))
@@ -132,7 +132,7 @@ def failures_list(state: State) -> dict[str, Any]:
 def failures_retry(failure_id: str, request: Request, state: State):
     """Run one failed item again (fetch the URL, parse the version, or re-scan its source)."""
     from knowledge_store.ingest.source_actions import open_failure
-    from knowledge_store.store import store_connection
+    from knowledge_store.storage.store import store_connection
 
     with store_connection(state.settings.store_path, read_only=True, timeout_s=5.0) as conn:
         failure = open_failure(conn, failure_id)

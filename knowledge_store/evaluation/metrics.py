@@ -1,0 +1,363 @@
+"""Ranking metrics, as pure functions, and the registry of every metric an evaluation run records.
+
+``METRICS`` (at the end of this module) maps each canonical metric name - ``recall@5``, ``ndcg@10``,
+``ragas_recall@5``, ``latency_p95_ms``, ... - to its ``MetricSpec`` (label, direction, how it is computed);
+everything that stores, shows or gates a metric reads it, so adding a metric is one entry there.
+
+Conventions (the same as BEIR / pytrec_eval):
+
+- doc ids are compared as strings on both sides (an int id 5 in ``ranked`` matches "5" or 5 in
+  ``relevant``: self-tuning ranks section numbers); ``ranked`` is a list of unique doc ids, best
+  first (turn a ranked list of chunks into one with ``dedupe_ranking``);
+- ``relevant`` is a mapping doc id -> graded relevance, or a set (every member
+  grade 1).  Only grades > 0 count as relevant;
+- ``k`` cuts the ranking: only the first ``k`` ids are looked at;
+- recall@k divides by the number of relevant documents (not by min(k, |rel|));
+- precision@k divides by k, even when fewer than k ids were returned;
+- nDCG@k uses the grade as the gain with a log2(rank + 1) discount; the ideal
+  DCG ranks the qrels' own grades best first;
+- MRR@k is 1 / rank of the first relevant id within the top k, else 0.
+
+**Empty relevant set**: every metric returns 0.0.  Such a query has nothing
+to find, so it says nothing about the system; it must not be scored at all
+(``knowledge_store.evaluation.beir.load_beir`` drops queries without a positive qrel, exactly so).
+
+A ``ranked`` list with a repeated id raises ValueError: it would count the
+same document twice and could push recall or nDCG above 1.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Union
+
+from knowledge_store.core.errors import GroundworkError
+
+if TYPE_CHECKING:
+    from knowledge_store.retrieval.answer import Answer
+
+Relevant = Union[Mapping[str, float], Iterable[str]]
+
+DEFAULT_KS = (1, 3, 5, 10, 100)
+
+
+def _grades(relevant: Relevant) -> dict[str, float]:
+    if isinstance(relevant, Mapping):
+        return {str(doc_id): float(grade) for doc_id, grade in relevant.items() if grade > 0}
+    return {str(doc_id): 1.0 for doc_id in relevant}
+
+
+def _top(ranked: Sequence[str], k: int) -> list[str]:
+    """The first ``k`` ids as strings, the form ``_grades`` keys them by."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if len(set(ranked)) != len(ranked):
+        raise ValueError("ranked contains repeated doc ids; pass it through dedupe_ranking first")
+    return [str(doc_id) for doc_id in ranked[:k]]
+
+
+def recall_at_k(ranked: Sequence[str], relevant: Relevant, k: int) -> float:
+    """Share of the relevant documents found in the top k."""
+    top = _top(ranked, k)
+    grades = _grades(relevant)
+    if not grades:
+        return 0.0
+    return sum(1 for doc_id in top if doc_id in grades) / len(grades)
+
+
+def precision_at_k(ranked: Sequence[str], relevant: Relevant, k: int) -> float:
+    """Relevant documents in the top k, divided by k."""
+    top = _top(ranked, k)
+    grades = _grades(relevant)
+    if not grades:
+        return 0.0
+    return sum(1 for doc_id in top if doc_id in grades) / k
+
+
+def dcg(gains: Iterable[float]) -> float:
+    """Sum of gain / log2(rank + 1), ranks from 1."""
+    return sum(gain / math.log2(rank + 1) for rank, gain in enumerate(gains, start=1))
+
+
+def ndcg_at_k(ranked: Sequence[str], relevant: Relevant, k: int) -> float:
+    """Graded nDCG@k: DCG of the top k over the DCG of the ideal top k from the qrels."""
+    top = _top(ranked, k)
+    grades = _grades(relevant)
+    if not grades:
+        return 0.0
+    ideal = dcg(sorted(grades.values(), reverse=True)[:k])
+    return dcg(grades.get(doc_id, 0.0) for doc_id in top) / ideal
+
+
+def mrr_at_k(ranked: Sequence[str], relevant: Relevant, k: int) -> float:
+    """Reciprocal rank of the first relevant document in the top k, else 0."""
+    top = _top(ranked, k)
+    grades = _grades(relevant)
+    for rank, doc_id in enumerate(top, start=1):
+        if doc_id in grades:
+            return 1.0 / rank
+    return 0.0
+
+
+def score_query(ranked: Sequence[str], relevant: Relevant, ks: Iterable[int] = DEFAULT_KS) -> dict[str, float]:
+    """Every metric at every k for one query: ``{"ndcg@10": ..., "recall@10": ..., ...}``."""
+    scores: dict[str, float] = {}
+    for k in ks:
+        for family, (_, function, _) in RANKING_FAMILIES.items():
+            scores[f"{family}@{k}"] = function(ranked, relevant, k)
+    return scores
+
+
+def aggregate(per_query: list[dict]) -> dict[str, float]:
+    """Mean of every numeric key over the queries (non-numeric values such as a
+    query id are ignored).  Empty input gives ``{}``; a numeric key missing from
+    some queries raises ValueError rather than averaging over a subset."""
+    if not per_query:
+        return {}
+    keys: list[str] = []
+    for row in per_query:
+        for key, value in row.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in keys:
+                keys.append(key)
+    means: dict[str, float] = {}
+    for key in keys:
+        values = []
+        for index, row in enumerate(per_query):
+            value = row.get(key)
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ValueError(f"query #{index} has no numeric {key!r}")
+            values.append(float(value))
+        means[key] = math.fsum(values) / len(values)
+    return means
+
+
+def dedupe_ranking(chunk_doc_ids: Iterable[str]) -> list[str]:
+    """Ranked chunks' doc ids -> ranked unique doc ids.
+
+    The first occurrence wins, so a document ranks where its best chunk ranks
+    (max-score aggregation over its chunks).
+    """
+    seen: set[str] = set()
+    ranking: list[str] = []
+    for doc_id in chunk_doc_ids:
+        if doc_id not in seen:
+            seen.add(doc_id)
+            ranking.append(doc_id)
+    return ranking
+
+
+# ------------------------------------------------------------------ the metric registry
+#
+# Every metric an evaluation run records is one ``MetricSpec`` in ``METRICS``: its canonical name (the only
+# spelling in code, storage and APIs), its display label, its direction and how it is computed from what the
+# engine did with each query.  Evaluators return ``{canonical name: value}``; the results store keeps one row
+# per metric; the CLI table, the Dagster scorecard and plot, the regression gate and the console read the
+# registry for labels, column order and direction.  Adding a metric is one entry in ``METRICS``.
+
+
+class MetricError(GroundworkError):
+    """A metric name or value the registry cannot accept; ``metric`` names the metric, ``reason`` says why."""
+
+    def __init__(self, metric: str, reason: str) -> None:
+        self.metric = metric
+        self.reason = reason
+        super().__init__(f"metric {metric!r}: {reason}")
+
+
+class UnknownMetricError(MetricError):
+    """A name that is neither registered in ``METRICS`` nor ``<ranking family>@<k>`` (e.g. ``recall_at_5``)."""
+
+
+@dataclass(frozen=True)
+class QueryOutcome:
+    """What the engine did with one labelled query: everything a metric may score.
+
+    Kept whole (not pre-scored) so that a new metric needs no change to the evaluator that collects these.
+    """
+
+    query_id: str
+    ranked: list[str]  # deduplicated doc ids, best first (``dedupe_ranking``)
+    relevant: Mapping[str, float]  # the query's qrels: doc id -> grade
+    answer: Answer | str = ""  # the answer a user would get (extractive, from the served passages), or its text
+    passages: Mapping[int, str] = field(default_factory=dict)  # the served passages by citation number
+    latency_ms: float = 0.0  # search latency including one real query embedding
+
+
+ScoreFn = Callable[[Sequence[QueryOutcome]], list[float]]
+AggregateFn = Callable[[Sequence[float]], float]
+
+
+def mean(values: Sequence[float]) -> float:
+    """Arithmetic mean (``math.fsum``, so the order of the queries does not change the last digits)."""
+    return math.fsum(values) / len(values)
+
+
+def nearest_rank_percentile(share: float) -> AggregateFn:
+    """The value at index ``int(share * (n - 1))`` of the sorted values (no interpolation: a latency that
+    was actually observed)."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"percentile share must be within [0, 1], got {share}")
+
+    def percentile(values: Sequence[float]) -> float:
+        ordered = sorted(values)
+        return ordered[int(share * (len(ordered) - 1))]
+
+    return percentile
+
+
+def each_query(score: Callable[[QueryOutcome], float]) -> ScoreFn:
+    """A ``ScoreFn`` from a function of one query (most metrics; RAGAS scores a batch at once)."""
+    return lambda outcomes: [score(outcome) for outcome in outcomes]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric: what it is called, how it is shown and how it is computed.
+
+    ``score`` gives one value per query (in the order given), ``aggregate`` turns them into the run's
+    figure (the mean unless said otherwise).  ``headline`` metrics are shown with their change since the
+    previous run (console) and drawn in the scorecard plot; ``gated`` ones fail the regression check
+    when they worsen by more than its margin.
+    """
+
+    name: str
+    label: str
+    higher_is_better: bool
+    score: ScoreFn
+    aggregate: AggregateFn = mean
+    digits: int = 3
+    headline: bool = False
+    gated: bool = False
+    description: str = ""
+
+    def public(self) -> dict[str, object]:
+        """What an API client needs to show the metric (no functions)."""
+        return {"name": self.name, "label": self.label, "higher_is_better": self.higher_is_better,
+                "digits": self.digits, "headline": self.headline, "gated": self.gated,
+                "description": self.description}
+
+
+# the ranking metrics at any depth k: name "<family>@<k>", label "<label>@<k>"
+RANKING_FAMILIES: dict[str, tuple[str, Callable[[Sequence[str], Relevant, int], float], str]] = {
+    "ndcg": ("nDCG", ndcg_at_k, "graded nDCG of the document ranking"),
+    "recall": ("Recall", recall_at_k, "share of the relevant documents found"),
+    "precision": ("P", precision_at_k, "relevant documents divided by k"),
+    "mrr": ("MRR", mrr_at_k, "reciprocal rank of the first relevant document"),
+}
+_RANKING_NAME = re.compile(r"^([a-z]+)@([1-9][0-9]*)$")
+
+
+def ranking_metric(family: str, k: int, **flags: bool) -> MetricSpec:
+    """``<family>@<k>`` (e.g. ``recall@5``) as a ``MetricSpec`` over each query's deduplicated ranking."""
+    if family not in RANKING_FAMILIES:
+        raise UnknownMetricError(f"{family}@{k}", f"no ranking family {family!r}; known: {', '.join(RANKING_FAMILIES)}")
+    if k < 1:
+        raise MetricError(f"{family}@{k}", "k must be >= 1")
+    label, function, description = RANKING_FAMILIES[family]
+    return MetricSpec(f"{family}@{k}", f"{label}@{k}", True,
+                      each_query(lambda outcome: function(outcome.ranked, outcome.relevant, k)),
+                      description=f"{description} in the top {k}", **flags)
+
+
+def _ragas_recall_at_5(outcomes: Sequence[QueryOutcome]) -> list[float]:
+    from knowledge_store.evaluation.ragas_metrics import (
+        ragas_recall_batch,  # ragas imports in seconds: only when scored
+    )
+
+    return ragas_recall_batch([(outcome.ranked[:5], list(outcome.relevant)) for outcome in outcomes], k=5)
+
+
+def _grounding(outcome: QueryOutcome) -> float:
+    from knowledge_store.evaluation.grounding import grounding_score
+
+    return grounding_score(outcome.answer, dict(outcome.passages)).score
+
+
+def _latency(outcome: QueryOutcome) -> float:
+    return outcome.latency_ms
+
+
+METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in (
+    ranking_metric("recall", 5, headline=True, gated=True),
+    ranking_metric("ndcg", 10, headline=True),
+    ranking_metric("mrr", 10),
+    ranking_metric("precision", 5),
+    MetricSpec("ragas_recall@5", "RAGAS recall@5", True, _ragas_recall_at_5,
+               description="RAGAS IDBasedContextRecall over the top five retrieved ids (cross-checks recall@5)"),
+    MetricSpec("grounding", "Grounding", True, each_query(_grounding),
+               description="share of the extractive answer's sentences supported by the passages they cite"),
+    MetricSpec("latency_p50_ms", "p50 ms", False, each_query(_latency), aggregate=statistics.median, digits=1,
+               description="median search latency including one query embedding"),
+    MetricSpec("latency_p95_ms", "p95 ms", False, each_query(_latency), aggregate=nearest_rank_percentile(0.95),
+               digits=1, description="95th-percentile search latency including one query embedding"),
+)}
+"""Every metric each evaluation run computes and records, in the order tables show them."""
+
+PRIMARY_METRIC = "ndcg@10"
+"""Sorts the scorecard and names its best configuration."""
+
+
+def metric_spec(name: str) -> MetricSpec:
+    """The registered metric ``name``, or ``<family>@<k>`` of a ranking family at any depth."""
+    if name in METRICS:
+        return METRICS[name]
+    match = _RANKING_NAME.match(name)
+    if match and match.group(1) in RANKING_FAMILIES:
+        return ranking_metric(match.group(1), int(match.group(2)))
+    raise UnknownMetricError(name, f"not in knowledge_store.evaluation.metrics.METRICS ({', '.join(METRICS)}) and not "
+                                   f"<{'|'.join(RANKING_FAMILIES)}>@<k>")
+
+
+def metric_label(name: str) -> str:
+    """The display label of ``name``; an unknown name (a metric stored by an older run and since removed from
+    the registry) is shown as itself."""
+    try:
+        return metric_spec(name).label
+    except UnknownMetricError:
+        return name
+
+
+def metric_order(names: Iterable[str]) -> list[str]:
+    """``names`` in column order: the registry's order first, then any others by name."""
+    present = set(names)
+    return [n for n in METRICS if n in present] + sorted(present - set(METRICS))
+
+
+def check_metric_value(name: str, value: object) -> float:
+    """``value`` as a float; MetricError for a name outside the registry or a value that is not a finite number."""
+    metric_spec(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise MetricError(name, f"value must be a finite number, got {value!r}")
+    return float(value)
+
+
+def score_outcomes(outcomes: Sequence[QueryOutcome],
+                   ks: Iterable[int] = ()) -> tuple[dict[str, float], list[dict[str, object]]]:
+    """Every registered metric, plus each ranking family at the depths ``ks``, over ``outcomes``.
+
+    Returns (the run's figures ``{name: value}`` in column order, one row per query ``{"query_id", name:
+    value, ...}``).  Empty ``outcomes`` give ``({}, [])``: there is nothing to average.
+    """
+    if not outcomes:
+        return {}, []
+    specs = list(METRICS.values())
+    names = set(METRICS)
+    for k in ks:
+        for family in RANKING_FAMILIES:
+            if f"{family}@{k}" not in names:
+                specs.append(ranking_metric(family, k))
+                names.add(f"{family}@{k}")
+    per_query: list[dict[str, object]] = [{"query_id": outcome.query_id} for outcome in outcomes]
+    figures: dict[str, float] = {}
+    for spec in specs:
+        values = [float(v) for v in spec.score(outcomes)]
+        if len(values) != len(outcomes):
+            raise MetricError(spec.name, f"scored {len(values)} values for {len(outcomes)} queries")
+        for row, value in zip(per_query, values):
+            row[spec.name] = value
+        figures[spec.name] = float(spec.aggregate(values))
+    return figures, per_query

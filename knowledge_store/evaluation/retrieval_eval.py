@@ -1,0 +1,241 @@
+"""Retrieval quality of the real engine on a BEIR dataset: every metric of ``knowledge_store.evaluation.metrics.METRICS``.
+
+Runs ``RetrievalEngine`` (the same code that serves) over the dataset's own
+store (built by ``knowledge_store.evaluation.beir.ingest_beir`` through the normal ingestion path).
+Chunks are mapped back to BEIR documents and deduplicated (a document ranks
+where its best chunk ranks).  Query embeddings are computed once per query and
+cached, so sweeping many configurations costs one embedding per query.
+
+    .venv/bin/python -m knowledge_store.evaluation.retrieval_eval ../shared/datasets/scifact --split train --alphas 0 0.3 0.5 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from knowledge_store.evaluation.beir import BeirDataset, beir_ids_by_doc_id, beir_settings, ingest_beir, load_beir
+from knowledge_store.evaluation.metrics import QueryOutcome, dedupe_ranking, metric_order, score_outcomes
+from knowledge_store.models.embeddings import Embedder
+from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.reranker_registry import RERANKERS
+
+# the registries' names (retrieval/fusion.py, retrieval/reranker_registry.py), checked when a configuration is
+# made (a name registered after this import is accepted, as everywhere else)
+FusionName = FUSION_MODES.member()
+RerankerName = RERANKERS.member()
+
+
+class CachingEmbedder:
+    """Wraps an Embedder; remembers each text's vector (queries repeat across configurations)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.torch_threads = inner.torch_threads
+        self._cache: dict[str, np.ndarray] = {}
+
+    def load(self):
+        self.inner.load()
+        return self
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if missing:
+            for text, vector in zip(missing, self.inner.embed(missing)):
+                self._cache[text] = vector
+        return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, self.dim), dtype=np.float32)
+
+
+class EvalConfig(BaseModel):
+    """One retrieval configuration to evaluate - the single definition the CLI, the notebooks, the quality
+    report, the benchmarks and the Dagster evaluation assets (``pipelines.evaluation.CONFIGURATIONS``) share.
+
+    A frozen pydantic model: bad values are refused where the configuration is written (the error names the
+    field and the value), not in the middle of a run.  ``alpha=None`` means the engine's default.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str | None = Field(None, description="What results are filed under (the scorecard's configuration and "
+                                               "the Dagster asset retrieval_eval_<name>); default: the label.")
+    alpha: float | None = Field(None, ge=0.0, le=1.0, description="0 = BM25 only, 1 = vector only; None = the "
+                                                                  "engine's default.")
+    fusion: FusionName = "weighted"  # type: ignore[valid-type]
+    reranker: RerankerName = "none"  # type: ignore[valid-type]
+    section_weight: float | None = None  # None = the engine's default for this corpus
+    lead_weight: float | None = None
+
+    @property
+    def label(self) -> str:
+        """A readable description of the configuration (``hybrid alpha=0.7 + mmr``)."""
+        alpha = "default" if self.alpha is None else f"{self.alpha:g}"
+        suffix = "" if self.reranker == "none" else f" + {self.reranker}"
+        if self.section_weight is not None or self.lead_weight is not None:
+            suffix = f" section={self.section_weight if self.section_weight is not None else 'default'}" \
+                     f" lead={self.lead_weight if self.lead_weight is not None else 'default'}" + suffix
+        if self.fusion != "weighted":
+            return f"{self.fusion} (alpha {alpha})" + suffix
+        name = {0.0: "BM25 only", 1.0: "vector only"}.get(self.alpha, f"hybrid alpha={alpha}")
+        return name + suffix
+
+    @property
+    def configuration(self) -> str:
+        """The name results are filed under: ``name`` when given, else the label."""
+        return self.name or self.label
+
+
+@dataclass
+class EvalResult:
+    """One configuration on one dataset split: the run's figures keyed by canonical metric name
+    (``knowledge_store.evaluation.metrics.METRICS`` plus any ranking depth asked for) and each query's own values."""
+
+    config: EvalConfig
+    metrics: dict[str, float]
+    queries: int
+    per_query: list[dict] = field(default_factory=list)
+
+    @property
+    def latency_p50_ms(self) -> float:
+        return self.metrics["latency_p50_ms"]
+
+    @property
+    def latency_p95_ms(self) -> float:
+        return self.metrics["latency_p95_ms"]
+
+    def row(self) -> dict[str, object]:
+        """The configuration and every figure, in column order (one line of a JSON report)."""
+        return {
+            "configuration": self.config.label, "alpha": self.config.alpha, "fusion": self.config.fusion,
+            "reranker": self.config.reranker, "section_weight": self.config.section_weight,
+            "lead_weight": self.config.lead_weight, **{name: self.metrics[name] for name in metric_order(self.metrics)},
+            "queries": self.queries,
+        }
+
+
+def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str, str], chunks: int = 40,
+             ks: tuple[int, ...] = (5, 10)) -> EvalResult:
+    """Run every query of ``dataset`` through ``engine.search`` and score what it did with each one.
+
+    This collects one ``QueryOutcome`` per query (the deduplicated document ranking, the answer a user would
+    get and its passages, the latency); which metrics are computed from them is the registry's business
+    (``knowledge_store.evaluation.metrics.score_outcomes``): every registered metric, plus each ranking family at the depths
+    ``ks``."""
+    from knowledge_store.core.progress import stage_progress
+    from knowledge_store.retrieval.answer import extractive_answer
+
+    outcomes: list[QueryOutcome] = []
+    counts = stage_progress("eval", "queries").start(len(dataset.queries))
+    for query_id, text in dataset.queries.items():
+        counts.advance()
+        response = engine.search(text, k=min(100, max(chunks, 4 * max(ks))), alpha=config.alpha, fusion=config.fusion, reranker=config.reranker,
+                                 section_weight=config.section_weight, lead_weight=config.lead_weight,
+                                 min_relevance=0.0, answer="none", log=False, client="eval")
+        latency_ms = response.latency_ms["total"] - response.latency_ms["embed"] + engine_embed_ms(engine)
+        # the answer a user would get (extractive, from the top 5 passages): what grounding scores
+        served = response.hits[:5]
+        outcomes.append(QueryOutcome(
+            query_id=query_id, ranked=dedupe_ranking(doc_map.get(h.doc_id, h.doc_id) for h in response.hits),
+            relevant=dataset.qrels[query_id], answer=extractive_answer(text, served),
+            passages={i + 1: h.text for i, h in enumerate(served)}, latency_ms=latency_ms))
+    counts.finish()
+    metrics, per_query = score_outcomes(outcomes, ks)
+    return EvalResult(config, metrics, len(per_query), per_query)
+
+
+_EMBED_MS: dict[int, float] = {}
+
+
+def engine_embed_ms(engine) -> float:
+    """Median query-embedding time of this engine's model (measured once, uncached),
+    so reported latency includes a real embedding although vectors are cached."""
+    key = id(engine)
+    if key not in _EMBED_MS:
+        inner = getattr(engine.embedder, "inner", engine.embedder)
+        samples = []
+        for i in range(15):
+            started = time.perf_counter()
+            inner.embed([f"calibration query number {i} about retrieval latency"])
+            samples.append((time.perf_counter() - started) * 1000)
+        _EMBED_MS[key] = statistics.median(samples[3:])
+    return _EMBED_MS[key]
+
+
+def open_engine(folder: Path, embedder: Embedder | None = None, ingest: bool = True, data_root: Path | None = None,
+                **overrides):
+    """The engine over ``folder``'s store (ingesting it first when asked) and the doc-id -> BEIR-id map.
+
+    Stores live under ``data_root`` (default ``<GROUNDWORK_DATA_DIR>/eval``), one per corpus checksum.
+    Queries are embedded by the same encoder the server uses (``query_embedder``).
+    """
+    from knowledge_store.config.settings import Settings
+    from knowledge_store.models.embeddings import query_embedder
+    from knowledge_store.retrieval.engine import RetrievalEngine
+
+    base_settings = Settings()
+    data_root = data_root or base_settings.data_dir / "eval"
+    if ingest:
+        settings, _ = ingest_beir(folder, data_root=data_root, embedder=embedder)
+    else:
+        settings = beir_settings(load_beir(folder), data_root)
+    settings = settings.model_copy(update=overrides)
+    base = embedder or query_embedder(settings.model_path, settings.query_encoder, base_settings.data_dir / "models",
+                                      settings.query_torch_threads, prefix=settings.embedding_query_prefix)
+    engine = RetrievalEngine(settings, embedder=CachingEmbedder(base), query_log=NullQueryLog())
+    engine.warm_up()
+    return engine, beir_ids_by_doc_id(settings)
+
+
+class NullQueryLog:
+    """Evaluation queries are not user traffic: they are not written to the query log."""
+
+    def append(self, record) -> str:
+        return ""
+
+    def flush(self, timeout_s: float = 0) -> bool:
+        return True
+
+    def feedback_with_queries(self, limit: int = 10000) -> list:
+        return []
+
+    def close(self) -> None:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dataset", type=Path)
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0])
+    parser.add_argument("--rrf", action="store_true", help="also evaluate reciprocal-rank fusion at alpha 0.5")
+    parser.add_argument("--rerankers", nargs="*", default=[], help="rerankers to add at --reranker-alpha")
+    parser.add_argument("--reranker-alpha", type=float, default=0.5)
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args(argv)
+    dataset = load_beir(args.dataset, split=args.split)
+    engine, doc_map = open_engine(args.dataset)
+    configs = [EvalConfig(alpha=a) for a in args.alphas]
+    if args.rrf:
+        configs.append(EvalConfig(alpha=0.5, fusion="rrf"))
+    configs += [EvalConfig(alpha=args.reranker_alpha, reranker=r) for r in args.rerankers]
+    rows = []
+    for config in configs:
+        result = evaluate(engine, dataset, config, doc_map)
+        rows.append(result.row())
+        print(json.dumps(rows[-1]), flush=True)
+    if args.json_out:
+        args.json_out.write_text(json.dumps({"dataset": str(args.dataset), "split": args.split, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

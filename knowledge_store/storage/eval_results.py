@@ -1,0 +1,474 @@
+"""Evaluation results on disk: what the evaluation assets and ``groundwork eval`` write, and what the console reads.
+
+One DuckDB file, ``<data_dir>/eval/results.duckdb``, append-only per run:
+
+- ``eval_runs``  one row per dataset, split, configuration and run (the ``retrieval_eval_*`` assets and
+  ``groundwork eval``): when, how many queries, the configuration's alpha, fusion, reranker and weights;
+- ``eval_metrics``  long-form, one row per metric of such a run (``run_id, dataset, split, configuration,
+  metric, value``), ``metric`` being the canonical name of ``knowledge_store.evaluation.metrics.METRICS`` - a new metric needs
+  no schema change; ``scorecard`` is a view: the latest ``eval_runs`` row per dataset, split and
+  configuration;
+- ``feedback_eval_runs`` / ``helpful_rates``  one row per ``feedback_eval`` run (gold set from thumbs, recall
+  of today's engine on it) and its helpful rate per configuration (alpha, fusion, reranker);
+- ``drift_runs`` / ``drift_queries``  one row per ``query_log_drift`` run (logged queries replayed on today's
+  index) and one per replayed query (top-5 overlap, passages added and removed).
+
+The alpha sweeps are files: the ``alpha_sweep`` notebook writes
+``<data_dir>/notebooks/alpha_sweep-<UTC stamp>/alpha_sweep_<dataset>_<split>.csv`` (and ``.png``), and
+``groundwork tune`` keeps its whole grid in ``<index_dir>/tuned.json``.
+
+``evaluation_summary`` reads all of it for ``GET /api/evaluation/summary``; it never computes a metric
+itself, so the console shows exactly what the evaluation runs measured, and nothing when none ran.
+
+The file's schema is versioned like the store's: ``RESULTS_MIGRATIONS`` is append-only, each entry applied
+once (``knowledge_store.storage.store.migrate``) when a writer opens the file, or by the first summary read of a file
+written by an older version, so results files keep their history across schema changes.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from knowledge_store.evaluation.metrics import (
+    METRICS,
+    PRIMARY_METRIC,
+    MetricError,
+    check_metric_value,
+    metric_label,
+    metric_order,
+    metric_spec,
+)
+
+if TYPE_CHECKING:
+    from knowledge_store.evaluation.retrieval_eval import EvalResult
+
+RESULTS_FILE = "results.duckdb"
+
+_FIRST_SCHEMA = """
+CREATE TABLE IF NOT EXISTS eval_results (
+    run_id VARCHAR, dataset VARCHAR, split VARCHAR, configuration VARCHAR, alpha DOUBLE, fusion VARCHAR,
+    reranker VARCHAR, queries INTEGER, recall_at_5 DOUBLE, ndcg_at_10 DOUBLE, mrr_at_10 DOUBLE,
+    precision_at_5 DOUBLE, p50_ms DOUBLE, p95_ms DOUBLE, created_at TIMESTAMP,
+    ragas_recall_at_5 DOUBLE, grounding DOUBLE
+);
+-- columns added after the first release of this table
+ALTER TABLE eval_results ADD COLUMN IF NOT EXISTS ragas_recall_at_5 DOUBLE;
+ALTER TABLE eval_results ADD COLUMN IF NOT EXISTS grounding DOUBLE;
+CREATE TABLE IF NOT EXISTS feedback_eval_runs (
+    run_id VARCHAR, created_at TIMESTAMP, samples INTEGER, samples_with_references INTEGER,
+    recall_at_5 DOUBLE, unhelpful_passages_in_top5 INTEGER
+);
+CREATE TABLE IF NOT EXISTS helpful_rates (
+    run_id VARCHAR, created_at TIMESTAMP, alpha DOUBLE, fusion VARCHAR, reranker VARCHAR,
+    up INTEGER, down INTEGER, rated INTEGER, requests INTEGER, helpful_rate DOUBLE
+);
+CREATE TABLE IF NOT EXISTS drift_runs (
+    run_id VARCHAR, created_at TIMESTAMP, queries_replayed INTEGER, mean_top5_overlap DOUBLE,
+    changed_queries INTEGER, skipped INTEGER
+);
+CREATE TABLE IF NOT EXISTS drift_queries (
+    run_id VARCHAR, created_at TIMESTAMP, retrieval_request_id VARCHAR, query VARCHAR, overlap DOUBLE,
+    added VARCHAR[], removed VARCHAR[], logged_snapshot INTEGER, current_snapshot INTEGER, kept_by_hash INTEGER
+);
+"""
+
+# the newest run first within each dataset, split and configuration
+_BY_RECENCY = "PARTITION BY dataset, split, configuration ORDER BY created_at DESC"
+_LEGACY_COPY = "QUALIFY row_number() OVER (PARTITION BY run_id, dataset, split, configuration ORDER BY created_at DESC) = 1"
+# eval_results' metric columns and the canonical names they become (frozen: what that table held)
+_LEGACY_METRIC_COLUMNS = (("recall_at_5", "recall@5"), ("ndcg_at_10", "ndcg@10"), ("mrr_at_10", "mrr@10"),
+                          ("precision_at_5", "precision@5"), ("ragas_recall_at_5", "ragas_recall@5"),
+                          ("grounding", "grounding"), ("p50_ms", "latency_p50_ms"), ("p95_ms", "latency_p95_ms"))
+_LONG_FORM = f"""
+CREATE TABLE eval_runs (
+    run_id VARCHAR NOT NULL, dataset VARCHAR NOT NULL, split VARCHAR NOT NULL, configuration VARCHAR NOT NULL,
+    created_at TIMESTAMP NOT NULL, queries INTEGER, alpha DOUBLE, fusion VARCHAR, reranker VARCHAR,
+    section_weight DOUBLE, lead_weight DOUBLE,
+    PRIMARY KEY (run_id, dataset, split, configuration)
+);
+CREATE TABLE eval_metrics (
+    run_id VARCHAR NOT NULL, dataset VARCHAR NOT NULL, split VARCHAR NOT NULL, configuration VARCHAR NOT NULL,
+    metric VARCHAR NOT NULL, value DOUBLE NOT NULL,
+    PRIMARY KEY (run_id, dataset, split, configuration, metric)
+);
+INSERT INTO eval_runs
+SELECT run_id, dataset, split, configuration, created_at, queries, alpha, fusion, reranker, NULL, NULL
+FROM eval_results {_LEGACY_COPY};
+INSERT INTO eval_metrics
+WITH legacy AS (SELECT * FROM eval_results {_LEGACY_COPY})
+SELECT run_id, dataset, split, configuration, metric, value FROM (
+    {" UNION ALL ".join(f"SELECT run_id, dataset, split, configuration, '{name}' AS metric, {column} AS value FROM legacy"
+                        for column, name in _LEGACY_METRIC_COLUMNS)}
+) WHERE value IS NOT NULL AND isfinite(value);
+DROP TABLE eval_results;
+DROP TABLE IF EXISTS scorecard;
+CREATE VIEW scorecard AS SELECT * FROM eval_runs QUALIFY row_number() OVER ({_BY_RECENCY}) = 1;
+"""
+
+RESULTS_MIGRATIONS: list[tuple[int, str, str]] = [
+    (1, "tables as first released: eval_results (one column per metric), feedback_eval and query_log_drift runs",
+     _FIRST_SCHEMA),
+    (2, "retrieval results long-form: eval_runs + eval_metrics (one row per canonical metric name); eval_results "
+        "copied over and dropped; scorecard becomes a view of the latest run per dataset, split and configuration",
+     _LONG_FORM),
+    (3, "feedback_eval_runs.recall_at_5 renamed to the canonical metric name recall@5",
+     'ALTER TABLE feedback_eval_runs RENAME COLUMN recall_at_5 TO "recall@5";'),
+]
+ALPHA_SWEEP_NOTEBOOK = "alpha_sweep"
+DRIFT_CHANGED_SHOWN = 50  # changed queries listed per drift run (the counts cover all of them)
+EMPTY_HINT = ("No evaluation has run yet: run the evaluation assets in Dagster (job evaluate) or "
+              "`groundwork eval <BEIR folder>`; the alpha sweep comes from the alpha_sweep notebook asset "
+              "(or `groundwork notebook alpha_sweep`).")
+
+
+def results_path(data_dir: Path) -> Path:
+    return Path(data_dir) / "eval" / RESULTS_FILE
+
+
+def open_results(path: Path, timeout_s: float = 30.0):
+    """A read-write connection with the schema migrated to the newest version (waits while another process
+    writes)."""
+    from knowledge_store.storage.store import migrate, open_duckdb
+
+    conn = open_duckdb(path, timeout_s=timeout_s)
+    try:
+        migrate(conn, RESULTS_MIGRATIONS)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def schema_version(conn) -> int:
+    """The newest migration applied to this results file (0: none, a file from before versioning)."""
+    if "schema_migrations" not in _tables(conn):
+        return 0
+    return conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+
+
+def _insert(conn, table: str, rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        columns = ", ".join(f'"{column}"' for column in row)  # quoted: canonical metric names contain '@'
+        conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['?'] * len(row))})",
+                     list(row.values()))
+
+
+@dataclass(frozen=True)
+class EvalRun:
+    """One retrieval evaluation of one configuration on one dataset split: an ``eval_runs`` row and its
+    ``eval_metrics`` rows.  ``metrics`` is keyed by canonical metric names."""
+
+    run_id: str
+    dataset: str
+    split: str
+    configuration: str
+    created_at: datetime
+    metrics: Mapping[str, float]
+    queries: int | None = None
+    alpha: float | None = None
+    fusion: str | None = None
+    reranker: str | None = None
+    section_weight: float | None = None
+    lead_weight: float | None = None
+
+    @classmethod
+    def from_result(cls, result: "EvalResult", *, run_id: str, dataset: str, split: str, created_at: datetime,
+                    configuration: str | None = None) -> "EvalRun":
+        """The record of an ``knowledge_store.evaluation.retrieval_eval.EvalResult``: every metric of the registry (the depth extras a
+        caller asked for are its own display, not recorded), filed under ``configuration`` (default: the
+        configuration's name or label)."""
+        missing = [name for name in METRICS if name not in result.metrics]
+        if missing:
+            raise MetricError(missing[0], f"registered in knowledge_store.evaluation.metrics.METRICS but the evaluation did not produce "
+                                          f"it (produced: {', '.join(result.metrics)})")
+        config = result.config
+        return cls(run_id=run_id, dataset=dataset, split=split,
+                   configuration=configuration or config.configuration, created_at=created_at,
+                   metrics={name: result.metrics[name] for name in METRICS}, queries=result.queries,
+                   alpha=config.alpha, fusion=config.fusion, reranker=config.reranker,
+                   section_weight=config.section_weight, lead_weight=config.lead_weight)
+
+
+_RUN_COLUMNS = ("run_id", "dataset", "split", "configuration", "created_at", "queries", "alpha", "fusion", "reranker",
+                "section_weight", "lead_weight")
+
+
+def record_eval_results(path: Path, runs: Sequence[EvalRun]) -> None:
+    """Append retrieval-evaluation runs in one transaction: one ``eval_runs`` row each and one ``eval_metrics``
+    row per metric.  Every name must be canonical and every value a finite number (``MetricError`` naming the
+    metric otherwise, raised before anything is written)."""
+    from knowledge_store.storage.store import transaction
+
+    checked = [(run, {name: check_metric_value(name, value) for name, value in run.metrics.items()}) for run in runs]
+    conn = open_results(path)
+    try:
+        with transaction(conn):
+            for run, metrics in checked:
+                conn.execute(f"INSERT INTO eval_runs ({', '.join(_RUN_COLUMNS)}) "
+                             f"VALUES ({', '.join(['?'] * len(_RUN_COLUMNS))})",
+                             [getattr(run, column) for column in _RUN_COLUMNS])
+                if metrics:
+                    conn.executemany("INSERT INTO eval_metrics VALUES (?, ?, ?, ?, ?, ?)",
+                                     [[run.run_id, run.dataset, run.split, run.configuration, name, value]
+                                      for name, value in metrics.items()])
+    finally:
+        conn.close()
+
+
+def read_scorecard(path: Path) -> list[dict[str, Any]]:
+    """The latest run per dataset, split and configuration with its metrics and the run before it
+    (``_scorecard``): what the ``eval_scorecard`` asset shows and the regression check compares."""
+    conn = open_results(path)
+    try:
+        return _scorecard(conn)
+    finally:
+        conn.close()
+
+
+def record_feedback_eval(path: Path, run_id: str, created_at: datetime, summary: dict[str, Any],
+                         helpful: list[dict[str, Any]]) -> None:
+    """One ``feedback_eval`` run: its gold-set figures and the helpful rate per configuration."""
+    from knowledge_store.storage.store import transaction
+
+    conn = open_results(path)
+    try:
+        with transaction(conn):
+            _insert(conn, "feedback_eval_runs", [{"run_id": run_id, "created_at": created_at, **summary}])
+            _insert(conn, "helpful_rates", [{"run_id": run_id, "created_at": created_at, **{
+                key: row.get(key) for key in ("alpha", "fusion", "reranker", "up", "down", "rated", "requests",
+                                              "helpful_rate")}} for row in helpful])
+    finally:
+        conn.close()
+
+
+def record_drift(path: Path, run_id: str, created_at: datetime, report) -> None:
+    """One ``query_log_drift`` run (an ``knowledge_store.evaluation.log_replay.ReplayReport``) and its per-query rows."""
+    from knowledge_store.storage.store import transaction
+
+    conn = open_results(path)
+    try:
+        with transaction(conn):
+            _insert(conn, "drift_runs", [{
+                "run_id": run_id, "created_at": created_at, "queries_replayed": report.queries,
+                "mean_top5_overlap": float(report.mean_overlap), "changed_queries": report.changed_queries,
+                "skipped": len(report.skipped)}])
+            _insert(conn, "drift_queries", [{
+                "run_id": run_id, "created_at": created_at, "retrieval_request_id": row.retrieval_request_id,
+                "query": row.query, "overlap": float(row.overlap), "added": list(row.added), "removed": list(row.removed),
+                "logged_snapshot": row.logged_snapshot, "current_snapshot": row.current_snapshot,
+                "kept_by_hash": row.kept_by_hash} for row in report.per_query])
+    finally:
+        conn.close()
+
+
+# ------------------------------------------------------------------ reading (the console)
+
+
+def _iso(value: Any) -> Any:
+    return value.isoformat(timespec="seconds") + "Z" if isinstance(value, datetime) else value
+
+
+def _rows(conn, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+    cursor = conn.execute(sql, params or [])
+    columns = [d[0] for d in cursor.description]
+    return [{k: _iso(v) for k, v in zip(columns, row)} for row in cursor.fetchall()]
+
+
+def _tables(conn) -> set[str]:
+    return {row[0] for row in conn.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+
+
+_SCORECARD_SQL = f"""
+    WITH ranked AS (
+        SELECT *, row_number() OVER ({_BY_RECENCY}) AS recency,
+               count(*) OVER (PARTITION BY dataset, split, configuration) AS runs
+        FROM eval_runs)
+    SELECT ranked.*, eval_metrics.metric, eval_metrics.value FROM ranked
+    LEFT JOIN eval_metrics USING (run_id, dataset, split, configuration)
+    WHERE ranked.recency <= 2"""
+
+
+def _ordered(metrics: dict[str, float]) -> dict[str, float]:
+    return {name: metrics[name] for name in metric_order(metrics)}
+
+
+def _scorecard(conn) -> list[dict[str, Any]]:
+    """The latest run per dataset, split and configuration: its ``eval_runs`` fields, ``runs`` (how many there
+    are), ``metrics`` ({canonical name: value}, in column order) and ``previous`` (the run before it:
+    ``run_id``, ``created_at``, ``metrics``; None for a first run).  Best ``PRIMARY_METRIC`` first within each
+    dataset and split."""
+    runs: dict[int, dict[tuple[str, str, str], dict[str, Any]]] = {1: {}, 2: {}}
+    for record in _rows(conn, _SCORECARD_SQL):
+        key = (record["dataset"], record["split"], record["configuration"])
+        run = runs[record["recency"]].setdefault(key, {
+            **{k: v for k, v in record.items() if k not in ("metric", "value", "recency")}, "metrics": {}})
+        if record["metric"] is not None:
+            run["metrics"][record["metric"]] = record["value"]
+    rows = []
+    for key, run in runs[1].items():
+        run["metrics"] = _ordered(run["metrics"])
+        before = runs[2].get(key)
+        run["previous"] = None if before is None else {
+            "run_id": before["run_id"], "created_at": before["created_at"], "metrics": _ordered(before["metrics"])}
+        rows.append(run)
+
+    def order(row: dict[str, Any]) -> tuple:
+        primary = row["metrics"].get(PRIMARY_METRIC)
+        best_first = -primary if primary is not None and metric_spec(PRIMARY_METRIC).higher_is_better else primary
+        return row["dataset"], row["split"], primary is None, best_first or 0.0, row["configuration"]
+
+    rows.sort(key=order)
+    return rows
+
+
+def shown_metrics(rows: Sequence[dict[str, Any]]) -> list[dict[str, object]]:
+    """The columns of a scorecard: every registered metric (``MetricSpec.public``), then any other metric the
+    rows carry (stored by a run when it was registered, or a ranking depth) under its own name."""
+    stored = {name for row in rows for run in (row, row.get("previous") or {}) for name in run.get("metrics", {})}
+    columns = []
+    for name in metric_order(set(METRICS) | stored):
+        try:
+            columns.append({**metric_spec(name).public(), "name": name})
+        except MetricError:
+            columns.append({"name": name, "label": name, "higher_is_better": True, "digits": 3, "headline": False,
+                            "gated": False, "description": "no longer in knowledge_store.evaluation.metrics.METRICS"})
+    return columns
+
+
+def _helpful(conn) -> dict[str, Any] | None:
+    latest = _rows(conn, "SELECT * FROM feedback_eval_runs ORDER BY created_at DESC LIMIT 1")
+    if not latest:
+        return None
+    run = latest[0]
+    run["by_configuration"] = _rows(
+        conn, "SELECT alpha, fusion, reranker, up, down, rated, requests, helpful_rate FROM helpful_rates "
+              "WHERE run_id = ? ORDER BY rated DESC, alpha, fusion, reranker", [run["run_id"]])
+    up = sum(r["up"] or 0 for r in run["by_configuration"])
+    rated = sum(r["rated"] or 0 for r in run["by_configuration"])
+    run["overall"] = {"up": up, "down": rated - up, "rated": rated, "helpful_rate": up / rated if rated else None}
+    return run
+
+
+def _drift(conn) -> dict[str, Any] | None:
+    history = _rows(conn, "SELECT * FROM drift_runs ORDER BY created_at DESC LIMIT 10")
+    if not history:
+        return None
+    run = dict(history[0])
+    run["changed"] = _rows(
+        conn, "SELECT retrieval_request_id, query, overlap, added, removed, logged_snapshot, current_snapshot "
+              "FROM drift_queries WHERE run_id = ? AND (len(added) > 0 OR len(removed) > 0) "
+              f"ORDER BY overlap, query LIMIT {DRIFT_CHANGED_SHOWN}", [run["run_id"]])
+    run["history"] = [{k: r[k] for k in ("run_id", "created_at", "queries_replayed", "mean_top5_overlap",
+                                         "changed_queries")} for r in history]
+    return run
+
+
+_SWEEP_DIR = re.compile(rf"^{ALPHA_SWEEP_NOTEBOOK}-(\d{{8}}T\d{{6}}Z)$")
+_SWEEP_FILE = re.compile(rf"^{ALPHA_SWEEP_NOTEBOOK}_(.+)_([^_]+)\.csv$")
+_NDCG_COLUMN = re.compile(r"^ndcg@(\d+)$")
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def notebook_alpha_sweeps(notebooks_dir: Path) -> list[dict[str, Any]]:
+    """The latest alpha sweep per dataset and split, from the notebook's CSV tables (newest run first)."""
+    if not notebooks_dir.is_dir():
+        return []
+    runs = sorted((p for p in notebooks_dir.iterdir() if p.is_dir() and _SWEEP_DIR.match(p.name)),
+                  key=lambda p: p.name, reverse=True)
+    seen: set[tuple[str, str]] = set()
+    sweeps = []
+    for run in runs:
+        stamp = datetime.strptime(_SWEEP_DIR.match(run.name).group(1), "%Y%m%dT%H%M%SZ")
+        for table in sorted(run.glob(f"{ALPHA_SWEEP_NOTEBOOK}_*.csv")):
+            match = _SWEEP_FILE.match(table.name)
+            if not match or (match.group(1), match.group(2)) in seen:
+                continue
+            with table.open(newline="") as handle:
+                records = list(csv.DictReader(handle))
+            if not records:
+                continue
+            ndcg = next((c for c in records[0] if _NDCG_COLUMN.match(c)), None)
+            metrics = [m for m in ("recall@5", ndcg) if m and m in records[0]]
+            points = sorted((r for r in records if _number(r.get("alpha")) is not None),
+                            key=lambda r: float(r["alpha"]))
+            series = [{"name": metric_label(m),
+                       "points": [[float(r["alpha"]), _number(r[m])] for r in points if _number(r[m]) is not None]}
+                      for m in metrics]
+            seen.add((match.group(1), match.group(2)))
+            png = table.with_suffix(".png")
+            sweeps.append({
+                "source": "alpha_sweep notebook", "dataset": match.group(1), "split": match.group(2),
+                "created_at": _iso(stamp), "table_path": str(table), "plot_path": str(png) if png.exists() else None,
+                "x_label": "alpha (0 = BM25, 1 = vector)", "y_label": "score", "series": series, "marks": [],
+                "rows": [{k: (_number(v) if k != "method" else v) for k, v in r.items()} for r in points],
+            })
+    return sweeps
+
+
+def tuning_alpha_sweep(index_dir: Path) -> dict[str, Any] | None:
+    """``groundwork tune``'s grid as nDCG@10 against alpha per fusion mode (best section/lead weights at each
+    alpha), with the built-in and the chosen configuration marked - what the ``corpus_tuning`` asset plots."""
+    from knowledge_store.learning.tuning import load_tuned
+
+    tuned = load_tuned(index_dir)
+    if tuned is None or not tuned.table:
+        return None
+    best: dict[str, dict[float, float]] = {}
+    for row in tuned.table:
+        by_alpha = best.setdefault(row["fusion"], {})
+        by_alpha[row["alpha"]] = max(by_alpha.get(row["alpha"], 0.0), row["ndcg@10"])
+    return {
+        "source": "groundwork tune", "dataset": "this corpus", "split": f"{sum(tuned.pseudo_queries.values())} "
+        "pseudo-queries", "created_at": tuned.created_at, "table_path": None, "plot_path": None,
+        "x_label": "alpha (0 = BM25, 1 = vector)", "y_label": "nDCG@10 (best section/lead weights)",
+        "series": [{"name": mode, "points": [[a, best[mode][a]] for a in sorted(best[mode])]} for mode in best],
+        "marks": [{"name": f"{label}: {s['params']['fusion']} alpha={s['params']['alpha']:g}",
+                   "point": [s["params"]["alpha"], s["ndcg@10"]]} for label, s in (("built-in", tuned.before),
+                                                                                  ("chosen", tuned.after))],
+        "rows": [],
+    }
+
+
+def evaluation_summary(data_dir: Path, index_dir: Path, timeout_s: float = 2.0) -> dict[str, Any]:
+    """Everything the Evaluation page shows, read from what the evaluation runs wrote (read-only)."""
+    from knowledge_store.storage.store import open_duckdb
+
+    path = results_path(data_dir)
+    summary: dict[str, Any] = {"results_path": str(path), "scorecard": [], "helpful": None, "drift": None}
+    if path.exists():
+        conn = open_duckdb(path, read_only=True, timeout_s=timeout_s)
+        if schema_version(conn) < RESULTS_MIGRATIONS[-1][0]:  # written by an older version: migrate once
+            conn.close()
+            open_results(path, timeout_s=timeout_s).close()
+            conn = open_duckdb(path, read_only=True, timeout_s=timeout_s)
+        try:
+            tables = _tables(conn)
+            if "eval_runs" in tables:
+                summary["scorecard"] = _scorecard(conn)
+            if {"feedback_eval_runs", "helpful_rates"} <= tables:
+                summary["helpful"] = _helpful(conn)
+            if {"drift_runs", "drift_queries"} <= tables:
+                summary["drift"] = _drift(conn)
+        finally:
+            conn.close()
+    sweeps = notebook_alpha_sweeps(Path(data_dir) / "notebooks")
+    tuning = tuning_alpha_sweep(index_dir)
+    summary["alpha_sweeps"] = sweeps + ([tuning] if tuning else [])
+    summary["metrics"] = shown_metrics(summary["scorecard"])
+    empty = not (summary["scorecard"] or summary["helpful"] or summary["drift"] or summary["alpha_sweeps"])
+    summary["empty"] = empty
+    summary["hint"] = EMPTY_HINT if empty else None
+    return json.loads(json.dumps(summary, default=str))
