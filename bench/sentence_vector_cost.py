@@ -3,7 +3,7 @@
 The same chunks (a seeded sample of ``--texts`` from each evaluation store under ``data/eval``:
 their ``embed_text`` and ``text``, what the embed stage reads) are embedded by the ingest embedder
 (``document_embedder``): once as chunk vectors (``ingest.embed.chunk_vectors``) and once as sentence
-vectors (``ingest.embed.sentence_table``: the texts split by ``retrieval/sentences.split_sentences``).
+vectors (``ingest.embed.sentence_table``: the texts split by ``core/text.sentences_to_embed``).
 Blocks of ``--block`` alternate which goes first, so load from other processes falls on both alike.
 Memory: the served snapshot keeps 2 bytes x dimensions per sentence (float16).
 

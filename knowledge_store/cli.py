@@ -26,9 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import GroundworkError
@@ -70,57 +73,115 @@ def _settings(args: argparse.Namespace) -> Settings:
     return Settings(**overrides)
 
 
+@dataclass
+class JobOutcome:
+    """What a Dagster job run left in its instance: success, the failure message, asset checks, materialisations."""
+
+    run_id: str
+    success: bool
+    error: str
+    checks: dict[str, bool]
+    materialized: dict[str, dict[str, object]]
+
+
+# the Dagster project's names the CLI launches by (pipelines/definitions.py and pipelines/sources.py say them too;
+# tests/integration/test_settings_and_cli.py checks they agree): the CLI starts jobs by name, it does not import them
+INGEST_JOB_NAME = "ingest"
+SYNC_SOURCE_JOB_NAME = "sync_source"
+SOURCE_PARTITIONS_NAME = "sources"
+
+
+def run_dagster_job(job: str, settings: Settings, tags: dict[str, str], run_config: dict[str, object],
+                    partitions: tuple[str, str] | None = None) -> JobOutcome:
+    """Run Dagster job ``job`` of the ``pipelines`` project the way Dagster's own CLI does (``dagster job execute``,
+    a process of its own, the settings in its environment) and read the outcome from the instance.  The run is
+    recorded where ``dagster dev`` shows it when ``DAGSTER_HOME`` is set, else in a temporary instance.
+    ``partitions``: (dynamic partitions name, key) to run one partition of."""
+    import tempfile  # noqa: PLC0415 - only when a job runs
+
+    import dagster as dg  # noqa: PLC0415 - Dagster, ~2 s to import: only the commands that run jobs pay for it
+
+    request = uuid.uuid4().hex
+    home = os.environ.get("DAGSTER_HOME")
+    scratch = tempfile.TemporaryDirectory(prefix="groundwork-dagster-") if not home else None
+    home = home or scratch.name
+    os.makedirs(home, exist_ok=True)
+    try:
+        instance = dg.DagsterInstance.from_config(home) if scratch else dg.DagsterInstance.get()
+        run_tags = {**tags, "groundwork/cli_request": request}
+        if partitions is not None:
+            name, key = partitions
+            if key not in instance.get_dynamic_partitions(name):
+                instance.add_dynamic_partitions(name, [key])
+            run_tags["dagster/partition"] = key
+        config_path = os.path.join(home, f".groundwork-{request}.json")
+        with open(config_path, "w") as handle:
+            json.dump(run_config, handle)
+        environment = {**os.environ, "DAGSTER_HOME": home, "GROUNDWORK_DATA_DIR": str(settings.data_dir),
+                       "GROUNDWORK_TERMINAL_PROGRESS": "1"}
+        if settings.sources:
+            environment["GROUNDWORK_SOURCES"] = ":".join(str(p) for p in settings.sources)
+        subprocess.run([sys.executable, "-m", "dagster", "job", "execute", "-m", "pipelines", "-j", job, "-c",
+                        config_path, "--tags", json.dumps(run_tags)], env=environment, check=False)
+        os.unlink(config_path)
+        runs = instance.get_runs(filters=dg.RunsFilter(tags={"groundwork/cli_request": request}), limit=1)
+        if not runs:
+            return JobOutcome("", False, f"the {job} job did not start (see the messages above)", {}, {})
+        run = runs[0]
+        checks: dict[str, bool] = {}
+        materialized: dict[str, dict[str, object]] = {}
+        error = ""
+        for entry in instance.all_logs(run.run_id):
+            if entry.asset_check_evaluation is not None:
+                checks[entry.asset_check_evaluation.check_name] = entry.asset_check_evaluation.passed
+            elif entry.asset_materialization is not None:
+                materialization = entry.asset_materialization
+                materialized[materialization.asset_key.to_user_string()] = {
+                    key: getattr(value, "value", value) for key, value in materialization.metadata.items()}
+            elif entry.dagster_event is not None and entry.dagster_event.is_failure and not error:
+                error = entry.dagster_event.message or "run failed"
+        return JobOutcome(run.run_id, run.status == dg.DagsterRunStatus.SUCCESS, error or "run failed", checks,
+                          materialized)
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     from knowledge_store.app.status import store_status
     from knowledge_store.ingest.sync_runs import get_sync_run
     from knowledge_store.storage.store import store_connection
-    from pipelines.definitions import INGEST_JOB_NAME, build_definitions
-    from pipelines.resources import KnowledgeStoreResource
 
     settings = _settings(args)
     for folder in settings.sources:
         if not folder.expanduser().is_dir():
             print(f"error: --sources {folder}: not a folder", file=sys.stderr)
             return 2
-    store = KnowledgeStoreResource(
-        data_dir=str(settings.data_dir), sources=":".join(str(p) for p in settings.sources) or None
-    )
-    instance = _dagster_instance()
     started = time.perf_counter()
-    job = build_definitions(store=store).resolve_job_def(INGEST_JOB_NAME)
-    result = job.execute_in_process(
-        instance=instance,
-        tags={"groundwork/trigger": "cli", "groundwork/job": "ingest"},
-        run_config={"loggers": {"console": {"config": {"log_level": "DEBUG" if args.verbose else "WARNING"}}}},
-        raise_on_error=False,
-    )
+    outcome = run_dagster_job(
+        INGEST_JOB_NAME, settings, tags={"groundwork/trigger": "cli", "groundwork/job": "ingest"},
+        run_config={"loggers": {"console": {"config": {"log_level": "DEBUG" if args.verbose else "WARNING"}}}})
     seconds = time.perf_counter() - started
-    checks = {
-        evaluation.check_name: evaluation.passed for evaluation in result.get_asset_check_evaluations()
-    }
+    checks = outcome.checks
     stage_metadata = {
-        event.asset_key.to_user_string(): {
-            key: getattr(value, "value", value) for key, value in event.materialization.metadata.items()
-            if key in ("duration_s", "documents_parsed", "chunks_created", "embeddings_computed", "embeddings_reused",
-                       "pages", "pages_per_minute", "chunks_per_second", "snapshot_version", "chunks_indexed")
-        }
-        for event in result.get_asset_materialization_events()
+        asset: {key: value for key, value in metadata.items()
+                if key in ("duration_s", "documents_parsed", "chunks_created", "embeddings_computed", "embeddings_reused",
+                           "pages", "pages_per_minute", "chunks_per_second", "snapshot_version", "chunks_indexed")}
+        for asset, metadata in outcome.materialized.items()
     }
-    if not result.success:
-        failure = next((e for e in result.all_events if e.is_failure), None)
-        message = failure.message if failure is not None else "run failed"
+    if not outcome.success:
         if args.json:
-            print(json.dumps({"success": False, "error": message, "dagster_run_id": result.run_id}, indent=2))
+            print(json.dumps({"success": False, "error": outcome.error, "dagster_run_id": outcome.run_id}, indent=2))
         else:
-            print(f"ingest FAILED (dagster run {result.run_id}): {message}", file=sys.stderr)
+            print(f"ingest FAILED (dagster run {outcome.run_id}): {outcome.error}", file=sys.stderr)
         return 1
     with store_connection(settings.store_path, read_only=True) as conn:
-        run = get_sync_run(conn, result.run_id)
+        run = get_sync_run(conn, outcome.run_id)
     status = store_status(settings, include_history=False)
     failures = [f for f in status["ingestion_failures"]]
     report = {
         "success": True,
-        "dagster_run_id": result.run_id,
+        "dagster_run_id": outcome.run_id,
         "summary": run["summary"],
         **{k: run[k] for k in ("added", "updated", "removed", "unchanged", "excluded", "failed", "chunks_created",
                                "embeddings_computed", "embeddings_reused", "snapshot_version")},
@@ -145,16 +206,6 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             print(f"\nopen ingestion failures ({len(failures)}):")
             print(format_table(failures, ["path", "stage", "kind", "reason"], max_width=90))
     return 0 if all(checks.values()) else 1
-
-
-def _dagster_instance():
-    import dagster as dg
-
-    home = os.environ.get("DAGSTER_HOME")
-    if home:  # record the run where `dagster dev` will show it
-        os.makedirs(home, exist_ok=True)
-        return dg.DagsterInstance.get()
-    return dg.DagsterInstance.ephemeral()
 
 
 def _web_options(args: argparse.Namespace) -> dict[str, object]:
@@ -316,9 +367,6 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from knowledge_store.ingest.sources import get_source, register_configured_sources
     from knowledge_store.ingest.sync_runs import get_sync_run
     from knowledge_store.storage.store import store_connection
-    from pipelines.definitions import SYNC_SOURCE_JOB_NAME, build_definitions
-    from pipelines.resources import KnowledgeStoreResource
-    from pipelines.sources import SOURCE_PARTITIONS
 
     settings = _settings(args)
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
@@ -328,36 +376,27 @@ def cmd_sync(args: argparse.Namespace) -> int:
         print(f"error: source {source.name!r} is disabled; `groundwork sources update {source.name} --enable` first",
               file=sys.stderr)
         return 2
-    instance = _dagster_instance()
-    if source.name not in instance.get_dynamic_partitions(SOURCE_PARTITIONS.name):
-        instance.add_dynamic_partitions(SOURCE_PARTITIONS.name, [source.name])
-    store = KnowledgeStoreResource(data_dir=str(settings.data_dir),
-                                   sources=":".join(str(p) for p in settings.sources) or None)
     started = time.perf_counter()
-    job = build_definitions(store=store).resolve_job_def(SYNC_SOURCE_JOB_NAME)
-    result = job.execute_in_process(
-        instance=instance, partition_key=source.name,
-        tags={"groundwork/trigger": "cli", "groundwork/job": "ingest"},
+    outcome = run_dagster_job(
+        SYNC_SOURCE_JOB_NAME, settings, tags={"groundwork/trigger": "cli", "groundwork/job": "ingest"},
         run_config={"loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "WARNING"}}},
                     "ops": {"source_sync": {"config": {"refresh": bool(args.refresh)}}}},
-        raise_on_error=False,
-    )
+        partitions=(SOURCE_PARTITIONS_NAME, source.name))
     seconds = time.perf_counter() - started
-    if not result.success:
-        failure = next((e for e in result.all_events if e.is_failure), None)
-        message = failure.message if failure is not None else "run failed"
+    if not outcome.success:
         if args.json:
-            print(json.dumps({"success": False, "source": source.name, "error": message, "dagster_run_id": result.run_id}, indent=2))
+            print(json.dumps({"success": False, "source": source.name, "error": outcome.error,
+                              "dagster_run_id": outcome.run_id}, indent=2))
         else:
-            print(f"sync {source.name} FAILED (dagster run {result.run_id}): {message}", file=sys.stderr)
+            print(f"sync {source.name} FAILED (dagster run {outcome.run_id}): {outcome.error}", file=sys.stderr)
         return 1
     with store_connection(settings.store_path, read_only=True) as conn:
-        run = get_sync_run(conn, result.run_id)
+        run = get_sync_run(conn, outcome.run_id)
     detail = describe_source(settings, source.name)
     per_source = (run.get("details") or {}).get("per_source", {}).get(source.source_id, {})
     last = detail.get("last_sync") or {}
     report = {
-        "success": True, "source": source.name, "kind": source.kind, "dagster_run_id": result.run_id,
+        "success": True, "source": source.name, "kind": source.kind, "dagster_run_id": outcome.run_id,
         "summary": run["summary"],
         **{k: run[k] for k in ("added", "updated", "removed", "unchanged", "excluded", "failed")},
         "seen": per_source.get("seen", 0),
@@ -624,11 +663,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _record_eval(dataset, split: str, config, result) -> os.PathLike:
-    """Append this run to the evaluation results the Dagster assets write (``knowledge_store.storage.eval_results``),
+    """Append this run to the evaluation results the Dagster assets write (``knowledge_store.evaluation.results_store``),
     as configuration ``<label> (groundwork eval)``; returns the results file."""
     import uuid
 
-    from knowledge_store.storage.eval_results import EvalRun, record_eval_results, results_path
+    from knowledge_store.evaluation.results_store import EvalRun, record_eval_results, results_path
     from knowledge_store.storage.store import utcnow
 
     path = results_path(Settings().data_dir)
@@ -649,16 +688,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     """Self-tune the ranking of the configured store (``knowledge_store.learning.tuning``) or forget the tuned choice."""
     import inspect
 
-    from knowledge_store.learning.tuning import (
-        PSEUDO_QUERY_KINDS,
-        TuningError,
-        builtin_ranking,
-        ranking_sources,
-        reset_ranking,
-        tune_corpus,
-        tune_snapshot,
-        tuned_path,
-    )
+    from knowledge_store.learning.tuning import PSEUDO_QUERY_KINDS, TuningError, tune_corpus, tune_snapshot
+    from knowledge_store.retrieval.ranking_defaults import builtin_ranking, ranking_sources
+    from knowledge_store.storage.tuned import reset_ranking, tuned_path
 
     settings = _settings(args)
     path = tuned_path(settings.index_dir)
@@ -759,13 +791,8 @@ def cmd_adapt(args: argparse.Namespace) -> int:
                   "adapter's", file=sys.stderr)
             return 2
         return cmd_adapt_embedder(args)
-    from knowledge_store.retrieval.query_adapter import (
-        QueryAdapterError,
-        adapt_corpus,
-        adapter_path,
-        read_labels,
-        reset_adapter,
-    )
+    from knowledge_store.learning.adapter_training import adapt_corpus, read_labels
+    from knowledge_store.retrieval.query_adapter import QueryAdapterError, adapter_path, reset_adapter
 
     settings = _settings(args)
     path = adapter_path(settings.index_dir)
@@ -824,22 +851,26 @@ def cmd_notebook(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    from knowledge_store.server.app import serve
+def _launch_server(args: argparse.Namespace, command: str) -> int:
+    """Become ``python -m knowledge_store.server COMMAND`` with this command's options in the environment: the
+    settings are checked here first (a bad value is one ``error:`` line), then the process is replaced, so the
+    server keeps this process's id, signals and standard streams (MCP over stdio speaks on them)."""
+    _settings(args)
+    overrides = {f"GROUNDWORK_{setting.upper()}": str(getattr(args, arg)) for arg, setting in _ARG_SETTINGS.items()
+                 if getattr(args, arg, None)}
+    os.environ.update(overrides)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "knowledge_store.server", command])
+    return 0  # not reached
 
-    settings = _settings(args)
-    scheme = "https" if settings.ssl_certfile else "http"
-    print(f"Groundwork API and console on {scheme}://{settings.server_host}:{settings.server_port} "
-          f"(OpenAPI /docs, MCP /mcp); data dir {settings.data_dir}", file=sys.stderr)
-    serve(settings, announce=lambda line: print(line, file=sys.stderr, flush=True))
-    return 0
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    return _launch_server(args, "serve")
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from knowledge_store.server.mcp_server import run_stdio
-
-    run_stdio(_settings(args))
-    return 0
+    return _launch_server(args, "mcp")
 
 
 def cmd_sample_corpus(args: argparse.Namespace) -> int:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import dagster as dg
 
 from knowledge_store.config.settings import Settings
+from knowledge_store.core.progress import install_terminal_progress
 from pipelines.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, NOTEBOOK_ASSETS, EvaluationResource
 from pipelines.finetuning import FINETUNE_JOB_NAME, FINETUNING_ASSETS, FINETUNING_CHECKS, build_finetune_sensor
 from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
@@ -105,5 +108,9 @@ def build_definitions(
         executor=dg.in_process_executor,
     )
 
+
+if os.environ.get("GROUNDWORK_TERMINAL_PROGRESS"):
+    # `groundwork ingest` / `groundwork sync` run the job in a process of their own: it shows each stage's counts
+    install_terminal_progress()
 
 defs = build_definitions()

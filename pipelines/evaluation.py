@@ -6,7 +6,7 @@ Results are appended to ``<data_dir>/eval/results.duckdb`` (tables
 ``eval_runs`` and, long-form, ``eval_metrics``), the scorecard (the latest run
 per dataset and configuration) is shown in the asset's metadata as a markdown
 table and a plot; ``feedback_eval`` and ``query_log_drift`` append their
-figures there too (``knowledge_store.storage.eval_results`` owns the tables; the console's
+figures there too (``knowledge_store.evaluation.results_store`` owns the tables; the console's
 Evaluation page reads them).  Which metrics, their labels, order and direction
 come from ``knowledge_store.evaluation.metrics.METRICS``.  The regression check next to the
 scorecard fails when a gated metric (``MetricSpec.gated``: Recall@5) of any
@@ -26,11 +26,11 @@ import dagster as dg
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import ConfigError
+from knowledge_store.evaluation import results_store
 from knowledge_store.evaluation.metrics import METRICS, PRIMARY_METRIC, check_metric_value, metric_label, metric_spec
 from knowledge_store.evaluation.retrieval_eval import EvalConfig
-from knowledge_store.learning.tuning import effective_question_alpha
 from knowledge_store.retrieval.fusion import FUSION_MODES
-from knowledge_store.storage import eval_results as results_store
+from knowledge_store.retrieval.ranking_defaults import effective_question_alpha
 from knowledge_store.storage.store import utcnow
 from pipelines.metadata import markdown_table
 from pipelines.resources import RetrievalResource

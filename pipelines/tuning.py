@@ -24,22 +24,12 @@ import io
 import dagster as dg
 
 from knowledge_store.core.errors import IndexNotBuiltError
-from knowledge_store.learning.tuning import (
-    PSEUDO_QUERY_KINDS,
-    TunedConfig,
-    TuningError,
-    load_tuned,
-    ranking_sources,
-    tune_corpus,
-    tuned_path,
-)
+from knowledge_store.learning.adapter_training import adapt_corpus
+from knowledge_store.learning.tuning import PSEUDO_QUERY_KINDS, TuningError, tune_corpus
 from knowledge_store.retrieval.fusion import FUSION_MODES
-from knowledge_store.retrieval.query_adapter import (
-    QueryAdapterError,
-    adapt_corpus,
-    adapter_path,
-    read_adapter,
-)
+from knowledge_store.retrieval.query_adapter import QueryAdapterError, adapter_path, read_adapter
+from knowledge_store.retrieval.ranking_defaults import ranking_sources
+from knowledge_store.storage.tuned import TunedConfig, load_tuned, tuned_path
 from pipelines.ingestion import search_index
 from pipelines.metadata import markdown_table
 from pipelines.resources import EmbeddingModelResource, RetrievalResource

@@ -2,7 +2,7 @@
 
 For every *train* query the default ranking's top five passages are rated as a careful user
 would (up when the passage's document is relevant, down otherwise) - the same simulation as
-``research.feedback_sim``.  ``knowledge_store.retrieval.query_adapter.train_query_adapter`` learns
+``research.feedback_sim``.  ``knowledge_store.learning.adapter_training.train_query_adapter`` learns
 from those thumbs alone (its own held-out check decides whether to adopt), then the unseen *test*
 queries are ranked by ``rank_rows`` (the engine's function, feedback step included) with and
 without the adapter.  A second source of gold is measured beside it: the train split's labels
@@ -33,24 +33,15 @@ from pathlib import Path
 import numpy as np
 
 from knowledge_store.config.settings import Settings
+from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.evaluation.beir import BeirDataset
-from knowledge_store.evaluation.metrics import ndcg_at_k, recall_at_k
-from knowledge_store.retrieval.evidence import (
-    RankingParams,
-    gather_evidence,
-    rank_rows,
-    served_steps,
-)
+from knowledge_store.learning.adapter_training import L2_GRID, fit_adapter, rated_queries, train_query_adapter
+from knowledge_store.retrieval.evidence import gather_evidence, rank_rows, served_steps
 from knowledge_store.retrieval.fusion import Fused
-from knowledge_store.retrieval.query_adapter import (
-    L2_GRID,
-    QueryAdapter,
-    fit_adapter,
-    rated_queries,
-    train_query_adapter,
-)
+from knowledge_store.retrieval.query_adapter import QueryAdapter
 from knowledge_store.retrieval.query_form import alpha_for
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
+from knowledge_store.storage.tuned import RankingParams
 from research.dev_store import DATASETS, open_dev_store
 from research.ranking_sweep import embed_queries
 

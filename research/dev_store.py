@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from knowledge_store.config.settings import Settings
+from knowledge_store.core.metrics import dedupe_ranking, ndcg_at_k, recall_at_k
 from knowledge_store.evaluation.beir import BeirDataset, beir_settings, load_beir
-from knowledge_store.evaluation.metrics import dedupe_ranking, ndcg_at_k, recall_at_k
-from knowledge_store.retrieval.evidence import RankingParams
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, load_snapshot
+from knowledge_store.storage.tuned import RankingParams
 from research.ranking_sweep import doc_beir_ids
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,8 +58,8 @@ class DevStore:
 
 def open_dev_store(spec: str) -> DevStore:
     """``scifact``, ``debian``, ``scifact:train`` ...: the set's split, its store's snapshot and a loaded query embedder."""
-    from knowledge_store.learning.tuning import builtin_ranking
     from knowledge_store.models.embeddings import query_embedder
+    from knowledge_store.retrieval.ranking_defaults import builtin_ranking
 
     name, _, split = spec.partition(":")
     folder, default_split = DATASETS[name]

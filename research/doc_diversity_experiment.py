@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.evaluation.metrics import ndcg_at_k, recall_at_k
+from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
 from research.adapter_eval import ranked_pool
 from research.dev_store import open_dev_store
 from research.ranking_sweep import embed_queries

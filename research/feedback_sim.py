@@ -26,8 +26,8 @@ import json
 import sys
 from pathlib import Path
 
+from knowledge_store.core.metrics import recall_at_k
 from knowledge_store.evaluation.beir import BeirDataset, load_beir
-from knowledge_store.evaluation.metrics import recall_at_k
 from knowledge_store.evaluation.retrieval_eval import open_engine
 
 
@@ -55,7 +55,8 @@ def recall5(engine, ds: BeirDataset, doc_map: dict[str, str], reranker: str) -> 
 
 def feedback_tuning(folder: Path, engine, feedback: list[dict], test: BeirDataset) -> dict:
     """Self-tune with and without the simulated thumbs as gold; score each choice on the test queries."""
-    from knowledge_store.learning.tuning import builtin_ranking, tune_snapshot
+    from knowledge_store.learning.tuning import tune_snapshot
+    from knowledge_store.retrieval.ranking_defaults import builtin_ranking
     from knowledge_store.retrieval.snapshot_reader import load_snapshot
     from research.ranking_sweep import embed_queries, real_label_sweep
 

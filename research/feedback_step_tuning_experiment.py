@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.evaluation.metrics import ndcg_at_k
+from knowledge_store.core.metrics import ndcg_at_k
 from knowledge_store.learning.tuning import (
     _TermCounter,
     build_pseudo_queries,

@@ -19,13 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.learning.tuning import (
-    build_pseudo_queries,
-    builtin_ranking,
-    default_grid,
-    keep_decision,
-    score_grid,
-)
+from knowledge_store.learning.tuning import build_pseudo_queries, default_grid, keep_decision, score_grid
+from knowledge_store.retrieval.ranking_defaults import builtin_ranking
 from research.dev_store import open_dev_store
 
 RULES = {

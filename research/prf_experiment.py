@@ -23,10 +23,9 @@ from collections.abc import Callable
 import numpy as np
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.evaluation.metrics import ndcg_at_k, recall_at_k
+from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.retrieval.evidence import (
     QueryEvidence,
-    RankingParams,
     VectorFeedback,
     first_document_rows,
     gather_evidence,
@@ -34,6 +33,7 @@ from knowledge_store.retrieval.evidence import (
     rank_rows,
 )
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
+from knowledge_store.storage.tuned import RankingParams
 from research.dev_store import DATASETS, open_dev_store
 from research.ranking_sweep import embed_queries
 
@@ -106,7 +106,7 @@ def run(name: str, params: RankingParams) -> dict[str, tuple[float, float]]:
 
 
 def main(argv: list[str]) -> int:
-    from knowledge_store.learning.tuning import builtin_ranking
+    from knowledge_store.retrieval.ranking_defaults import builtin_ranking
 
     params = builtin_ranking(Settings())
     for name in argv or list(DATASETS):

@@ -19,9 +19,10 @@ import time
 import numpy as np
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.evaluation.metrics import ndcg_at_k, recall_at_k
+from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
+from knowledge_store.learning.adapter_training import fit_matrix
 from knowledge_store.learning.tuning import _header_without, build_pseudo_queries
-from knowledge_store.retrieval.query_adapter import QueryAdapter, fit_matrix
+from knowledge_store.retrieval.query_adapter import QueryAdapter
 from research.adapter_eval import ranked_rows
 from research.dev_store import DATASETS, open_dev_store
 from research.ranking_sweep import embed_queries

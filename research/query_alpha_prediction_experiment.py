@@ -22,12 +22,8 @@ from dataclasses import replace
 import numpy as np
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.evaluation.metrics import ndcg_at_k, recall_at_k
-from knowledge_store.retrieval.evidence import (
-    gather_evidence,
-    rank_rows,
-    served_steps,
-)
+from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
+from knowledge_store.retrieval.evidence import gather_evidence, rank_rows, served_steps
 from knowledge_store.retrieval.query_form import is_question
 from research.dev_store import open_dev_store
 from research.ranking_sweep import embed_queries

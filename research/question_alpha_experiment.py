@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.evaluation.metrics import ndcg_at_k, recall_at_k
-from knowledge_store.retrieval.evidence import RankingParams, gather_evidence, rank_rows, vector_feedback_for
+from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
+from knowledge_store.retrieval.evidence import gather_evidence, rank_rows, vector_feedback_for
 from knowledge_store.retrieval.query_form import is_question
+from knowledge_store.storage.tuned import RankingParams
 from research.dev_store import open_dev_store
 from research.ranking_sweep import embed_queries
 

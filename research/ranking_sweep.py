@@ -30,16 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
+from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.evaluation.beir import BeirDataset, beir_settings, chunk_to_beir_id, load_beir
-from knowledge_store.evaluation.metrics import ndcg_at_k, recall_at_k
-from knowledge_store.retrieval.evidence import (
-    RankingParams,
-    gather_evidence,
-    rank_rows,
-    served_steps,
-)
+from knowledge_store.retrieval.evidence import gather_evidence, rank_rows, served_steps
 from knowledge_store.retrieval.query_form import alpha_for
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, load_snapshot
+from knowledge_store.storage.tuned import RankingParams
 
 
 def doc_beir_ids(snapshot: LoadedSnapshot) -> list[str]:

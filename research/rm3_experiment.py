@@ -16,7 +16,7 @@ from collections import Counter
 import numpy as np
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.evaluation.metrics import ndcg_at_k, recall_at_k
+from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.learning.tuning import _TermCounter
 from knowledge_store.retrieval.evidence import (
     QueryEvidence,

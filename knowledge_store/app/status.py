@@ -162,8 +162,9 @@ def chunk_vector_status(settings: Settings, index_dir) -> dict[str, object]:
 def ranking_status(settings: Settings) -> dict[str, object]:
     """What ranks this corpus's queries beyond the built-in defaults: the self-tuned choice and the query
     adapter learned from feedback (each None when there is none; a damaged adapter file reports its error)."""
-    from knowledge_store.learning.tuning import effective_question_alpha, effective_ranking, load_tuned
     from knowledge_store.retrieval.query_adapter import QueryAdapterError, adapter_path, read_adapter
+    from knowledge_store.retrieval.ranking_defaults import effective_question_alpha, effective_ranking
+    from knowledge_store.storage.tuned import load_tuned
 
     tuned = load_tuned(settings.index_dir)
     adapter: dict[str, object] | None = None

@@ -63,6 +63,15 @@ EMBEDDER_REGISTRY: dict[str, EmbedderSpec] = {
 }
 EMBEDDING_MODELS = Vocabulary("embedding_model", EMBEDDER_REGISTRY)
 
+# Document quantisations (issue 12) and the recipe tag each adds to the model id: int8 vectors are
+# not the fp32 ones (cosine ~0.998), so they are cached under their own id and never mixed.
+# Changing a recipe must change its tag.  "onnx-int8-dyn-pc2": dynamic int8 (per-channel weights,
+# activations quantised per call) for every weight MatMul except each layer's feed-forward output
+# projection, whose post-GELU inputs have the outliers int8 handles worst (kept fp32).
+QUANTIZATION_RECIPES = {"none": "", "int8": "onnx-int8-dyn-pc2"}
+# the embedding backends (settings document_encoder / query_encoder): name -> what runs the model
+EMBEDDING_BACKENDS = {"onnx": "ONNX Runtime, exported once from the local weights", "torch": "sentence-transformers"}
+
 
 @dataclass(frozen=True)
 class ModelFacts:

@@ -15,18 +15,32 @@ from typing import Annotated
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from knowledge_store.config.embedding_models import EMBEDDING_MODELS, resolve_model
+from knowledge_store.config.embedding_models import (
+    EMBEDDING_BACKENDS,
+    EMBEDDING_MODELS,
+    QUANTIZATION_RECIPES,
+    resolve_model,
+)
 from knowledge_store.core.entities import EntityVocabulary, vocabulary_from_json
 from knowledge_store.core.errors import ConfigError
 from knowledge_store.core.revisions import DEFAULT_FAMILY_ID_PATTERN
-from knowledge_store.retrieval.fusion import FUSION_MODES
-from knowledge_store.retrieval.reranker_registry import RERANKERS
+from knowledge_store.core.vocabulary import Vocabulary
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 # a model reads at most its window of word-pieces *including* [CLS] and [SEP] (256 for all-MiniLM-L6-v2):
 # anything a chunk carries past window - 2 content tokens is invisible to its vector
 SPECIAL_TOKENS = 2
+
+
+# setting -> the vocabulary its values must belong to, registered by the layer that implements the names
+# (retrieval: fusion modes, rerankers): configuration does not import the code its values choose
+REGISTERED_VOCABULARIES: dict[str, Vocabulary] = {}
+
+
+def register_vocabulary(setting: str, vocabulary: Vocabulary) -> None:
+    """Check ``setting``'s values against ``vocabulary`` from now on (a live view: names added later count)."""
+    REGISTERED_VOCABULARIES[setting] = vocabulary
 
 
 class Settings(BaseSettings):
@@ -102,7 +116,8 @@ class Settings(BaseSettings):
     default_k: int = Field(5, ge=1, le=100, description="Passages returned when a query does not say.")
     default_alpha: float = Field(0.7, ge=0, le=1, description="Fusion weight: 0 = pure BM25, 1 = pure vector. 0.7 with section_weight 1 and lead_weight 0.6 is within 0.01 nDCG@10 of the best alpha on SciFact and on the Debian documentation set (docs/EVALUATION.md); `groundwork tune` picks per corpus.")
     question_alpha: float | None = Field(0.8, ge=0, le=1, description="Fusion weight of questions (a query ending in '?' or opening with how/what/why/which/...) that do not set alpha: a question paraphrases its answer, so the vector side weighs more. Chosen on the train splits of both documentation dev sets (0.8 best on Perl, within 0.001 of the best on Debian; SciFact's claims peak at 0.6-0.7; docs/EVALUATION.md, 2026-11-26). Unset (GROUNDWORK_QUESTION_ALPHA=null): questions use default_alpha. When default_alpha is pinned (environment or console) and this is not, questions follow it.")
-    default_fusion: str = Field("weighted", description="Fusion mode: " + "; ".join(f"{k}: {v}" for k, v in FUSION_MODES.items()) + ".")
+    default_fusion: str = Field("weighted", description="Fusion mode of queries that do not name one (the fusion "
+                                "modes: `groundwork query --help`, GET /api/knowledge/config fusion_modes).")
     section_weight: float = Field(1.0, ge=0, le=1, description="Share of a chunk's BM25 evidence that is its whole section's BM25 (0 = the chunk alone). See docs/EVALUATION.md.")
     lead_weight: float = Field(0.6, ge=0, le=1, description="Share of a chunk's vector evidence that is its section's first chunk's cosine (0 = the chunk alone).")
     entity_boost: float = Field(0.75, ge=0, le=10, description="A query naming an entity (SOP-42, ASSET-104, API 510): "
@@ -120,7 +135,8 @@ class Settings(BaseSettings):
     adapter_retrain_votes: int = Field(50, ge=1, description="The Dagster sensor `feedback_grew` requests a `tune` run (ranking and query adapter) once this many new thumbs-up have been given since its last request.")
     rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
     candidate_pool: int = Field(100, ge=10, le=2000, description="Top hits taken from each of BM25 and vector before fusion.")
-    default_reranker: str = Field("none", description="Reranker of queries that do not name one: " + RERANKERS.described()
+    default_reranker: str = Field("none", description="Reranker of queries that do not name one (the rerankers: "
+                                  "`groundwork query --help`, GET /api/knowledge/config rerankers)"
                                   + ". A value set in the console applies when this is not set explicitly.")
     reranker_timeout_s: float = Field(3.0, gt=0, description="A reranker slower than this falls back to the fused order.")
     min_relevance: float = Field(0.35, ge=0, le=1, description="Best relevance under this = 'no relevant content found'.")
@@ -271,15 +287,14 @@ class Settings(BaseSettings):
     @field_validator("default_fusion", "default_reranker")
     @classmethod
     def _in_vocabulary(cls, value: str, info: ValidationInfo) -> str:
-        # the registries (retrieval/fusion.py, retrieval/reranker_registry.py) are read now, not copied at import
-        return {"default_fusion": FUSION_MODES, "default_reranker": RERANKERS}[info.field_name].check(value)
+        # the registries live with their implementations (retrieval/fusion.py, retrieval/reranker_registry.py),
+        # which register them here when they are imported; the engine checks again when it is built
+        vocabulary = REGISTERED_VOCABULARIES.get(info.field_name)
+        return vocabulary.check(value) if vocabulary is not None else value
 
     @field_validator("document_encoder", "query_encoder", "document_quantization")
     @classmethod
     def _known_embedding_option(cls, value: str, info: ValidationInfo) -> str:
-        # imported here: embeddings.py imports this module (its vocabularies live beside the code using them)
-        from knowledge_store.models.embeddings import EMBEDDING_BACKENDS, QUANTIZATION_RECIPES
-
         known = QUANTIZATION_RECIPES if info.field_name == "document_quantization" else EMBEDDING_BACKENDS
         if value not in known:
             raise ValueError(f"must be one of {', '.join(known)} (got {value!r})")

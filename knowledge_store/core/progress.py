@@ -150,6 +150,14 @@ class TerminalSink:
             del self._bars[stage]
 
 
+def install_terminal_progress(stream: TextIO | None = None, interval_s: float = 10.0) -> TerminalSink:
+    """A terminal sink for every stage run in this process from now on (a process started to run one job)."""
+    sink = TerminalSink(stream, interval_s)
+    with _GLOBAL_LOCK:
+        _GLOBAL_SINKS.append(sink)
+    return sink
+
+
 @contextlib.contextmanager
 def terminal_progress(stream: TextIO | None = None, interval_s: float = 10.0) -> Iterator[TerminalSink]:
     """Install a terminal sink for every stage run in this process while the block runs (the CLI's)."""

@@ -26,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from knowledge_store.core.metrics import aggregate
 from knowledge_store.evaluation.beir import BeirDataset, load_beir
-from knowledge_store.evaluation.metrics import aggregate, score_query
+from knowledge_store.evaluation.metrics import score_query
 
 POOL = 100
 

@@ -6,7 +6,7 @@ No model, no network.  Method:
    entry's ``text`` and ``citations``; any ``[n]`` markers left inside the text
    are read and stripped).  A plain string is cut at runs of citation markers
    (``[1]``, ``[2][3]``, ``[1, 2]``, with any punctuation right after them) and
-   then at sentence boundaries (``chunking.split_sentences``); a run of markers
+   then at sentence boundaries (``text.sentence_spans``); a run of markers
    belongs to the sentence just before it, so both ``Claim. [1]`` (our
    extractive style) and ``Claim [1].`` (the usual LLM style) work, and in
    ``A. B. [1]`` only ``B`` cites [1] — ``A`` counts as uncited.  An answer that
@@ -53,7 +53,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from knowledge_store.ingest.chunking import split_sentences
+from knowledge_store.core.text import sentence_spans
 from knowledge_store.retrieval.answer import NO_ANSWER, Answer
 from knowledge_store.retrieval.snippets import ELLIPSIS, collapse_ws
 from knowledge_store.retrieval.terms import normalize, query_terms, term_spans
@@ -146,7 +146,7 @@ def _split_text(text: str) -> list[tuple[str, list[int]]]:
     out: list[tuple[str, list[int]]] = []
 
     def add(chunk: str, markers: list[int]) -> None:
-        spans = split_sentences(chunk)
+        spans = sentence_spans(chunk)
         pieces = [chunk[s:e] for s, e in spans if _strip_markers(chunk[s:e])]
         for i, piece in enumerate(pieces):
             out.append((_strip_markers(piece), markers if i == len(pieces) - 1 else []))

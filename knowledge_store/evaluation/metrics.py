@@ -33,74 +33,20 @@ import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 from knowledge_store.core.errors import GroundworkError
+from knowledge_store.core.metrics import (
+    DEFAULT_KS,
+    Relevant,
+    mrr_at_k,
+    ndcg_at_k,
+    precision_at_k,
+    recall_at_k,
+)
 
 if TYPE_CHECKING:
     from knowledge_store.retrieval.answer import Answer
-
-Relevant = Union[Mapping[str, float], Iterable[str]]
-
-DEFAULT_KS = (1, 3, 5, 10, 100)
-
-
-def _grades(relevant: Relevant) -> dict[str, float]:
-    if isinstance(relevant, Mapping):
-        return {str(doc_id): float(grade) for doc_id, grade in relevant.items() if grade > 0}
-    return {str(doc_id): 1.0 for doc_id in relevant}
-
-
-def _top(ranked: Sequence[str], k: int) -> list[str]:
-    """The first ``k`` ids as strings, the form ``_grades`` keys them by."""
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    if len(set(ranked)) != len(ranked):
-        raise ValueError("ranked contains repeated doc ids; pass it through dedupe_ranking first")
-    return [str(doc_id) for doc_id in ranked[:k]]
-
-
-def recall_at_k(ranked: Sequence[str], relevant: Relevant, k: int) -> float:
-    """Share of the relevant documents found in the top k."""
-    top = _top(ranked, k)
-    grades = _grades(relevant)
-    if not grades:
-        return 0.0
-    return sum(1 for doc_id in top if doc_id in grades) / len(grades)
-
-
-def precision_at_k(ranked: Sequence[str], relevant: Relevant, k: int) -> float:
-    """Relevant documents in the top k, divided by k."""
-    top = _top(ranked, k)
-    grades = _grades(relevant)
-    if not grades:
-        return 0.0
-    return sum(1 for doc_id in top if doc_id in grades) / k
-
-
-def dcg(gains: Iterable[float]) -> float:
-    """Sum of gain / log2(rank + 1), ranks from 1."""
-    return sum(gain / math.log2(rank + 1) for rank, gain in enumerate(gains, start=1))
-
-
-def ndcg_at_k(ranked: Sequence[str], relevant: Relevant, k: int) -> float:
-    """Graded nDCG@k: DCG of the top k over the DCG of the ideal top k from the qrels."""
-    top = _top(ranked, k)
-    grades = _grades(relevant)
-    if not grades:
-        return 0.0
-    ideal = dcg(sorted(grades.values(), reverse=True)[:k])
-    return dcg(grades.get(doc_id, 0.0) for doc_id in top) / ideal
-
-
-def mrr_at_k(ranked: Sequence[str], relevant: Relevant, k: int) -> float:
-    """Reciprocal rank of the first relevant document in the top k, else 0."""
-    top = _top(ranked, k)
-    grades = _grades(relevant)
-    for rank, doc_id in enumerate(top, start=1):
-        if doc_id in grades:
-            return 1.0 / rank
-    return 0.0
 
 
 def score_query(ranked: Sequence[str], relevant: Relevant, ks: Iterable[int] = DEFAULT_KS) -> dict[str, float]:
@@ -110,44 +56,6 @@ def score_query(ranked: Sequence[str], relevant: Relevant, ks: Iterable[int] = D
         for family, (_, function, _) in RANKING_FAMILIES.items():
             scores[f"{family}@{k}"] = function(ranked, relevant, k)
     return scores
-
-
-def aggregate(per_query: list[dict]) -> dict[str, float]:
-    """Mean of every numeric key over the queries (non-numeric values such as a
-    query id are ignored).  Empty input gives ``{}``; a numeric key missing from
-    some queries raises ValueError rather than averaging over a subset."""
-    if not per_query:
-        return {}
-    keys: list[str] = []
-    for row in per_query:
-        for key, value in row.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in keys:
-                keys.append(key)
-    means: dict[str, float] = {}
-    for key in keys:
-        values = []
-        for index, row in enumerate(per_query):
-            value = row.get(key)
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise ValueError(f"query #{index} has no numeric {key!r}")
-            values.append(float(value))
-        means[key] = math.fsum(values) / len(values)
-    return means
-
-
-def dedupe_ranking(chunk_doc_ids: Iterable[str]) -> list[str]:
-    """Ranked chunks' doc ids -> ranked unique doc ids.
-
-    The first occurrence wins, so a document ranks where its best chunk ranks
-    (max-score aggregation over its chunks).
-    """
-    seen: set[str] = set()
-    ranking: list[str] = []
-    for doc_id in chunk_doc_ids:
-        if doc_id not in seen:
-            seen.add(doc_id)
-            ranking.append(doc_id)
-    return ranking
 
 
 # ------------------------------------------------------------------ the metric registry

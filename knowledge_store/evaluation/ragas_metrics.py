@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from knowledge_store.evaluation.metrics import dedupe_ranking
+from knowledge_store.core.metrics import dedupe_ranking
 
 __all__ = ["ragas_recall_at_k", "ragas_recall_batch"]
 

@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from knowledge_store.core.metrics import dedupe_ranking
 from knowledge_store.evaluation.beir import BeirDataset, beir_ids_by_doc_id, beir_settings, ingest_beir, load_beir
-from knowledge_store.evaluation.metrics import QueryOutcome, dedupe_ranking, metric_order, score_outcomes
+from knowledge_store.evaluation.metrics import QueryOutcome, metric_order, score_outcomes
 from knowledge_store.models.embeddings import Embedder
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.reranker_registry import RERANKERS

@@ -22,20 +22,13 @@ Why this shape:
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 
+from knowledge_store.core.text import sentence_spans, trim_span
 from knowledge_store.ingest.documents import Block, ParsedDocument
 from knowledge_store.models.embeddings import TokenCounter
 
 SECTION_SEPARATOR = " > "
-_ABBREVIATIONS = {
-    "e.g.", "i.e.", "etc.", "vs.", "fig.", "figs.", "eq.", "no.", "dr.", "mr.", "mrs.", "ms.",
-    "prof.", "sec.", "ch.", "vol.", "approx.", "cf.", "al.", "st.", "inc.", "ltd.", "jr.", "sr.",
-}
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|\n\s*\n")
-
-
 @dataclass(frozen=True)
 class ChunkingConfig:
     size_tokens: int = 200
@@ -84,33 +77,6 @@ class ChunkDraft:
         return hashlib.sha256(self.embed_text.encode("utf-8")).hexdigest()
 
 
-def split_sentences(text: str) -> list[tuple[int, int]]:
-    """Character spans of the sentences in ``text`` (abbreviation-aware, offsets exact)."""
-    spans: list[tuple[int, int]] = []
-    start = 0
-    for match in _SENTENCE_END.finditer(text):
-        end = match.start()
-        candidate = text[start:end]
-        last_word = candidate.rsplit(None, 1)[-1].lower() if candidate.split() else ""
-        if last_word in _ABBREVIATIONS or re.fullmatch(r"[a-z]\.", last_word):
-            continue
-        if candidate.strip():
-            spans.append(trim_span(text, start, end))
-        start = match.end()
-    if text[start:].strip():
-        spans.append(trim_span(text, start, len(text)))
-    return spans
-
-
-def trim_span(text: str, start: int, end: int) -> tuple[int, int]:
-    """Shrink ``[start, end)`` past leading and trailing whitespace of ``text``."""
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end
-
-
 def _line_groups(text: str, counter: TokenCounter, budget: int) -> list[tuple[int, int]]:
     """Spans of consecutive whole lines, each within ``budget`` word-pieces when possible."""
     lines: list[tuple[int, int]] = []
@@ -147,7 +113,7 @@ def _units_for_block(block: Block, counter: TokenCounter, unit_budget: int) -> l
     elif block.kind == "heading":
         spans, prose = [(0, len(text))], False
     else:
-        spans, prose = split_sentences(text), True
+        spans, prose = sentence_spans(text), True
     pieces: list[tuple[int, int]] = []
     counts = counter.count_many([text[s:e] for s, e in spans])
     for (s, e), n in zip(spans, counts):

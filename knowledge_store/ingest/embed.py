@@ -18,9 +18,9 @@ import pyarrow as pa
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.progress import Sink, stage_progress
+from knowledge_store.core.text import sentences_to_embed
 from knowledge_store.ingest.sync_runs import add_counts
 from knowledge_store.models.embeddings import Embedder, bare_weight_of, embed_chunks
-from knowledge_store.retrieval.sentences import split_sentences
 from knowledge_store.storage.store import store_connection, transaction, utcnow
 
 
@@ -165,7 +165,7 @@ def missing_sentence_texts(settings: Settings, model_id: str, shard: int = 0, sh
 
 def sentence_table(embedder, part: list[tuple[str, str]]) -> pa.Table:
     """The sentence vectors of ``part`` ((content hash, text) pairs) as ``sentence_embeddings`` rows."""
-    split = [split_sentences(text) for _, text in part]
+    split = [sentences_to_embed(text) for _, text in part]
     flat = [sentence for sentences in split for sentence in sentences]
     vectors = np.asarray(embedder.embed(flat), dtype=np.float32).reshape(len(flat), embedder.dim)
     return pa.table({

@@ -50,18 +50,13 @@ import pyarrow as pa
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import GroundworkError, IndexNotBuiltError
+from knowledge_store.core.metrics import paired_gain
 from knowledge_store.core.progress import stage_progress
 from knowledge_store.ingest.embed import embed_missing
 from knowledge_store.ingest.publish import active_fingerprint, publish_index
 from knowledge_store.ingest.sync_runs import end_sync_run, start_sync_run
 from knowledge_store.learning.pairs import PairSet, TrainingPair, build_pairs
-from knowledge_store.learning.tuning import (
-    effective_question_alpha,
-    effective_ranking,
-    feedback_rows,
-    paired_gain,
-    score_grid,
-)
+from knowledge_store.learning.tuning import feedback_rows, score_grid
 from knowledge_store.models.embeddings import document_embedder, document_model_id, model_id_for, query_embedder
 from knowledge_store.models.serving import (
     HISTORY_KEPT,
@@ -73,6 +68,7 @@ from knowledge_store.models.serving import (
     serving_model_id,
     serving_model_path,
 )
+from knowledge_store.retrieval.ranking_defaults import effective_question_alpha, effective_ranking
 from knowledge_store.retrieval.sentences import sentence_index_from
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, load_snapshot
 from knowledge_store.storage.index import SnapshotInfo, build_snapshot, read_pointer, snapshot_file_name, write_pointer

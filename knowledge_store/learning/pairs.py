@@ -35,9 +35,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from knowledge_store.core.text import sentences_to_embed
 from knowledge_store.ingest.chunking import SECTION_SEPARATOR
 from knowledge_store.learning.tuning import PseudoQuery, build_pseudo_queries, stripped_embed_texts, target_rows
-from knowledge_store.retrieval.sentences import split_sentences
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 
 PAIR_KINDS = ("heading", "question", "title", "feedback", "first_sentence", "link")
@@ -94,7 +94,7 @@ def first_sentence_pairs(snapshot: LoadedSnapshot, embed_texts: list[str]) -> li
     for lead in sections.lead_row.tolist():
         if not snapshot.active[lead]:
             continue
-        sentences = split_sentences(texts[lead] or "")
+        sentences = sentences_to_embed(texts[lead] or "")
         if len(sentences) < 2:
             continue
         first, rest = sentences[0].strip(), " ".join(s.strip() for s in sentences[1:])

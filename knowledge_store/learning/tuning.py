@@ -34,15 +34,12 @@ the measured choice) but keeps a hand-set reranker, which tuning does not choose
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import re
-import threading
 import time
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -50,23 +47,18 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from knowledge_store.core.errors import GroundworkError
+from knowledge_store.core.metrics import ndcg_at_k, paired_gain, recall_at_k
 from knowledge_store.core.progress import stage_progress
-from knowledge_store.evaluation.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.ingest.chunking import SECTION_SEPARATOR
 from knowledge_store.models.embeddings import bare_weight_of, embed_chunks
 from knowledge_store.models.serving import model_path_for
-from knowledge_store.retrieval.evidence import (
-    QueryEvidence,
-    RankingParams,
-    gather_evidence,
-    rank_rows,
-    served_steps,
-)
+from knowledge_store.retrieval.evidence import QueryEvidence, gather_evidence, rank_rows, served_steps
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.query_form import alpha_for
+from knowledge_store.retrieval.ranking_defaults import builtin_ranking
 from knowledge_store.retrieval.snapshot_reader import _FTS_SPLIT, LoadedSnapshot, bm25_norm, bm25_term
+from knowledge_store.storage.tuned import RankingParams, TunedConfig, save_tuned
 
-TUNED_FILE = "tuned.json"
 PSEUDO_QUERY_KINDS = ("question", "heading", "title", "feedback")
 
 # the grid: every value here is tried with every other one, and with every fusion mode registered when
@@ -405,310 +397,6 @@ def summarise_grid(queries: list[PseudoQuery], grid: list[RankingParams], ndcg: 
     return rows
 
 
-# --------------------------------------------------------------------------- stored choice
-
-
-@dataclass
-class TunedConfig:
-    """The chosen ranking of one corpus and the evidence for it (``<index_dir>/tuned.json``)."""
-
-    params: RankingParams
-    created_at: str
-    snapshot_version: int
-    pseudo_queries: dict[str, int]
-    before: dict[str, Any]  # the built-in default's scores on the pseudo-queries
-    after: dict[str, Any]  # the chosen configuration's scores
-    table: list[dict[str, Any]]  # every grid point, best first
-    seconds: float
-    # why the choice was made: the best point's paired nDCG@10 gain over the built-in, its standard error,
-    # the gain required and whether it was adopted (``keep_decision``); None in files written before 2026-11-25
-    decision: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["params"] = self.params.to_dict()
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TunedConfig":
-        return cls(**{**data, "params": RankingParams(**data["params"])})
-
-
-def tuned_path(index_dir: Path) -> Path:
-    return Path(index_dir) / TUNED_FILE
-
-
-# the ranking values the console may set by hand (tuning chooses alpha and fusion; nothing chooses the reranker)
-MANUAL_FIELDS = ("alpha", "fusion", "reranker")
-# what ``groundwork tune`` decides: a new tuning run replaces hand-set values of these
-TUNED_FIELDS = ("alpha", "fusion", "section_weight", "lead_weight")
-_MANUAL_KEY = "manual"
-
-
-class InvalidRankingError(GroundworkError):
-    """A ranking value that cannot be stored as a corpus default; names the field and the value."""
-
-    def __init__(self, field: str, value: object, reason: str) -> None:
-        self.field = field
-        self.value = value
-        super().__init__(f"{field}={value!r}: {reason}")
-
-
-@dataclass(frozen=True)
-class ManualRanking:
-    """Ranking defaults set by hand for this corpus (the console's Settings page, ``PUT /api/knowledge/ranking``).
-
-    Kept in ``tuned.json`` under ``manual`` beside the tuning evidence, so every reader of the
-    corpus's ranking (engine, CLI, MCP, ``/api/knowledge/config``) sees it without a restart."""
-
-    values: dict[str, Any]  # a subset of MANUAL_FIELDS
-    updated_at: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.values, "updated_at": self.updated_at}
-
-
-def check_manual_value(field_name: str, value: object) -> object:
-    """The value as stored, or InvalidRankingError: the vocabulary is the settings' own (fusion modes, rerankers)."""
-    from knowledge_store.retrieval.reranker_registry import RERANKERS
-
-    if field_name == "alpha":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-            raise InvalidRankingError("alpha", value, "must be a number from 0 (pure BM25) to 1 (pure vector)")
-        return float(value)
-    if field_name == "fusion":
-        if value not in FUSION_MODES:
-            raise InvalidRankingError("fusion", value, FUSION_MODES.one_of())
-        return value
-    if field_name == "reranker":
-        if value not in RERANKERS:
-            raise InvalidRankingError("reranker", value, RERANKERS.one_of())
-        return value
-    raise InvalidRankingError(field_name, value, f"not a ranking value the console sets; known: {', '.join(MANUAL_FIELDS)}")
-
-
-_TUNED_CACHE: dict[str, tuple[tuple[int, int, int], TunedConfig | None, ManualRanking | None]] = {}
-_WRITE_LOCK = threading.Lock()
-
-
-def _parse_file(path: Path, data: object) -> tuple[TunedConfig | None, ManualRanking | None]:
-    """The tuning part and the hand-set part of ``tuned.json``; either may be absent, a damaged part is ignored."""
-    import logging
-
-    if not isinstance(data, dict):
-        logging.getLogger(__name__).warning("ignoring %s: not a JSON object", path)
-        return None, None
-    tuned = manual = None
-    if "params" in data:
-        try:
-            tuned = TunedConfig.from_dict({k: v for k, v in data.items() if k != _MANUAL_KEY})
-        except (ValueError, TypeError, KeyError) as error:
-            logging.getLogger(__name__).warning("ignoring the tuning in %s: %s", path, error)
-    block = data.get(_MANUAL_KEY)
-    if block is not None:
-        try:
-            if not isinstance(block, dict):
-                raise TypeError("manual is not an object")
-            values = {k: check_manual_value(k, v) for k, v in block.items() if k != "updated_at"}
-            manual = ManualRanking(values, str(block.get("updated_at") or "")) if values else None
-        except (InvalidRankingError, TypeError) as error:
-            logging.getLogger(__name__).warning("ignoring the hand-set ranking in %s: %s", path, error)
-    return tuned, manual
-
-
-def _load(index_dir: Path) -> tuple[TunedConfig | None, ManualRanking | None]:
-    """Both parts of the file, re-read only when it changes (mtime, size or inode: every save is a new file)."""
-    path = tuned_path(index_dir)
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return None, None
-    stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
-    cached = _TUNED_CACHE.get(str(path))
-    if cached is not None and cached[0] == stamp:
-        return cached[1], cached[2]
-    try:
-        tuned, manual = _parse_file(path, json.loads(path.read_text()))
-    except (OSError, ValueError) as error:
-        import logging
-
-        logging.getLogger(__name__).warning("ignoring %s: %s", path, error)
-        tuned, manual = None, None
-    _TUNED_CACHE[str(path)] = (stamp, tuned, manual)
-    return tuned, manual
-
-
-def _write(path: Path, data: dict[str, Any] | None) -> None:
-    """Replace the file atomically (``None`` removes it); readers see the old or the new file, never half."""
-    if data is None:
-        path.unlink(missing_ok=True)
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{TUNED_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
-        with open(tmp, "w") as handle:
-            json.dump(data, handle, indent=2)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    _TUNED_CACHE.pop(str(path), None)
-
-
-@contextmanager
-def _file_lock(index_dir: Path):
-    """One read-modify-write of ``tuned.json`` at a time: threads of this process and other processes
-    (a ``groundwork tune`` while the console saves) take turns on ``.tuned.lock``."""
-    import fcntl
-
-    lock_path = Path(index_dir) / f".{TUNED_FILE}.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with _WRITE_LOCK, open(lock_path, "a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
-def _raw(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def save_tuned(index_dir: Path, tuned: TunedConfig) -> Path:
-    """Store a tuning run's choice.  Hand-set values of what tuning chooses give way to it; a hand-set
-    reranker (which tuning does not choose) is kept."""
-    path = tuned_path(index_dir)
-    with _file_lock(index_dir):
-        _, manual = _parse_file(path, _raw(path)) if path.exists() else (None, None)
-        data = tuned.to_dict()
-        kept = {k: v for k, v in (manual.values if manual else {}).items() if k not in TUNED_FIELDS}
-        if kept:
-            data[_MANUAL_KEY] = {**kept, "updated_at": manual.updated_at}
-        _write(path, data)
-    return path
-
-
-def save_manual(index_dir: Path, changes: dict[str, Any]) -> ManualRanking | None:
-    """Set (a value) or forget (``None``) hand-set ranking defaults; the tuning evidence stays as it was.
-
-    Returns what is stored now (None when nothing is hand-set any more)."""
-    checked = {k: (None if v is None else check_manual_value(k, v)) for k, v in changes.items()}
-    path = tuned_path(index_dir)
-    with _file_lock(index_dir):
-        data = _raw(path)
-        _, manual = _parse_file(path, data) if data else (None, None)
-        values = dict(manual.values) if manual else {}
-        for key, value in checked.items():
-            if value is None:
-                values.pop(key, None)
-            else:
-                values[key] = value
-        stored = ManualRanking(values, datetime.now(timezone.utc).isoformat(timespec="seconds")) if values else None
-        data.pop(_MANUAL_KEY, None)
-        if stored is not None:
-            data[_MANUAL_KEY] = stored.to_dict()
-        _write(path, data or None)
-    return stored
-
-
-def reset_ranking(index_dir: Path) -> bool:
-    """Forget the tuned and the hand-set ranking (``groundwork tune --reset``); True when there was a file."""
-    path = tuned_path(index_dir)
-    with _file_lock(index_dir):
-        existed = path.exists()
-        _write(path, None)
-    return existed
-
-
-def load_tuned(index_dir: Path) -> TunedConfig | None:
-    """The stored tuning run, or None; re-read only when the file changes. A damaged file is ignored (and says so)."""
-    return _load(index_dir)[0]
-
-
-def load_manual(index_dir: Path) -> ManualRanking | None:
-    """The hand-set ranking defaults, or None."""
-    return _load(index_dir)[1]
-
-
-def builtin_ranking(settings) -> RankingParams:
-    return RankingParams(settings.default_alpha, settings.default_fusion, settings.section_weight, settings.lead_weight)
-
-
-_RANKING_FIELDS = {"alpha": "default_alpha", "fusion": "default_fusion", "section_weight": "section_weight",
-                   "lead_weight": "lead_weight"}
-# the environment variable that pins each value (explicit settings win over the file)
-RANKING_SETTINGS = {**_RANKING_FIELDS, "reranker": "default_reranker"}
-
-
-def _source(settings, name: str, tuned: TunedConfig | None, manual: ManualRanking | None) -> str:
-    """Where the effective value of ``name`` comes from: setting > console > tuned > default."""
-    if RANKING_SETTINGS[name] in settings.model_fields_set:
-        return "setting"
-    if not settings.use_tuned_ranking:
-        return "default"
-    if manual is not None and name in manual.values:
-        return "console"
-    if tuned is not None and name in TUNED_FIELDS:
-        return "tuned"
-    return "default"
-
-
-def effective_ranking(settings, index_dir: Path) -> RankingParams:
-    """Explicit settings > values set in the console > the corpus's tuned choice > built-in defaults, field by field."""
-    builtin = builtin_ranking(settings)
-    tuned, manual = _load(index_dir)
-    values = {}
-    for name in _RANKING_FIELDS:
-        source = _source(settings, name, tuned, manual)
-        values[name] = (manual.values[name] if source == "console" else
-                        getattr(tuned.params, name) if source == "tuned" else getattr(builtin, name))
-    return RankingParams(**values)
-
-
-def ranking_sources(settings, index_dir: Path) -> dict[str, str]:
-    """Where each effective ranking value came from: "setting", "console", "tuned" or "default"
-    (``question_alpha`` included, see ``effective_question_alpha``)."""
-    tuned, manual = _load(index_dir)
-    return {**{name: _source(settings, name, tuned, manual) for name in _RANKING_FIELDS},
-            "question_alpha": _question_alpha(settings, tuned, manual)[1]}
-
-
-def _question_alpha(settings, tuned: TunedConfig | None, manual: ManualRanking | None) -> tuple[float | None, str]:
-    if "question_alpha" in settings.model_fields_set:
-        return settings.question_alpha, "setting"
-    alpha_source = _source(settings, "alpha", tuned, manual)
-    if alpha_source in ("setting", "console"):  # a pinned alpha is meant for every query
-        return None, alpha_source
-    return settings.question_alpha, "default"
-
-
-def effective_question_alpha(settings, index_dir: Path) -> float | None:
-    """The alpha of question-form queries (``retrieval/query_form.py``) that do not set one; None = the
-    effective alpha, as for every other query.  An explicit ``question_alpha`` setting wins; a pinned
-    alpha (explicit setting or the console) applies to questions too; else the built-in ``question_alpha``,
-    whatever alpha self-tuning chose (tuning's pseudo-queries are headings and titles, not questions)."""
-    tuned, manual = _load(index_dir)
-    return _question_alpha(settings, tuned, manual)[0]
-
-
-
-def effective_reranker(settings, index_dir: Path) -> str:
-    """The reranker a query gets when it does not say: an explicit setting, else the one set in the console,
-    else ``GROUNDWORK_DEFAULT_RERANKER``'s default (tuning does not choose a reranker)."""
-    tuned, manual = _load(index_dir)
-    return manual.values["reranker"] if _source(settings, "reranker", tuned, manual) == "console" \
-        else settings.default_reranker
-
-
-def reranker_source(settings, index_dir: Path) -> str:
-    """"setting", "console" or "default"."""
-    tuned, manual = _load(index_dir)
-    return _source(settings, "reranker", tuned, manual)
-
-
 # --------------------------------------------------------------------------- the whole job
 
 
@@ -743,22 +431,6 @@ def tune_snapshot(snapshot: LoadedSnapshot, settings, embed: Callable[[list[str]
         seconds=round(time.perf_counter() - started, 2),
         decision=decision,
     )
-
-
-def paired_gain(best: np.ndarray, base: np.ndarray, min_gain: float = 0.005, z: float = 2.0) -> dict[str, Any]:
-    """Is ``best`` clearly better than ``base`` (per-query scores of the same queries, paired)?
-
-    Clear = the mean paired gain exceeds both ``min_gain`` (a change smaller than that is not worth
-    making) and ``z`` standard errors of that mean (it is not the luck of which queries were drawn).
-    Returns gain, standard_error, required and adopted; self-tuning (``keep_decision``) and the query
-    adapter's held-out check (``query_adapter.train_query_adapter``) both decide by it.
-    """
-    diff = np.asarray(best, dtype=np.float64) - np.asarray(base, dtype=np.float64)
-    gain = float(diff.mean()) if len(diff) else 0.0
-    se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
-    required = max(min_gain, z * se)
-    return {"gain": round(gain, 4), "standard_error": round(se, 4), "required": round(required, 4),
-            "adopted": bool(gain > required), "changed": bool(diff.any())}
 
 
 def keep_decision(best: np.ndarray, builtin: np.ndarray, min_gain: float = 0.005, z: float = 2.0) -> dict[str, Any]:

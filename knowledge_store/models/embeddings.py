@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from knowledge_store.config.embedding_models import model_facts
+from knowledge_store.config.embedding_models import QUANTIZATION_RECIPES, model_facts
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import ConfigError
 
@@ -280,14 +280,6 @@ class BatchingEmbedder:
 # which ONNX Runtime runs 1.1-1.3x faster than the SDPA export it replaces; same vectors.
 ONNX_EXPORT_REVISION = "eager1"
 
-# Document quantisations (issue 12) and the recipe tag each adds to the model id: int8 vectors are
-# not the fp32 ones (cosine ~0.998), so they are cached under their own id and never mixed.
-# Changing a recipe must change its tag.  "onnx-int8-dyn-pc2": dynamic int8 (per-channel weights,
-# activations quantised per call) for every weight MatMul except each layer's feed-forward output
-# projection, whose post-GELU inputs have the outliers int8 handles worst (kept fp32).
-QUANTIZATION_RECIPES = {"none": "", "int8": "onnx-int8-dyn-pc2"}
-# the embedding backends (settings document_encoder / query_encoder): name -> what runs the model
-EMBEDDING_BACKENDS = {"onnx": "ONNX Runtime, exported once from the local weights", "torch": "sentence-transformers"}
 _FP32_IN_INT8 = re.compile(r"/layer\.\d+/output/dense/MatMul$")
 
 

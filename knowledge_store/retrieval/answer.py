@@ -26,8 +26,8 @@ import httpx
 from pydantic import BaseModel, Field
 
 from knowledge_store.core.errors import GroundworkError
+from knowledge_store.core.text import sentence_spans
 from knowledge_store.core.vocabulary import Vocabulary
-from knowledge_store.ingest.chunking import split_sentences
 from knowledge_store.retrieval.snippets import collapse_ws, segments, snippet_around, term_weights, unit_term_sets
 from knowledge_store.retrieval.terms import normalize, query_terms, term_spans
 from knowledge_store.retrieval.types import SearchHit
@@ -422,7 +422,7 @@ class LLMAnswerer:
         if not text or _is_no_answer(text):
             return Answer(text=NO_ANSWER, citations=[], method="llm", model=model)
         sentences = []
-        for s, e in split_sentences(text):
+        for s, e in sentence_spans(text):
             sentence = text[s:e]
             markers = cited_markers(sentence, len(hits))
             sentences.append({

@@ -21,7 +21,7 @@ import numpy as np
 from llama_index.core.schema import QueryBundle
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.core.errors import IndexNotBuiltError, ModelUnavailableError, QueryValidationError
+from knowledge_store.core.errors import ConfigError, IndexNotBuiltError, ModelUnavailableError, QueryValidationError
 from knowledge_store.models.embeddings import (
     BatchingEmbedder,
     Embedder,
@@ -35,7 +35,6 @@ from knowledge_store.retrieval.answer import ANSWER_MODES, Answer, LLMAnswerer, 
 from knowledge_store.retrieval.citations import Citation, build_citations
 from knowledge_store.retrieval.evidence import (
     QueryEvidence,
-    RankingParams,
     entity_boost_for,
     lexical_evidence,
     mention_share,
@@ -52,6 +51,7 @@ from knowledge_store.retrieval.query_form import alpha_for_form, query_form
 from knowledge_store.retrieval.reranker_registry import (
     RERANKER_REGISTRY,
     RERANKERS,
+    RerankerContext,
     RerankerUnavailable,
     available_rerankers,
 )
@@ -59,6 +59,7 @@ from knowledge_store.retrieval.rerankers import run_reranker
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, SnapshotManager
 from knowledge_store.retrieval.types import SearchHit
 from knowledge_store.storage.query_log import redact
+from knowledge_store.storage.tuned import RankingParams
 
 _SEARCH_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="bm25")
 NO_RESULTS = "No relevant content found."
@@ -151,6 +152,15 @@ def _logged_params(request: SearchRequest) -> dict[str, Any]:
     }
 
 
+def check_ranking_names(settings: Settings) -> None:
+    """The settings' default fusion and reranker are names the registries know (``ConfigError`` naming the setting):
+    settings built before this package was imported were not checked against them."""
+    for setting, vocabulary in (("default_fusion", FUSION_MODES), ("default_reranker", RERANKERS)):
+        value = getattr(settings, setting)
+        if value not in vocabulary:
+            raise ConfigError(setting, value, vocabulary.one_of())
+
+
 class RetrievalEngine:
     """Thread-safe; one per process.  Picks up new index snapshots without a restart."""
 
@@ -160,6 +170,7 @@ class RetrievalEngine:
         the corpus with the base model's vectors, ``learning.finetune.base_index``); the corpus's ranking
         defaults and query adapter still come from ``settings.index_dir``."""
         self.settings = settings or Settings()
+        check_ranking_names(self.settings)
         # the query embedder of each model a served snapshot was made with (the base model, a fine-tuned one):
         # a query is embedded with its snapshot's model (``embedder_for``); the configured one is built here
         self._embedders: dict[str, QueryEmbeddingCache] = {}
@@ -267,7 +278,7 @@ class RetrievalEngine:
             return self._rerankers[name]
         if not spec.available(self.settings):
             raise RerankerUnavailable(name, f"{spec.unavailable_reason()}; available here: {', '.join(self.available_rerankers())}")
-        reranker = spec.build(self)
+        reranker = spec.build(RerankerContext(self.settings, self.feedback_rows, lambda texts: self.embedder.embed(texts)))
         if reranker is not None:
             self._rerankers[name] = reranker
         return reranker
@@ -352,7 +363,7 @@ class RetrievalEngine:
     def ranking_defaults(self) -> RankingParams:
         """The ranking a query gets when it does not say: settings set explicitly (environment,
         ``.env`` or code) win, then the corpus's self-tuned configuration, then the built-in defaults."""
-        from knowledge_store.learning.tuning import effective_ranking
+        from knowledge_store.retrieval.ranking_defaults import effective_ranking
 
         return effective_ranking(self.settings, self.settings.index_dir)
 
@@ -365,14 +376,14 @@ class RetrievalEngine:
 
     def question_alpha(self) -> float | None:
         """The alpha of questions that do not set one (None: the default alpha); see ``tuning.effective_question_alpha``."""
-        from knowledge_store.learning.tuning import effective_question_alpha
+        from knowledge_store.retrieval.ranking_defaults import effective_question_alpha
 
         return effective_question_alpha(self.settings, self.settings.index_dir)
 
     def default_reranker(self) -> str:
         """The reranker a query gets when it does not say: an explicit setting wins, then the one set in the
         console for this corpus (``tuned.json``), then the built-in ``none``; read per query, no restart."""
-        from knowledge_store.learning.tuning import effective_reranker
+        from knowledge_store.retrieval.ranking_defaults import effective_reranker
 
         return effective_reranker(self.settings, self.settings.index_dir)
 

@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from knowledge_store.retrieval.ann import PartialVectors, approximate_semantic_evidence
-from knowledge_store.retrieval.fusion import FUSION_MODES, Fused, fuse_scores, top_rows
+from knowledge_store.retrieval.fusion import Fused, fuse_scores, top_rows
 from knowledge_store.retrieval.phrase import (
     PHRASE_MIN_SHARE,
     bigrams,
@@ -50,32 +50,7 @@ from knowledge_store.retrieval.phrase import (
     words,
 )
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, QueryTerms
-
-
-@dataclass(frozen=True)
-class RankingParams:
-    """Everything that decides the fused order of one query (besides the query)."""
-
-    alpha: float
-    fusion: str = "weighted"
-    section_weight: float = 0.0
-    lead_weight: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in ("alpha", "section_weight", "lead_weight"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-                raise ValueError(f"{name}={value!r}: must be between 0 and 1")
-        if self.fusion not in FUSION_MODES:
-            raise ValueError(f"fusion={self.fusion!r}: must be one of {', '.join(FUSION_MODES)}")
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
-
-    @property
-    def label(self) -> str:
-        return (f"{self.fusion} alpha={self.alpha:g} section={self.section_weight:g} "
-                f"lead={self.lead_weight:g}")
+from knowledge_store.storage.tuned import RankingParams
 
 
 @dataclass(frozen=True)

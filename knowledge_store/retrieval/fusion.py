@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from knowledge_store.config.settings import register_vocabulary
 from knowledge_store.core.vocabulary import Vocabulary
 
 
@@ -85,6 +86,7 @@ FUSION_REGISTRY: dict[str, FusionMode] = {mode.name: mode for mode in (
     FusionMode("rrf", "reciprocal-rank fusion, alpha-weighted sum of 1 / (rrf_k + rank)", _rrf, textbook_alpha=0.5),
 )}
 FUSION_MODES = Vocabulary("fusion", FUSION_REGISTRY)
+register_vocabulary("default_fusion", FUSION_MODES)
 
 
 def top_rows(scores: np.ndarray, mask: np.ndarray | None, n: int, positive_only: bool = False,

@@ -8,23 +8,33 @@ MCP tool schema, the console (``GET /api/knowledge/config`` lists ``rerankers`` 
 ``reranker_labels``), the tuning store and the evaluations read, so a reranker added here is
 accepted and offered everywhere without another edit.
 
-Kept apart from ``rerankers.py`` (the implementations) because ``settings.py`` validates
-``default_reranker`` against it: this module must not import LlamaIndex (seconds at start-up);
-each factory imports its implementation when the engine first builds it.
+Kept apart from ``rerankers.py`` (the implementations): this module is read for names by settings
+validation, the CLI and the API's schema and must not import LlamaIndex (seconds at start-up); each
+factory imports its implementation when the engine first builds it.  A factory receives a
+``RerankerContext`` (the settings, the feedback rows, the query embedding), never the engine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy as np
+
+from knowledge_store.config.settings import Settings, register_vocabulary
 from knowledge_store.core.errors import QueryValidationError
 from knowledge_store.core.vocabulary import Vocabulary
 
-if TYPE_CHECKING:
-    from knowledge_store.config.settings import Settings
-    from knowledge_store.retrieval.engine import RetrievalEngine
+
+@dataclass(frozen=True)
+class RerankerContext:
+    """What a reranker may use: the settings, the rated past queries and the query embedding of the served
+    model (both read at each call: the feedback grows and an adopted fine-tuned model changes the embedding)."""
+
+    settings: Settings
+    feedback_rows: Callable[[], list[dict[str, Any]]]
+    embed: Callable[[list[str]], np.ndarray]
 
 
 class RerankerUnavailable(QueryValidationError):
@@ -48,7 +58,7 @@ class RerankerSpec:
     name: str  # what settings, CLI, API, MCP and the console accept
     description: str  # what it does, in one line (help texts, schema descriptions, the console's tooltip)
     # the engine's factory: a LlamaIndex BaseNodePostprocessor, or None for "keep the fused order"
-    build: Callable[[RetrievalEngine], Any]
+    build: Callable[[RerankerContext], Any]
     hint: str = ""  # a few words after the name in choice lists ("mmr (diversity)"); "" = the name says it
     needs: str | None = None  # what it cannot run without, said when it is unavailable
     available: Callable[[Settings], bool] = _always  # whether these settings let it run
@@ -63,28 +73,27 @@ class RerankerSpec:
         return f"the {self.name} reranker needs {self.needs or 'a configuration this server does not have'}"
 
 
-def _keep_fused_order(engine: RetrievalEngine) -> None:
+def _keep_fused_order(context: RerankerContext) -> None:
     return None
 
 
-def _mmr(engine: RetrievalEngine) -> Any:
-    from knowledge_store.retrieval.rerankers import MMRReranker
+def _mmr(context: RerankerContext) -> Any:
+    from knowledge_store.retrieval.rerankers import MMRReranker  # noqa: PLC0415 - LlamaIndex, ~1 s to import
 
-    return MMRReranker(lambda_mult=engine.settings.mmr_lambda)
-
-
-def _feedback(engine: RetrievalEngine) -> Any:
-    from knowledge_store.retrieval.rerankers import FeedbackReranker
-
-    # the served snapshot's query embedder at each call: it changes when a fine-tuned model is adopted
-    return FeedbackReranker(feedback_source=engine.feedback_rows, embed=lambda texts: engine.embedder.embed(texts),
-                            similarity=engine.settings.feedback_similarity, weight=engine.settings.feedback_weight)
+    return MMRReranker(lambda_mult=context.settings.mmr_lambda)
 
 
-def _cross_encoder(engine: RetrievalEngine) -> Any:
-    from knowledge_store.retrieval.rerankers import CrossEncoderReranker
+def _feedback(context: RerankerContext) -> Any:
+    from knowledge_store.retrieval.rerankers import FeedbackReranker  # noqa: PLC0415 - LlamaIndex, ~1 s to import
 
-    return CrossEncoderReranker(model_path=str(engine.settings.cross_encoder_path))
+    return FeedbackReranker(feedback_source=context.feedback_rows, embed=context.embed,
+                            similarity=context.settings.feedback_similarity, weight=context.settings.feedback_weight)
+
+
+def _cross_encoder(context: RerankerContext) -> Any:
+    from knowledge_store.retrieval.rerankers import CrossEncoderReranker  # noqa: PLC0415 - LlamaIndex, ~1 s
+
+    return CrossEncoderReranker(model_path=str(context.settings.cross_encoder_path))
 
 
 # the one place a reranker is named (in the order clients list them)
@@ -99,6 +108,7 @@ RERANKER_REGISTRY: dict[str, RerankerSpec] = {spec.name: spec for spec in (
                  available=lambda settings: bool(settings.cross_encoder_path)),
 )}
 RERANKERS = Vocabulary("reranker", RERANKER_REGISTRY)
+register_vocabulary("default_reranker", RERANKERS)
 
 
 def available_rerankers(settings: Settings) -> tuple[str, ...]:

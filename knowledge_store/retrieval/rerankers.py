@@ -21,11 +21,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-# the names, descriptions and factories are in reranker_registry (importable without LlamaIndex)
-from knowledge_store.retrieval.reranker_registry import RERANKER_REGISTRY, RERANKERS, RerankerUnavailable
-
-__all__ = ["RERANKER_REGISTRY", "RERANKERS", "RerankerUnavailable", "MMRReranker", "FeedbackReranker",
-           "CrossEncoderReranker", "run_reranker"]
+__all__ = ["MMRReranker", "FeedbackReranker", "CrossEncoderReranker", "run_reranker"]
 
 
 def _node_vectors(nodes: list[NodeWithScore]) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 A chunk's vector is the mean of everything its ~200 word-pieces say; an FAQ answer, a function's
 description or an abstract's finding often answers in one sentence, which the mean dilutes.
-Ingestion therefore also embeds every sentence of every chunk on its own (``split_sentences``; the
+Ingestion therefore also embeds every sentence of every chunk on its own (``core.text.sentences_to_embed``; the
 text alone, no header), stored per chunk text in ``sentence_embeddings`` and copied into each
 snapshot.  At query time the fused pool (a few hundred rows, never the corpus) is scored again with
 ``(1 - w) * chunk cosine + w * best sentence cosine`` for each candidate and its section lead, and
@@ -17,31 +17,9 @@ word-pieces as the chunks themselves) and ~2 bytes x 384 per sentence in memory 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
-
-SENTENCE_MIN_WORDS = 4  # shorter pieces ("See below.", "- foo") join the next sentence
-SENTENCE_MAX_WORDS = 60  # longer runs (code, tables) are cut into windows of this many words
-_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])|\n\s*\n|\n(?=\s*[-*]\s)")
-
-
-def split_sentences(text: str) -> list[str]:
-    """A chunk text's sentences, in order: sentence ends, blank lines and list items split it; pieces of
-    fewer than ``SENTENCE_MIN_WORDS`` words join the next one, runs of more than ``SENTENCE_MAX_WORDS``
-    are cut.  Never empty: a text with no split point is one sentence (an empty text gives ``[""]``)."""
-    out: list[str] = []
-    pending = ""
-    for part in (p.strip() for p in _SPLIT.split(text or "") if p and p.strip()):
-        pending = f"{pending} {part}".strip()
-        words = pending.split()
-        if len(words) >= SENTENCE_MIN_WORDS:
-            out += [" ".join(words[i:i + SENTENCE_MAX_WORDS]) for i in range(0, len(words), SENTENCE_MAX_WORDS)]
-            pending = ""
-    if pending:
-        out = out[:-1] + [f"{out[-1]} {pending}"] if out else [pending]
-    return out or [(text or "").strip()]
 
 
 @dataclass(frozen=True)

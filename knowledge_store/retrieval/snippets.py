@@ -1,7 +1,7 @@
 """Snippets: the words of a retrieved passage that best match a query, and where they are.
 
 - ``segments`` cuts a passage into the units a snippet or an extractive answer
-  is built from: sentences (``chunking.split_sentences``), and inside them the
+  is built from: sentences (``text.sentence_spans``), and inside them the
   separate lines of code / table / list blocks (prose is stored joined with
   spaces, so a newline inside a sentence is almost always structure; hard-wrapped
   plain text is recognised and kept together).
@@ -18,7 +18,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 
-from knowledge_store.ingest.chunking import split_sentences, trim_span
+from knowledge_store.core.text import sentence_spans, trim_span
 from knowledge_store.retrieval.terms import query_terms, term_spans
 
 ELLIPSIS = "…"
@@ -54,7 +54,7 @@ def segments(text: str) -> list[tuple[int, int]]:
     """Character spans of the sentences of ``text``; the lines of code, table and
     list blocks each count as one.  Spans are trimmed and never empty."""
     out: list[tuple[int, int]] = []
-    for start, end in split_sentences(text):
+    for start, end in sentence_spans(text):
         if "\n" not in text[start:end]:
             out.append((start, end))
             continue

@@ -4,7 +4,7 @@
   ``<index_dir>/tuned.json`` beside what ``groundwork tune`` chose (``knowledge_store.learning.tuning``), so the
   engine, the CLI and MCP read the same values on their next query, no restart.  Settings set explicitly
   (environment, ``.env``) still win; the answer says which values they pin.
-- ``GET /api/evaluation/summary``: what the evaluation assets wrote (``knowledge_store.storage.eval_results``), read-only.
+- ``GET /api/evaluation/summary``: what the evaluation assets wrote (``knowledge_store.evaluation.results_store``), read-only.
 
 The console's admin router (``router(models)``; its ``PUT`` body is the app's served ``RankingUpdate``,
 which states the rerankers this server runs).  A refused ranking value (``InvalidRankingError``) is a 422
@@ -17,26 +17,30 @@ from typing import Any
 from fastapi import APIRouter
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.learning.tuning import (
-    RANKING_SETTINGS,
+from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.ranking_defaults import RANKING_SETTINGS, builtin_ranking
+from knowledge_store.retrieval.reranker_registry import RERANKER_REGISTRY, reranker_labels
+from knowledge_store.server import api_models as out
+from knowledge_store.server.request_models import RankingUpdate, RequestModels
+from knowledge_store.server.state import State, with_body_model
+from knowledge_store.storage.tuned import (
     InvalidRankingError,
-    builtin_ranking,
     load_manual,
     load_tuned,
     reset_ranking,
     save_manual,
     tuned_path,
 )
-from knowledge_store.retrieval.fusion import FUSION_MODES
-from knowledge_store.retrieval.reranker_registry import RERANKER_REGISTRY, reranker_labels
-from knowledge_store.server import api_models as out
-from knowledge_store.server.request_models import RankingUpdate, RequestModels
-from knowledge_store.server.state import State, with_body_model
 
 
 def ranking_settings(settings: Settings, index_dir, available: tuple[str, ...]) -> dict[str, Any]:
     """The three console-editable defaults as the server applies them, with their stored/tuned/built-in values."""
-    from knowledge_store.learning.tuning import effective_ranking, effective_reranker, ranking_sources, reranker_source
+    from knowledge_store.retrieval.ranking_defaults import (
+        effective_ranking,
+        effective_reranker,
+        ranking_sources,
+        reranker_source,
+    )
 
     builtin = builtin_ranking(settings)
     effective = effective_ranking(settings, index_dir)
@@ -102,7 +106,7 @@ def evaluation_summary(state: State) -> dict[str, Any]:
     """The latest scorecard per dataset and configuration, the alpha sweeps, the helpful rate from thumbs and
     the drift of replayed queries, as the evaluation assets wrote them (``empty`` + ``hint`` before any run).
     503 while an evaluation run holds the results file for longer than 2 s."""
-    from knowledge_store.storage.eval_results import evaluation_summary as read_summary
+    from knowledge_store.evaluation.results_store import evaluation_summary as read_summary
 
     return read_summary(state.settings.data_dir, state.engine.snapshots.index_dir)
 

@@ -27,8 +27,8 @@ from knowledge_store.core.errors import (
     SourceNotFoundError,
 )
 from knowledge_store.ingest.source_actions import FailureNotFoundError
-from knowledge_store.learning.tuning import InvalidRankingError
 from knowledge_store.storage.query_log import redact
+from knowledge_store.storage.tuned import InvalidRankingError
 
 # the server's log, under the name it has always had (log filters and handlers configured for it keep working)
 server_log = logging.getLogger("knowledge_store.server.app")

@@ -29,11 +29,11 @@ from pydantic import (
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.ingest.sources import NAME_PATTERN
-from knowledge_store.learning.tuning import MANUAL_FIELDS
 from knowledge_store.retrieval.answer import ANSWER_MODES, ANSWER_REGISTRY
 from knowledge_store.retrieval.filters import SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.reranker_registry import RERANKERS, unavailable_requirements
+from knowledge_store.storage.tuned import MANUAL_FIELDS
 
 SOURCE_NAME_PATTERN = NAME_PATTERN.pattern
 

@@ -283,7 +283,7 @@ MIGRATIONS: list[Migration] = [
         CREATE TABLE sentence_embeddings (
             content_hash   VARCHAR NOT NULL,            -- the chunk text's (chunks.content_hash): the cache key
             model_id       VARCHAR NOT NULL,            -- the chunk vectors' model id
-            ordinal        INTEGER NOT NULL,            -- the sentence's place in the chunk text (split_sentences)
+            ordinal        INTEGER NOT NULL,            -- the sentence's place in the chunk text (core.text.sentences_to_embed)
             embedding      FLOAT[] NOT NULL,            -- as wide as the store's embeddings
             PRIMARY KEY (content_hash, model_id, ordinal)
         );

@@ -28,8 +28,8 @@ def shared_sample_index(tmp_path_factory, embedder):
     read it: they search it, list its documents and log their own queries.  A module that changes its index
     (a sync, an upload, a deleted or edited document, a source added, tuned.json written) builds its own with
     ``tests.helpers.build_sample_index``.  Teardown checks that nobody published a new snapshot of it."""
-    from knowledge_store.learning.tuning import tuned_path
     from knowledge_store.storage.index import read_pointer
+    from knowledge_store.storage.tuned import tuned_path
 
     settings = build_sample_index(tmp_path_factory.mktemp("shared-sample"), embedder)
     published = read_pointer(settings.index_dir)

@@ -12,10 +12,10 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from knowledge_store.learning.tuning import tuned_path
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server.app import create_app
 from knowledge_store.storage.query_log import QueryLog
+from knowledge_store.storage.tuned import tuned_path
 from tests.helpers import build_sample_index
 
 RESET = "how do I reset the Aurora to factory settings"

@@ -29,9 +29,9 @@ pytestmark = pytest.mark.slow
 expect = require_browser("the console test")
 
 from knowledge_store.ingest.run import run_sync  # noqa: E402  (after the skips: without a browser nothing loads)
-from knowledge_store.learning.tuning import load_manual, tuned_path  # noqa: E402
 from knowledge_store.retrieval.engine import RetrievalEngine  # noqa: E402
 from knowledge_store.storage.query_log import QueryLog  # noqa: E402
+from knowledge_store.storage.tuned import load_manual, tuned_path  # noqa: E402
 
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 NAV = ["Search", "Sources", "Upload", "Failures", "Settings", "Evaluation"]
@@ -402,10 +402,10 @@ def test_settings_are_saved_in_tuned_json_and_used_by_the_server_and_the_search_
 # ------------------------------------------------------------------ evaluation
 
 def seed_evaluation_results(data_dir: Path) -> None:
-    """Write what the evaluation assets write, through the functions they write with (knowledge_store.storage.eval_results), and an
+    """Write what the evaluation assets write, through the functions they write with (knowledge_store.evaluation.results_store), and an
     alpha sweep table and plot where the alpha_sweep notebook puts them (same file names and columns)."""
     from knowledge_store.evaluation.log_replay import ReplayReport, ReplayRow
-    from knowledge_store.storage.eval_results import (
+    from knowledge_store.evaluation.results_store import (
         EvalRun,
         record_drift,
         record_eval_results,

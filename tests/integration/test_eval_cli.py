@@ -36,7 +36,7 @@ def test_eval_prints_the_metrics_and_reuses_its_store(tmp_path):
 
 @pytest.mark.slow
 def test_eval_records_its_result_where_the_evaluation_page_reads_it(tmp_path):
-    from knowledge_store.storage.eval_results import evaluation_summary, results_path
+    from knowledge_store.evaluation.results_store import evaluation_summary, results_path
 
     write_tiny_beir(tmp_path / "tiny")
     result = groundwork("eval", str(tmp_path / "tiny"), "--alpha", "0", "--k", "5", "--json", data_dir=tmp_path / "data")

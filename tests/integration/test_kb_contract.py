@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from fastapi.testclient import TestClient
 
-from knowledge_store.ingest.chunking import split_sentences
+from knowledge_store.core.text import sentence_spans
 from knowledge_store.ingest.sources import add_source
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server import kb_articles
@@ -59,7 +59,7 @@ def words(text: str) -> str:
 
 def sentences(text: str) -> Counter:
     """How often each sentence (of more than a few words) occurs in ``text``."""
-    return Counter(words(text[start:end]) for start, end in split_sentences(text) if end - start > 20)
+    return Counter(words(text[start:end]) for start, end in sentence_spans(text) if end - start > 20)
 
 
 @pytest.fixture(scope="module")

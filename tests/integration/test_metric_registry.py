@@ -14,9 +14,9 @@ import duckdb
 import pytest
 
 from knowledge_store.core.errors import ConfigError
+from knowledge_store.evaluation import results_store
 from knowledge_store.evaluation.metrics import METRICS, MetricError, MetricSpec, UnknownMetricError, each_query
-from knowledge_store.storage import eval_results as results_store
-from knowledge_store.storage.eval_results import (
+from knowledge_store.evaluation.results_store import (
     EvalRun,
     evaluation_summary,
     read_scorecard,

@@ -37,7 +37,7 @@ def test_alpha_sweep_runs_under_papermill_from_the_cli(tmp_path):
     assert '"best_alpha"' in result.stdout
 
     # the console's Evaluation page draws this sweep from the notebook's table
-    from knowledge_store.storage.eval_results import notebook_alpha_sweeps
+    from knowledge_store.evaluation.results_store import notebook_alpha_sweeps
 
     [sweep] = notebook_alpha_sweeps(tmp_path / "data" / "notebooks")
     assert (sweep["dataset"], sweep["split"]) == ("tiny", "test") and sweep["plot_path"] == str(plots[0])

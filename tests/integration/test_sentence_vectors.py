@@ -4,9 +4,9 @@ with the chunks on re-sync, switched on for an existing store by the next sync, 
 from __future__ import annotations
 
 from knowledge_store.app.status import chunk_vector_status
+from knowledge_store.core.text import sentences_to_embed
 from knowledge_store.ingest.run import run_sync
 from knowledge_store.retrieval.engine import RetrievalEngine
-from knowledge_store.retrieval.sentences import split_sentences
 from knowledge_store.retrieval.snapshot_reader import load_snapshot
 from knowledge_store.storage.index import read_pointer
 from knowledge_store.storage.store import store_connection
@@ -14,12 +14,12 @@ from tests.helpers import build_sample_index
 
 
 def _expected_rows(settings) -> tuple[int, int]:
-    """(sentences, chunk texts) the indexed chunk texts should have: split_sentences of each distinct text."""
+    """(sentences, chunk texts) the indexed chunk texts should have: sentences_to_embed of each distinct text."""
     with store_connection(settings.store_path, read_only=True) as conn:
         texts = conn.execute(
             "SELECT c.content_hash, any_value(c.text) FROM chunks c JOIN documents d ON d.doc_id = c.doc_id "
             "AND d.version = c.version WHERE d.status IN ('active', 'superseded') GROUP BY c.content_hash").fetchall()
-    return sum(len(split_sentences(t)) for _, t in texts), len(texts)
+    return sum(len(sentences_to_embed(t)) for _, t in texts), len(texts)
 
 
 def _stored(settings) -> tuple[int, int, int]:

@@ -25,19 +25,19 @@ def _embeddings_column_type(store_path: Path) -> str:
         ).fetchone()[0]
 
 
-def test_a_new_store_has_embeddings_as_wide_as_the_embedding_dim_setting(monkeypatch, tmp_path):
-    assert _embeddings_column_type(tmp_path / "default.duckdb") == "FLOAT[384]"  # what every existing store ran
-    monkeypatch.setenv("GROUNDWORK_EMBEDDING_DIM", "8")
-    assert _embeddings_column_type(tmp_path / "narrow.duckdb") == "FLOAT[8]"
+def test_a_store_takes_vectors_of_any_width_so_models_of_several_widths_share_it(tmp_path):
+    # migration 1 created FLOAT[embedding_dim]; migration 9 lifts it: minilm (384) and mpnet (768) vectors side by side,
+    # each snapshot casting its model's vectors to FLOAT[n] (tests/integration/test_models.py switches between them)
+    assert _embeddings_column_type(tmp_path / "default.duckdb") == "FLOAT[]"
 
 
-def test_embedders_expect_the_configured_embedding_dim_by_default(monkeypatch, tmp_path, model_path):
+def test_embedders_expect_the_width_their_model_declares(monkeypatch, tmp_path, model_path):
     from knowledge_store.models.embeddings import Embedder, OnnxEmbedder, query_embedder
 
-    monkeypatch.setenv("GROUNDWORK_EMBEDDING_DIM", "8")
-    assert Embedder(model_path).dim == 8
-    assert OnnxEmbedder(model_path, tmp_path / "cache").dim == 8
-    assert query_embedder(model_path, "torch", tmp_path / "cache", threads=1).dim == 8
+    monkeypatch.setenv("GROUNDWORK_EMBEDDING_DIM", "8")  # for folders that do not say their width; this one does
+    assert Embedder(model_path).dim == 384
+    assert OnnxEmbedder(model_path, tmp_path / "cache").dim == 384
+    assert query_embedder(model_path, "torch", tmp_path / "cache", threads=1).dim == 384
     assert Embedder(model_path, dim=16).dim == 16
 
 

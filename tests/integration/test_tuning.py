@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.learning.tuning import builtin_ranking, effective_ranking, load_tuned, tuned_path
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.query_adapter import QueryAdapter, adapter_path
+from knowledge_store.retrieval.ranking_defaults import builtin_ranking, effective_ranking
+from knowledge_store.storage.tuned import load_tuned, tuned_path
 
 DOCS = {
     "greenhouse.md": ("Greenhouse Irrigation Handbook", [
@@ -379,8 +380,9 @@ def test_adapter_training_measures_held_out_queries_and_the_engine_serves_the_st
         tiny, tiny_embedder, snapshot, tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
 
+    from knowledge_store.learning.adapter_training import train_query_adapter
     from knowledge_store.retrieval.engine import RetrievalEngine
-    from knowledge_store.retrieval.query_adapter import reset_adapter, save_adapter, train_query_adapter
+    from knowledge_store.retrieval.query_adapter import reset_adapter, save_adapter
     from knowledge_store.server.app import create_app
     from knowledge_store.storage.query_log import QueryLog
 
@@ -393,10 +395,10 @@ def test_adapter_training_measures_held_out_queries_and_the_engine_serves_the_st
     assert declined.adapter is None and declined.reason.startswith("not adopted: on 24 rated queries")
     assert declined.decision["gain"] <= declined.decision["required"]
     # every query already finds its section (gain exactly 0): to follow the adopted path, the decision says yes
-    import knowledge_store.learning.tuning as tuning
+    import knowledge_store.learning.adapter_training as adapter_training
 
-    decide = tuning.paired_gain
-    monkeypatch.setattr(tuning, "paired_gain", lambda *args, **kw: {**decide(*args, **kw), "adopted": True})
+    decide = adapter_training.paired_gain
+    monkeypatch.setattr(adapter_training, "paired_gain", lambda *args, **kw: {**decide(*args, **kw), "adopted": True})
     training = train_query_adapter(snapshot, settings, feedback, tiny_embedder.embed, params, steps=60)
     assert training.rated_queries == 24 and training.held_out_queries == 24  # every rated query held out once
     assert [row["l2"] for row in training.table] == [0.03, 0.1, 0.3]

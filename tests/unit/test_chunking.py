@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from knowledge_store.config.embedding_models import EMBEDDER_REGISTRY
-from knowledge_store.ingest.chunking import ChunkingConfig, build_header, chunk_document, split_sentences
+from knowledge_store.core.text import sentence_spans
+from knowledge_store.ingest.chunking import ChunkingConfig, build_header, chunk_document
 from knowledge_store.ingest.documents import PageBuilder, ParsedDocument
 
 CONFIG = ChunkingConfig(size_tokens=200, max_tokens=254, overlap_tokens=32, min_tokens=24, header_max_tokens=40)
@@ -70,7 +71,7 @@ def test_chunks_spanning_pages_record_both_page_numbers(token_counter):
 
 def test_sentences_are_never_cut(token_counter):
     text = prose(60)
-    sentences = [text[s:e] for s, e in split_sentences(text)]
+    sentences = [text[s:e] for s, e in sentence_spans(text)]
     doc = make_doc([("paragraph", text, ("S",))])
     for chunk in chunk_document(doc, token_counter, CONFIG):
         body = chunk.text
@@ -168,7 +169,7 @@ def test_chunking_is_deterministic(token_counter):
 
 def test_sentence_splitter_respects_abbreviations():
     text = "Use e.g. the hub. Fig. 3 shows wiring! Is it 24 V? Yes."
-    assert [text[s:e] for s, e in split_sentences(text)] == [
+    assert [text[s:e] for s, e in sentence_spans(text)] == [
         "Use e.g. the hub.", "Fig. 3 shows wiring!", "Is it 24 V?", "Yes.",
     ]
 

@@ -8,19 +8,21 @@ import json
 import pytest
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.learning.tuning import (
-    TunedConfig,
+from knowledge_store.retrieval.ranking_defaults import (
     effective_ranking,
     effective_reranker,
-    load_manual,
-    load_tuned,
     ranking_sources,
     reranker_source,
+)
+from knowledge_store.storage.tuned import (
+    RankingParams,
+    TunedConfig,
+    load_manual,
+    load_tuned,
     save_manual,
     save_tuned,
     tuned_path,
 )
-from knowledge_store.retrieval.evidence import RankingParams
 
 
 def tuned_run(params: RankingParams) -> TunedConfig:

@@ -6,15 +6,8 @@ import math
 
 import pytest
 
-from knowledge_store.evaluation.metrics import (
-    aggregate,
-    dedupe_ranking,
-    mrr_at_k,
-    ndcg_at_k,
-    precision_at_k,
-    recall_at_k,
-    score_query,
-)
+from knowledge_store.core.metrics import aggregate, dedupe_ranking, mrr_at_k, ndcg_at_k, precision_at_k, recall_at_k
+from knowledge_store.evaluation.metrics import score_query
 
 RANKED = ["a", "x", "b", "y", "z"]
 

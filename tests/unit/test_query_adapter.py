@@ -10,15 +10,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from knowledge_store.learning.adapter_training import RatedQuery, assign_folds, fit_adapter, fold_of
 from knowledge_store.retrieval.query_adapter import (
     AdapterCache,
     QueryAdapter,
     QueryAdapterError,
-    RatedQuery,
     adapter_path,
-    assign_folds,
-    fit_adapter,
-    fold_of,
     read_adapter,
     reset_adapter,
     save_adapter,
@@ -151,7 +148,7 @@ def test_the_engine_cache_follows_the_file_and_ignores_a_damaged_or_mismatched_o
 
 
 def test_labels_are_read_as_query_document_pairs(tmp_path) -> None:
-    from knowledge_store.retrieval.query_adapter import read_labels
+    from knowledge_store.learning.adapter_training import read_labels
 
     path = tmp_path / "labels.jsonl"
     path.write_text('{"query": " how do I flush emitters? ", "document": "greenhouse.md"}\n\n'
@@ -168,7 +165,7 @@ def test_labels_are_read_as_query_document_pairs(tmp_path) -> None:
     ("\n\n", r"holds no labels"),
 ])
 def test_a_bad_labels_file_is_refused_naming_its_line(tmp_path, content, message) -> None:
-    from knowledge_store.retrieval.query_adapter import read_labels
+    from knowledge_store.learning.adapter_training import read_labels
 
     path = tmp_path / "labels.jsonl"
     path.write_text(content)
@@ -177,7 +174,7 @@ def test_a_bad_labels_file_is_refused_naming_its_line(tmp_path, content, message
 
 
 def test_a_missing_labels_file_is_a_typed_error(tmp_path) -> None:
-    from knowledge_store.retrieval.query_adapter import read_labels
+    from knowledge_store.learning.adapter_training import read_labels
 
     with pytest.raises(QueryAdapterError, match="cannot read labels"):
         read_labels(tmp_path / "nope.jsonl")

@@ -9,8 +9,8 @@ import pytest
 
 os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
 
+from knowledge_store.core.metrics import dedupe_ranking, recall_at_k
 from knowledge_store.evaluation.grounding import GroundingResult, grounding_score, helpful_rate, sentence_support
-from knowledge_store.evaluation.metrics import dedupe_ranking, recall_at_k
 from knowledge_store.evaluation.ragas_metrics import ragas_recall_at_k, ragas_recall_batch
 from knowledge_store.retrieval.answer import NO_ANSWER, Answer, extractive_answer
 from knowledge_store.retrieval.types import SearchHit

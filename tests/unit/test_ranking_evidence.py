@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from knowledge_store.retrieval.evidence import QueryEvidence, RankingParams, rank_rows
+from knowledge_store.retrieval.evidence import QueryEvidence, rank_rows
 from knowledge_store.retrieval.fusion import FUSION_MODES, distribution_scaled, fuse_scores
 from knowledge_store.retrieval.phrase import bigram_share, is_phrase_query, phrase_order
 from knowledge_store.retrieval.snapshot_reader import BM25_B, BM25_K1, build_section_index, section_groups
+from knowledge_store.storage.tuned import RankingParams
 
 
 def test_sections_are_runs_of_one_document_and_heading_split_at_the_cap():

@@ -6,33 +6,29 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from knowledge_store.core.text import SENTENCE_MAX_WORDS, sentences_to_embed
 from knowledge_store.retrieval.evidence import (
     QueryEvidence,
-    RankingParams,
     SentenceEvidence,
     best_sentence_cosines,
     chunk_vectors,
     pool_vector_evidence,
     rank_rows,
 )
-from knowledge_store.retrieval.sentences import (
-    SENTENCE_MAX_WORDS,
-    SentenceIndex,
-    sentence_index_from,
-    split_sentences,
-)
+from knowledge_store.retrieval.sentences import SentenceIndex, sentence_index_from
+from knowledge_store.storage.tuned import RankingParams
 
 
 def test_sentences_split_at_sentence_ends_blank_lines_and_list_items_and_short_pieces_join_the_next():
     text = ("Use the reaper code from perlipc. It calls wait() when SIGCHLD arrives.\n\nSee below.\n"
             "- first item of a list\n- second item of a list")
-    assert split_sentences(text) == [
+    assert sentences_to_embed(text) == [
         "Use the reaper code from perlipc.", "It calls wait() when SIGCHLD arrives.",
         "See below. - first item of a list", "- second item of a list"]
-    assert split_sentences("short") == ["short"] and split_sentences("") == [""]
-    assert split_sentences("Ends with a piece. Ok.") == ["Ends with a piece. Ok."]  # a short tail joins the last one
+    assert sentences_to_embed("short") == ["short"] and sentences_to_embed("") == [""]
+    assert sentences_to_embed("Ends with a piece. Ok.") == ["Ends with a piece. Ok."]  # a short tail joins the last one
     long = " ".join(f"w{i}" for i in range(2 * SENTENCE_MAX_WORDS + 5))
-    assert [len(s.split()) for s in split_sentences(long)] == [SENTENCE_MAX_WORDS, SENTENCE_MAX_WORDS, 5]
+    assert [len(s.split()) for s in sentences_to_embed(long)] == [SENTENCE_MAX_WORDS, SENTENCE_MAX_WORDS, 5]
 
 
 def _unit(rng, n, dim=8):

@@ -10,20 +10,15 @@ import numpy as np
 import pytest
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.learning.tuning import (
-    TunedConfig,
+from knowledge_store.learning.tuning import keep_decision
+from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.ranking_defaults import (
     builtin_ranking,
     effective_question_alpha,
     effective_ranking,
-    keep_decision,
-    load_tuned,
     ranking_sources,
-    save_manual,
-    save_tuned,
-    tuned_path,
 )
-from knowledge_store.retrieval.evidence import RankingParams
-from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.storage.tuned import RankingParams, TunedConfig, load_tuned, save_manual, save_tuned, tuned_path
 
 
 def fake_tuned(params: RankingParams, ndcg_before: float = 0.5, ndcg_after: float = 0.6) -> TunedConfig:

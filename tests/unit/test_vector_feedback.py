@@ -7,13 +7,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.retrieval.evidence import (
-    RankingParams,
-    feedback_rescore,
-    first_document_rows,
-    vector_feedback_for,
-)
+from knowledge_store.retrieval.evidence import feedback_rescore, first_document_rows, vector_feedback_for
 from knowledge_store.retrieval.fusion import fuse_scores
+from knowledge_store.storage.tuned import RankingParams
 
 
 def _unit(*rows):

@@ -37,7 +37,8 @@ def test_registered_names_are_accepted_by_settings_and_offered_by_the_cli(regist
 
 
 def test_registered_fusion_mode_is_what_fuse_scores_runs_and_the_tuning_grid_tries(registered):
-    from knowledge_store.learning.tuning import check_manual_value, default_grid
+    from knowledge_store.learning.tuning import default_grid
+    from knowledge_store.storage.tuned import check_manual_value
     from research.quality_report import configurations
 
     bm25 = np.array([0.0, 3.0, 1.0, 2.0])
@@ -65,7 +66,7 @@ def test_answer_modes_offered_are_the_registered_ones_these_settings_can_run(tmp
 
 
 def test_embedding_backends_and_quantisations_are_checked_against_the_embeddings_vocabularies():
-    from knowledge_store.models.embeddings import EMBEDDING_BACKENDS, QUANTIZATION_RECIPES
+    from knowledge_store.config.embedding_models import EMBEDDING_BACKENDS, QUANTIZATION_RECIPES
 
     assert Settings(document_encoder="torch", query_encoder="torch").query_encoder == "torch"
     for field, value, known in (("document_encoder", "tensorrt", EMBEDDING_BACKENDS),

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from knowledge_store.ingest.documents import Block, DocumentLink
+from knowledge_store.ingest.parsers.text import plain_inline
 
 # links that can never name a document of the store
 _SKIPPED_SCHEMES = ("mailto:", "javascript:", "tel:", "data:", "sms:", "ftp:")
@@ -69,8 +70,6 @@ def locate_links(page_text: str, page_number: int, found: Iterable[tuple[str, st
 def markdown_links(page_text: str, blocks: Sequence[Block], page_number: int = 1) -> list[DocumentLink]:
     """Inline ``[text](href)`` and reference ``[text][ref]`` links of a Markdown page, outside code blocks;
     the span is the link text's (between the brackets) in the page text."""
-    from knowledge_store.ingest.parsers.markdown import plain_inline
-
     code = [(b.char_start, b.char_end) for b in blocks if b.kind == "code" and b.page_number == page_number]
 
     def in_code(position: int) -> bool:

@@ -19,7 +19,7 @@ import yaml
 
 from knowledge_store.ingest.documents import BlockKind, PageBuilder, ParsedDocument
 from knowledge_store.ingest.parsers.links import markdown_links
-from knowledge_store.ingest.parsers.text import read_source
+from knowledge_store.ingest.parsers.text import plain_inline, read_source
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?=[ \t]|$)(.*)$")
 _ATX_CLOSING = re.compile(r"(?:^|[ \t]+)#+[ \t]*$")
@@ -33,22 +33,7 @@ _INDENTED_CODE = re.compile(r"^(?: {4}|\t)")
 # CommonMark: only bullets and lists starting at 1 may interrupt a paragraph.
 _INTERRUPTING_MARKERS = ("-", "+", "*", "1.", "1)")
 
-# Inline markup removed from heading text before it becomes a section name / slug.
-_INLINE_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
-_INLINE_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)|\[([^\]]*)\]\[[^\]]*\]")
-_INLINE_HTML = re.compile(r"<[^>]+>")
-_INLINE_MARKS = re.compile(r"(\*\*|__|\*|_|~~|`+)(?=\S)(.+?)(?<=\S)\1")
 _SLUG_DROP = re.compile(r"[^\w\- ]", re.UNICODE)
-
-
-def plain_inline(text: str) -> str:
-    """Heading text without Markdown inline markup: ``**a** [b](c)`` -> ``a b``."""
-    text = _INLINE_IMAGE.sub(r"\1", text)
-    text = _INLINE_LINK.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
-    text = _INLINE_HTML.sub("", text)
-    for _ in range(3):  # nested emphasis such as ***x***
-        text = _INLINE_MARKS.sub(r"\2", text)
-    return re.sub(r"\s+", " ", text).strip()
 
 
 def github_slug(text: str, seen: dict[str, int]) -> str | None:

@@ -87,3 +87,20 @@ def parse_text(path_or_text: str | os.PathLike[str]) -> ParsedDocument:
         paginated=False,
         metadata=metadata,
     )
+
+
+# Inline markup removed from heading text before it becomes a section name / slug.
+_INLINE_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
+_INLINE_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)|\[([^\]]*)\]\[[^\]]*\]")
+_INLINE_HTML = re.compile(r"<[^>]+>")
+_INLINE_MARKS = re.compile(r"(\*\*|__|\*|_|~~|`+)(?=\S)(.+?)(?<=\S)\1")
+
+
+def plain_inline(text: str) -> str:
+    """Heading text without Markdown inline markup: ``**a** [b](c)`` -> ``a b``."""
+    text = _INLINE_IMAGE.sub(r"\1", text)
+    text = _INLINE_LINK.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
+    text = _INLINE_HTML.sub("", text)
+    for _ in range(3):  # nested emphasis such as ***x***
+        text = _INLINE_MARKS.sub(r"\2", text)
+    return re.sub(r"\s+", " ", text).strip()

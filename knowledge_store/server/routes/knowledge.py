@@ -130,7 +130,8 @@ def config(state: State) -> dict[str, Any]:
     console (PUT /api/knowledge/ranking), then the corpus's self-tuned choice (``groundwork tune``), then the
     built-in default; ``ranking_sources`` / ``reranker_source`` say which applied to each value and ``tuned``
     summarises the tuning run (null when the corpus is not tuned)."""
-    from knowledge_store.learning.tuning import load_tuned, ranking_sources, reranker_source
+    from knowledge_store.retrieval.ranking_defaults import ranking_sources, reranker_source
+    from knowledge_store.storage.tuned import load_tuned
 
     settings, engine = state.settings, state.engine
     index_dir = engine.snapshots.index_dir

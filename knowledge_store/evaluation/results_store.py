@@ -421,7 +421,7 @@ def notebook_alpha_sweeps(notebooks_dir: Path) -> list[dict[str, Any]]:
 def tuning_alpha_sweep(index_dir: Path) -> dict[str, Any] | None:
     """``groundwork tune``'s grid as nDCG@10 against alpha per fusion mode (best section/lead weights at each
     alpha), with the built-in and the chosen configuration marked - what the ``corpus_tuning`` asset plots."""
-    from knowledge_store.learning.tuning import load_tuned
+    from knowledge_store.storage.tuned import load_tuned
 
     tuned = load_tuned(index_dir)
     if tuned is None or not tuned.table:

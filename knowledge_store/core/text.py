@@ -1,0 +1,69 @@
+"""Text utilities every layer shares: the two ways the product cuts text into sentences.
+
+- ``sentence_spans``: exact character spans of a text's sentences (abbreviation-aware), for chunking
+  (units never cut), snippets, extractive answers and grounding, which all point back into the text.
+- ``sentences_to_embed``: the sentences embedded one by one for sentence evidence (``retrieval/sentences.py``):
+  short pieces joined, long runs cut, so each has enough words to mean something and none is too long.
+
+They differ on purpose: spans must be exact offsets of whatever a sentence is; embedded sentences must be
+useful units.  Changing either changes stored data (chunk boundaries, or the sentence vectors' texts).
+"""
+
+from __future__ import annotations
+
+import re
+
+_ABBREVIATIONS = {
+    "e.g.", "i.e.", "etc.", "vs.", "fig.", "figs.", "eq.", "no.", "dr.", "mr.", "mrs.", "ms.",
+    "prof.", "sec.", "ch.", "vol.", "approx.", "cf.", "al.", "st.", "inc.", "ltd.", "jr.", "sr.",
+}
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|\n\s*\n")
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of the sentences in ``text`` (abbreviation-aware, offsets exact)."""
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for match in _SENTENCE_END.finditer(text):
+        end = match.start()
+        candidate = text[start:end]
+        last_word = candidate.rsplit(None, 1)[-1].lower() if candidate.split() else ""
+        if last_word in _ABBREVIATIONS or re.fullmatch(r"[a-z]\.", last_word):
+            continue
+        if candidate.strip():
+            spans.append(trim_span(text, start, end))
+        start = match.end()
+    if text[start:].strip():
+        spans.append(trim_span(text, start, len(text)))
+    return spans
+
+
+def trim_span(text: str, start: int, end: int) -> tuple[int, int]:
+    """Shrink ``[start, end)`` past leading and trailing whitespace of ``text``."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+SENTENCE_MIN_WORDS = 4  # shorter pieces ("See below.", "- foo") join the next sentence
+SENTENCE_MAX_WORDS = 60  # longer runs (code, tables) are cut into windows of this many words
+_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])|\n\s*\n|\n(?=\s*[-*]\s)")
+
+
+def sentences_to_embed(text: str) -> list[str]:
+    """A chunk text's sentences, in order: sentence ends, blank lines and list items split it; pieces of
+    fewer than ``SENTENCE_MIN_WORDS`` words join the next one, runs of more than ``SENTENCE_MAX_WORDS``
+    are cut.  Never empty: a text with no split point is one sentence (an empty text gives ``[""]``)."""
+    out: list[str] = []
+    pending = ""
+    for part in (p.strip() for p in _SPLIT.split(text or "") if p and p.strip()):
+        pending = f"{pending} {part}".strip()
+        words = pending.split()
+        if len(words) >= SENTENCE_MIN_WORDS:
+            out += [" ".join(words[i:i + SENTENCE_MAX_WORDS]) for i in range(0, len(words), SENTENCE_MAX_WORDS)]
+            pending = ""
+    if pending:
+        out = out[:-1] + [f"{out[-1]} {pending}"] if out else [pending]
+    return out or [(text or "").strip()]
