@@ -1,7 +1,7 @@
 # Groundwork: two commands do everything on a fresh machine with Python 3.11, pip and make.
 #   make run        - create .venv, install, ingest the default corpus, start the Dagster UI
-#   make test       - create .venv if needed, install, run ruff and the whole test suite (tests/unit + tests/integration)
-#   make test-fast  - ruff and tests/unit only (no model, store, server, browser or network): under a minute
+#   make test       - create .venv if needed, install, lint (ruff, import layers) and the whole test suite
+#   make test-fast  - lint and tests/unit only (no model, store, server, browser or network): under a minute
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
@@ -80,16 +80,17 @@ tesseract:
 	  else echo "WARNING: tesseract is missing and cannot be installed here (needs root and apt-get); scanned PDF pages" \
 	    "will not be OCR'd. Install it with: sudo apt-get install $(TESSERACT_PACKAGES)"; fi; }
 
+# ruff, then the layers (.importlinter: each layer imports only those below it, no circles, the library never
+# imports the Dagster project)
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .
+	$(BIN)/lint-imports --no-cache
 
 # ruff first, then both layers: tests/unit (pure functions) and tests/integration (model, store, servers, browser)
-test: $(STAMP) browser tesseract
-	$(BIN)/python -m ruff check .
+test: $(STAMP) browser tesseract lint
 	$(BIN)/python -m pytest -q tests
 
-test-fast: $(STAMP)
-	$(BIN)/python -m ruff check .
+test-fast: $(STAMP) lint
 	$(BIN)/python -m pytest -q tests/unit
 
 bench: $(STAMP)

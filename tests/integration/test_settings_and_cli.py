@@ -86,3 +86,13 @@ def test_status_without_a_store_says_what_to_do(tmp_path):
     result = groundwork("status", env={"GROUNDWORK_DATA_DIR": str(tmp_path / "empty")})
     assert result.returncode == 2
     assert "groundwork ingest" in result.stderr
+
+
+def test_the_cli_launches_the_dagster_jobs_by_the_names_the_project_gives_them():
+    from knowledge_store import cli
+    from pipelines.definitions import INGEST_JOB_NAME, SYNC_SOURCE_JOB_NAME, defs
+    from pipelines.sources import SOURCE_PARTITIONS
+
+    assert (cli.INGEST_JOB_NAME, cli.SYNC_SOURCE_JOB_NAME, cli.SOURCE_PARTITIONS_NAME) == (
+        INGEST_JOB_NAME, SYNC_SOURCE_JOB_NAME, SOURCE_PARTITIONS.name)
+    assert defs.resolve_job_def(cli.INGEST_JOB_NAME) and defs.resolve_job_def(cli.SYNC_SOURCE_JOB_NAME)
