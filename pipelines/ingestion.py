@@ -1,25 +1,22 @@
 """Ingestion assets: raw documents -> parsed documents -> chunks -> embeddings -> search index.
 
 The data lives in DuckDB (``store.duckdb`` and the index snapshots), not in
-Dagster's IO managers: each asset calls one stage of ``knowledge_store.ingest``
-and reports what it did as metadata.  The asset checks sit next to the assets
-they check.
+Dagster's IO managers: each asset is one call to a stage of the ingestion sequence
+(``knowledge_store.ingest.run``: the same functions the API's in-process syncs run)
+and reports what it did as metadata.  The asset checks sit next to the assets they
+check and call the sequence's checks (``knowledge_store.ingest.checks``).
 """
 
 
 import dagster as dg
 
 from knowledge_store.core.progress import DagsterLogSink
-from knowledge_store.ingest.chunk import chunk_parsed, chunking_config
-from knowledge_store.ingest.embed import embed_missing
+from knowledge_store.ingest.checks import INDEX_CHECKS, IndexCheck
+from knowledge_store.ingest.chunk import chunking_config
 from knowledge_store.ingest.embed_handoff import embed_shard_to_parts, import_parts
 from knowledge_store.ingest.failures import open_failures
-from knowledge_store.ingest.parse import parse_pending
-from knowledge_store.ingest.publish import publish_index
-from knowledge_store.ingest.run import record_sources
+from knowledge_store.ingest.run import chunk_stage, embed_stage, parse_stage, publish_stage, record_sources
 from knowledge_store.ingest.sync_runs import current_sync_run
-from knowledge_store.models.serving import serving_model_id
-from knowledge_store.storage.index import open_snapshot
 from knowledge_store.storage.store import store_connection
 from pipelines.metadata import markdown_table
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource
@@ -79,7 +76,7 @@ def raw_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreResour
 @dg.asset(group_name=GROUP, deps=[raw_documents], kinds={"pymupdf"}, description="Pending versions parsed into pages and structural blocks.")
 def parsed_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreResource) -> dg.MaterializeResult:
     settings = store.settings()
-    result = parse_pending(settings, _run_id(store, context), progress=DagsterLogSink(context.log))
+    result = parse_stage(settings, _run_id(store, context), progress=DagsterLogSink(context.log))
     context.log.info(
         f"parsed {result.parsed} documents ({result.pages} pages, {result.pages_per_minute:.0f} pages/min, "
         f"{result.pages_ocr} OCR'd in {result.ocr_seconds:.1f} s), {result.failed} failed"
@@ -107,7 +104,7 @@ def parsed_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreRes
 @dg.asset(group_name=GROUP, deps=[parsed_documents], kinds={"duckdb"}, description="Structure-aware chunks of at most 254 word-pieces with citation fields.")
 def chunks(context: dg.AssetExecutionContext, store: KnowledgeStoreResource, model: EmbeddingModelResource) -> dg.MaterializeResult:
     settings = store.settings()
-    result = chunk_parsed(settings, model.token_counter(), _run_id(store, context), progress=DagsterLogSink(context.log))
+    result = chunk_stage(settings, _run_id(store, context), progress=DagsterLogSink(context.log), counter=model.token_counter())
     rate = result.chunks / result.seconds if result.seconds else 0.0
     context.log.info(f"chunked {result.documents} documents into {result.chunks} chunks ({rate:.0f} chunks/s)")
     entities = result.entities
@@ -164,8 +161,8 @@ def embed_shard(context: dg.OpExecutionContext, shard: int, store: KnowledgeStor
         result = embed_shard_to_parts(settings, embedder, shard, settings.embed_workers, settings.embed_handoff_dir,
                                       progress=DagsterLogSink(context.log))
     else:
-        result = embed_missing(settings, embedder, _run_id(store, context), shard=shard, shards=settings.embed_workers,
-                               progress=DagsterLogSink(context.log))
+        result = embed_stage(settings, embedder, _run_id(store, context), progress=DagsterLogSink(context.log),
+                             shard=shard, shards=settings.embed_workers)
     context.log.info(
         f"shard {shard}/{settings.embed_workers}: embedded {result.computed} new texts "
         f"({result.chunks_per_second:.1f}/s, {embedder.torch_threads} thread(s)), reused {result.reused} from cache"
@@ -222,7 +219,9 @@ def embeddings(chunks):
 @dg.asset(group_name=GROUP, deps=[embeddings], kinds={"duckdb"}, description="Published index snapshot: BM25 (fts) + vectors of active chunks.")
 def search_index(context: dg.AssetExecutionContext, store: KnowledgeStoreResource, model: EmbeddingModelResource) -> dg.MaterializeResult:
     settings = store.settings()
-    result = publish_index(settings, model.embedder(settings=settings).model_id, _run_id(store, context))
+    # the resource's embedder follows the serving model unless the resource names a model of its own
+    result = publish_stage(settings, model.embedder(settings=settings), _run_id(store, context),
+                           follow_serving=not model.model_path, progress=DagsterLogSink(context.log))
     summary = result.sync_run.get("summary", "")
     with store_connection(settings.store_path, read_only=True) as conn:
         failures = open_failures(conn)
@@ -261,84 +260,28 @@ def search_index(context: dg.AssetExecutionContext, store: KnowledgeStoreResourc
 # ---------------------------------------------------------------- asset checks
 
 
-def _check(passed: bool, count: int, description: str, **metadata: object) -> dg.AssetCheckResult:
+def _check(result: IndexCheck) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(
-        passed=passed,
+        passed=result.passed,
         severity=dg.AssetCheckSeverity.ERROR,
-        metadata={"offending_rows": count, "check": description, **metadata},
+        metadata={"offending_rows": result.offending_rows, "check": result.description, **result.metadata},
     )
 
 
-@dg.asset_check(asset=chunks, description="No chunk is empty or whitespace.")
-def no_empty_chunks(store: KnowledgeStoreResource) -> dg.AssetCheckResult:
-    settings = store.settings()
-    with store_connection(settings.store_path, read_only=True) as conn:
-        bad = conn.execute("SELECT count(*) FROM chunks WHERE length(trim(text)) = 0").fetchone()[0]
-    return _check(bad == 0, bad, "length(trim(text)) = 0")
+def _asset_check(name: str, asset) -> dg.AssetChecksDefinition:
+    """The ingestion sequence's check ``name`` (``INDEX_CHECKS``) as a Dagster check of ``asset``."""
+    spec = INDEX_CHECKS[name]
+
+    @dg.asset_check(asset=asset, name=name, description=spec.description)
+    def check(store: KnowledgeStoreResource) -> dg.AssetCheckResult:
+        return _check(spec.run(store.settings()))
+
+    return check
 
 
-@dg.asset_check(asset=chunks, description="Every chunk carries the fields a citation needs and fits the model window.")
-def chunks_have_citation_fields(store: KnowledgeStoreResource) -> dg.AssetCheckResult:
-    settings = store.settings()
-    with store_connection(settings.store_path, read_only=True) as conn:
-        bad = conn.execute(
-            """
-            SELECT count(*) FROM chunks c JOIN documents d USING (doc_id, version)
-            WHERE c.chunk_id IS NULL OR c.doc_id IS NULL OR c.version IS NULL OR c.title IS NULL
-               OR c.source_path IS NULL OR c.url IS NULL OR c.section_path IS NULL OR c.content_hash IS NULL
-               OR c.char_start < 0
-               OR (c.char_end <= c.char_start AND coalesce(c.page_start, 1) = coalesce(c.page_end, 1))
-               OR c.token_count < 1 OR c.token_count > ?
-               OR (d.paginated AND (c.page_start IS NULL OR c.page_end IS NULL OR c.page_end < c.page_start))
-            """,
-            [settings.chunk_max_tokens],
-        ).fetchone()[0]
-        total = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-    return _check(bad == 0, bad, "citation fields present, token_count within the window", chunks_checked=total)
-
-
-@dg.asset_check(asset=embeddings, description="Every vector of the serving model has its settings.embedding_dim "
-                                             "dimensions and unit L2 norm.")
-def embeddings_are_unit_vectors(store: KnowledgeStoreResource) -> dg.AssetCheckResult:
-    settings = store.settings()
-    with store_connection(settings.store_path, read_only=True) as conn:
-        bad, total, worst = conn.execute(
-            """
-            SELECT count(*) FILTER (WHERE len(embedding) <> ? OR abs(sqrt(list_dot_product(embedding::FLOAT[], embedding::FLOAT[])) - 1) > 1e-3),
-                   count(*), coalesce(max(abs(sqrt(list_dot_product(embedding::FLOAT[], embedding::FLOAT[])) - 1)), 0)
-            FROM embeddings WHERE model_id = ?
-            """,
-            [settings.embedding_dim, serving_model_id(settings)],
-        ).fetchone()
-    return _check(bad == 0, bad, f"dimension {settings.embedding_dim} and |norm - 1| <= 1e-3", vectors_checked=total,
-                  worst_norm_error=float(worst))
-
-
-@dg.asset_check(asset=search_index, description="The published snapshot holds exactly the active chunks, all in the BM25 index.")
-def index_matches_active_chunks(store: KnowledgeStoreResource) -> dg.AssetCheckResult:
-    settings = store.settings()
-    with store_connection(settings.store_path, read_only=True) as conn:
-        active, retained = conn.execute(
-            "SELECT count(*) FILTER (WHERE d.status = 'active'), count(*) FILTER (WHERE d.status = 'superseded') "
-            "FROM chunks c JOIN documents d USING (doc_id, version)"
-        ).fetchone()
-    snap, info = open_snapshot(settings.index_dir)
-    try:
-        indexed_active, indexed_all = snap.execute(
-            "SELECT count(*) FILTER (WHERE status = 'active'), count(*) FROM chunks"
-        ).fetchone()
-        in_fts = snap.execute("SELECT count(*) FROM fts_main_chunks.docs").fetchone()[0]
-        with_vectors = snap.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0]
-    finally:
-        snap.close()
-    passed = active == indexed_active and indexed_all == in_fts == with_vectors == active + retained
-    return _check(
-        passed, abs(active - indexed_active) + abs(active + retained - indexed_all),
-        "snapshot active rows = active chunks in the store; every row (active + retained superseded) in fts and with a vector",
-        active_chunks=active, superseded_chunks_retained=retained, snapshot_active_rows=indexed_active,
-        snapshot_rows=indexed_all, fts_documents=in_fts, vectors=with_vectors, snapshot_version=info.snapshot_version,
-    )
+_STAGE_ASSETS = {"chunks": chunks, "embeddings": embeddings, "search_index": search_index}
+INGESTION_CHECK_DEFS = {name: _asset_check(name, _STAGE_ASSETS[spec.stage]) for name, spec in INDEX_CHECKS.items()}
 
 
 INGESTION_ASSETS = [raw_documents, parsed_documents, chunks, embeddings, search_index]
-INGESTION_CHECKS = [no_empty_chunks, chunks_have_citation_fields, embeddings_are_unit_vectors, index_matches_active_chunks]
+INGESTION_CHECKS = list(INGESTION_CHECK_DEFS.values())

@@ -4,7 +4,7 @@ For every *train* query the default ranking's top five passages are rated as a c
 would (up when the passage's document is relevant, down otherwise) - the same simulation as
 ``research.feedback_sim``.  ``knowledge_store.learning.adapter_training.train_query_adapter`` learns
 from those thumbs alone (its own held-out check decides whether to adopt), then the unseen *test*
-queries are ranked by ``rank_rows`` (the engine's function, feedback step included) with and
+queries are ranked by ``RankingPipeline`` (the engine's ranking, feedback step included) with and
 without the adapter.  A second source of gold is measured beside it: the train split's labels
 themselves (a labelled set a user imports as thumbs, one up-vote on the best chunk of each
 relevant document).
@@ -36,14 +36,22 @@ from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.evaluation.beir import BeirDataset
 from knowledge_store.learning.adapter_training import L2_GRID, fit_adapter, rated_queries, train_query_adapter
-from knowledge_store.retrieval.evidence import gather_evidence, rank_rows, served_steps
+from knowledge_store.retrieval.evidence import gather_evidence
 from knowledge_store.retrieval.fusion import Fused
 from knowledge_store.retrieval.query_adapter import QueryAdapter
 from knowledge_store.retrieval.query_form import alpha_for
+from knowledge_store.retrieval.ranking import PhraseOrderStep, RankingPipeline
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 from knowledge_store.storage.tuned import RankingParams
 from research.dev_store import DATASETS, open_dev_store
 from research.ranking_sweep import embed_queries
+
+
+def served_pipeline(settings: Settings) -> RankingPipeline:
+    """The default path's ranking under ``settings``: sentence evidence and the feedback step as the settings turn
+    them on, then phrase order (whatever ``settings.phrase_boost`` says); no entity boost."""
+    served = RankingPipeline.served(settings, only=("sentences", "feedback"))
+    return replace(served, steps=served.steps + (PhraseOrderStep(),))
 
 
 def ranked_pool(snapshot: LoadedSnapshot, text: str, vector: np.ndarray, params: RankingParams,
@@ -51,8 +59,9 @@ def ranked_pool(snapshot: LoadedSnapshot, text: str, vector: np.ndarray, params:
     """The default path's fused candidate pool for one query (sentence evidence and the feedback step included),
     best first; with ``question_alpha`` a question ranks at that alpha, as the engine serves it."""
     params = replace(params, alpha=alpha_for(text, params.alpha, question_alpha, snapshot))
-    return rank_rows(gather_evidence(snapshot, text, vector), params, snapshot.active, settings.candidate_pool,
-                     settings.rrf_k, snapshot=snapshot, query=text, **served_steps(settings, snapshot, vector))
+    pipeline = served_pipeline(settings)
+    return pipeline.rank(pipeline.context(text, gather_evidence(snapshot, text, vector), params, snapshot, vector,
+                                          snapshot.active))
 
 
 def ranked_rows(snapshot: LoadedSnapshot, text: str, vector: np.ndarray, params: RankingParams,

@@ -2,7 +2,7 @@
 
 The chunker embeds ``header + "\\n\\n" + text`` (knowledge_store/ingest/chunking.py).  This embeds every
 chunk's text alone with the ingestion encoder (cached beside the store as ``bare_embeddings.npy``)
-and ranks each split's queries by ``rank_rows`` (default ranking, feedback step included) with the
+and ranks each split's queries by ``RankingPipeline`` (default ranking, feedback step included) with the
 chunk vectors replaced by: the stored ones, the bare ones, and normalised blends of the two.
 
     .venv/bin/python -m research.bare_embedding_experiment scifact scifact:train debian debian:train

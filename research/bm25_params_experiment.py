@@ -1,4 +1,4 @@
-"""BM25's k1 and b (chunk and section BM25 alike) swept through ``rank_rows`` on the dev sets.
+"""BM25's k1 and b (chunk and section BM25 alike) swept through ``RankingPipeline`` on the dev sets.
 
 The snapshot reader scores with the fts formula's constants (``snapshot_reader.BM25_K1`` / ``BM25_B``,
 1.2 / 0.75); this re-derives the per-posting length norms for each pair and ranks every query of the

@@ -1,4 +1,4 @@
-"""The development sets' published stores, opened for the experiments that rank with ``rank_rows``.
+"""The development sets' published stores, opened for the experiments that rank with ``RankingPipeline``.
 
 ``research.prf_experiment``, ``adapter_eval``, ``pseudo_adapter_experiment``, ``bare_embedding_experiment``,
 ``bm25_params_experiment``, ``query_form_experiment``, ``doc_aggregation_experiment``, ``fusion_normalisation_experiment``

@@ -1,7 +1,7 @@
 """A document's score from its chunks: max (shipped) against alternatives, on both dev sets.
 
 A document ranks where its best chunk ranks.  Two alternatives are measured over the default
-ranking's fused candidate pool (``rank_rows``, feedback step included; fused scores are in
+ranking's fused candidate pool (``RankingPipeline``, feedback step included; fused scores are in
 [0, 1] for weighted fusion; a query whose order phrase evidence changed keeps it):
 
 - ``second γ``: max + γ × the document's second-best fused score (several matching passages are

@@ -2,7 +2,7 @@
 
 Programming documentation has families of near-identical pages (``IO::Uncompress::Inflate`` /
 ``RawInflate`` / ``RawDeflate``: "Optional Parameters"); when three of them fill the top five, the
-answer may be sixth.  This re-orders the default ranking's first 30 documents (as served: ``rank_rows``
+answer may be sixth.  This re-orders the default ranking's first 30 documents (as served: ``RankingPipeline``
 with sentence evidence, the feedback step and questions at ``question_alpha``) by maximal marginal
 relevance - ``lambda * fused score (rescaled to [0, 1]) - (1 - lambda) * the highest cosine to a
 document already placed`` (each document by its best chunk's vector) - and scores it with the real

@@ -1,6 +1,6 @@
 """Could self-tuning decide the feedback step per corpus?  Pseudo-queries against the real labels.
 
-The feedback step (``evidence.feedback_rescore``) wins on SciFact and the Debian docs set and loses on
+The feedback step (``ranking.VectorFeedbackStep``) wins on SciFact and the Debian docs set and loses on
 the Perl docs set (docs/EVALUATION.md, 2026-11-26), so a per-corpus switch would help, if the
 corpus's own pseudo-queries could tell which way it goes.  For each store this ranks the same 300
 pseudo-queries self-tuning draws (``tuning.build_pseudo_queries``) at the built-in ranking with and
@@ -22,15 +22,16 @@ import numpy as np
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import ndcg_at_k
 from knowledge_store.learning.tuning import (
-    _TermCounter,
+    TermCounter,
     build_pseudo_queries,
     strip_query_from_targets,
     stripped_vectors,
     target_rows,
     units_of,
 )
-from knowledge_store.retrieval.evidence import gather_evidence, rank_rows, vector_feedback_for
+from knowledge_store.retrieval.evidence import gather_evidence
 from knowledge_store.retrieval.query_form import alpha_for
+from knowledge_store.retrieval.ranking import PhraseOrderStep, RankingPipeline, VectorFeedbackStep
 from research.dev_store import open_dev_store
 
 
@@ -40,7 +41,11 @@ def run(spec: str) -> dict[str, float]:
     snapshot = dev.snapshot
     queries = build_pseudo_queries(snapshot, limit=300)
     vectors = dev.embedder.embed([q.query for q in queries])
-    counter = _TermCounter(snapshot)
+    counter = TermCounter(snapshot)
+    plain_pipeline = RankingPipeline((PhraseOrderStep(),), pool=settings.candidate_pool, rrf_k=settings.rrf_k)
+    feedback = VectorFeedbackStep.from_settings(settings)  # None when the settings turn it off
+    stepped_pipeline = RankingPipeline(((feedback,) if feedback is not None else ()) + (PhraseOrderStep(),),
+                                       pool=settings.candidate_pool, rrf_k=settings.rrf_k)
     without, with_step = [], []
     for pq, qv in zip(queries, vectors):
         rows = target_rows(snapshot, pq)
@@ -48,11 +53,11 @@ def run(spec: str) -> dict[str, float]:
         evidence = strip_query_from_targets(snapshot, pq, gather_evidence(snapshot, pq.query, qv), dev.embedder.embed,
                                             counter, qv, vectors=stripped)
         params = replace(dev.params, alpha=alpha_for(pq.query, dev.params.alpha, settings.question_alpha, snapshot))
-        plain = rank_rows(evidence, params, snapshot.active, settings.candidate_pool, settings.rrf_k,
-                          snapshot=snapshot, query=pq.query).rows
+        plain = plain_pipeline.rank(plain_pipeline.context(pq.query, evidence, params, snapshot, qv,
+                                                           snapshot.active)).rows
         # the step's second pass sees the targets without the query text too (``evidence.replaced``)
-        stepped = rank_rows(evidence, params, snapshot.active, settings.candidate_pool, settings.rrf_k,
-                            snapshot=snapshot, query=pq.query, feedback=vector_feedback_for(settings, qv)).rows
+        stepped = stepped_pipeline.rank(stepped_pipeline.context(pq.query, evidence, params, snapshot, qv,
+                                                                 snapshot.active)).rows
         without.append(ndcg_at_k(units_of(snapshot, plain, pq.unit), pq.targets, 10))
         with_step.append(ndcg_at_k(units_of(snapshot, stepped, pq.unit), pq.targets, 10))
     diff = np.array(with_step) - np.array(without)

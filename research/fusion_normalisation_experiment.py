@@ -10,7 +10,7 @@ both methods' top ``candidate_pool`` rows).  Two untested alternatives of the is
 - the pool size itself (``candidate_pool`` 30 … 400; 100 shipped), which sets the pool minimum.
 
 The variants are registered as fusion modes for this run only (``FUSION_REGISTRY``), so the
-default path (``rank_rows``, feedback step included) ranks with them unchanged.
+default path (``RankingPipeline``, feedback step included) ranks with them unchanged.
 
     .venv/bin/python -m research.fusion_normalisation_experiment debian:train scifact:train debian:test scifact
 """

@@ -1,12 +1,12 @@
 """Vector evidence measured with the real labels: pseudo-relevance feedback and mean-of-chunks vectors.
 
 docs/EVALUATION.md ("Why the engine lost on documentation" and the 2026-11-24 section) has the
-figures.  The baseline ("default ranking") is ``rank_rows`` without the feedback step:
+figures.  The baseline ("default ranking") is a ``RankingPipeline`` with phrase order alone (no feedback step):
 
 - ``prf``: Rocchio - the query vector moved towards the best chunks of the top-k documents of
   the default ranking, then the whole corpus ranked again;
 - ``prf-pool``: the same, but only the default ranking's fused pool re-scored with the moved vector
-  and fused again - the engine's own step (``evidence.feedback_rescore``, on by default since
+  and fused again - the engine's own step (``ranking.VectorFeedbackStep``, on by default since
   2026-11-24 with top-3 documents, beta 0.3);
 - ``section-mean`` / ``document-mean``: each chunk's cosine (and its section lead's) blended with
   the cosine of its section's / document's mean chunk vector.
@@ -26,12 +26,11 @@ from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.retrieval.evidence import (
     QueryEvidence,
-    VectorFeedback,
     first_document_rows,
     gather_evidence,
     moved_query_vector,
-    rank_rows,
 )
+from knowledge_store.retrieval.ranking import PhraseOrderStep, RankingPipeline, VectorFeedbackStep
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 from knowledge_store.storage.tuned import RankingParams
 from research.dev_store import DATASETS, open_dev_store
@@ -61,8 +60,8 @@ def variants(snapshot: LoadedSnapshot) -> dict[str, Callable]:
 
     def prf(k: int, beta: float, pool_only: bool):
         def run(text, vector, evidence, base, rank):
-            if pool_only:  # what the engine ships (evidence.feedback_rescore)
-                return rank(evidence, snapshot.active, VectorFeedback(vector, k, beta))
+            if pool_only:  # what the engine ships (ranking.VectorFeedbackStep)
+                return rank(evidence, snapshot.active, VectorFeedbackStep(k, beta))
             moved = moved_query_vector(snapshot, vector, first_document_rows(snapshot, base, k), beta)
             return rank(gather_evidence(snapshot, text, moved), snapshot.active)
         return run
@@ -93,8 +92,10 @@ def run(name: str, params: RankingParams) -> dict[str, tuple[float, float]]:
     measured = variants(snapshot)
     scores: dict[str, list[tuple[float, float]]] = {label: [] for label in measured}
     for qid, text in dataset.queries.items():
-        def rank(evidence, mask, feedback=None, text=text):
-            return rank_rows(evidence, params, mask, 100, 60, snapshot=snapshot, query=text, feedback=feedback).rows
+        def rank(evidence, mask, feedback=None, text=text, vector=vectors[qid]):
+            steps = (PhraseOrderStep(),) if feedback is None else (feedback, PhraseOrderStep())
+            pipeline = RankingPipeline(steps, pool=100, rrf_k=60)
+            return pipeline.rank(pipeline.context(text, evidence, params, snapshot, vector, mask)).rows
 
         evidence = gather_evidence(snapshot, text, vectors[qid])
         base = rank(evidence, snapshot.active)

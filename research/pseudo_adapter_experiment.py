@@ -5,14 +5,13 @@ heading -> its section, title -> its document; FAQ *questions* are left out here
 Debian set they are the evaluation's own queries).  Each target is re-embedded without the query
 text in its header (the stored vector holds the heading it would otherwise be matched on), and
 the adapter is trained to pick it out of the query's nearest stored chunks.  Then the real test
-queries are ranked by ``rank_rows`` with and without it.
+queries are ranked by ``RankingPipeline`` (``adapter_eval.ranked_rows``) with and without it.
 
     .venv/bin/python -m research.pseudo_adapter_experiment scifact debian
 """
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 
@@ -21,7 +20,7 @@ import numpy as np
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.learning.adapter_training import fit_matrix
-from knowledge_store.learning.tuning import _header_without, build_pseudo_queries
+from knowledge_store.learning.tuning import build_pseudo_queries, stripped_embed_texts, target_rows
 from knowledge_store.retrieval.query_adapter import QueryAdapter
 from research.adapter_eval import ranked_rows
 from research.dev_store import DATASETS, open_dev_store
@@ -29,15 +28,11 @@ from research.ranking_sweep import embed_queries
 
 
 def stripped_target_vectors(snapshot, pq, embed) -> tuple[np.ndarray, np.ndarray]:
-    rows = np.flatnonzero(np.isin(snapshot.sections.group if pq.unit == "section" else snapshot.doc_index,
-                                  list(pq.targets)))
-    take = snapshot.records.take(rows)
-    own = re.compile("|".join(re.escape(t) for t in sorted({pq.strip, pq.query}, key=len, reverse=True) if t),
-                     re.IGNORECASE)
-    texts = [own.sub(" ", t or "") for t in take.column("text").to_pylist()]
-    headers = [_header_without(t, p, pq) for t, p in zip(take.column("title").to_pylist(),
-                                                           take.column("section_path").to_pylist())]
-    return rows, embed([f"{h}\n\n{x}" if h else x for h, x in zip(headers, texts)])
+    """``pq``'s target rows and their vectors embedded from the header and text without the query's own words
+    (``tuning.stripped_embed_texts``: the header plus text alone, no bare-vector blend)."""
+    rows = target_rows(snapshot, pq)
+    embed_texts, _ = stripped_embed_texts(snapshot, pq, rows)
+    return rows, embed(embed_texts)
 
 
 def training_tensors(snapshot, pqs, embed, nearest: int = 100, max_targets: int = 8):

@@ -1,6 +1,6 @@
 """Can a query's own scores tell which alpha suits it?  Per-query alpha from query-time features.
 
-Every query of each split is ranked as served (``rank_rows`` with sentence evidence and the feedback
+Every query of each split is ranked as served (``RankingPipeline`` with sentence evidence and the feedback
 step) at alpha 0.3 ... 1.0, which gives the headroom: the mean over queries of the best alpha for each
 query (the "oracle") against one alpha for all.  Then a one-feature rule is chosen on the three *train*
 splits together. The rule moves the served alpha (0.8 for questions, 0.7 otherwise) by -0.2 ... +0.2
@@ -23,8 +23,9 @@ import numpy as np
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
-from knowledge_store.retrieval.evidence import gather_evidence, rank_rows, served_steps
+from knowledge_store.retrieval.evidence import gather_evidence
 from knowledge_store.retrieval.query_form import is_question
+from research.adapter_eval import served_pipeline
 from research.dev_store import open_dev_store
 from research.ranking_sweep import embed_queries
 
@@ -42,6 +43,7 @@ def measure(spec: str) -> dict[str, np.ndarray]:
     n = len(dev.dataset.queries)
     ndcg, recall = np.zeros((n, len(ALPHAS))), np.zeros((n, len(ALPHAS)))
     features, question = np.zeros((n, len(FEATURES))), np.zeros(n, dtype=bool)
+    pipeline = served_pipeline(settings)
     for j, (qid, text) in enumerate(dev.dataset.queries.items()):
         evidence = gather_evidence(snapshot, text, vectors[qid])
         cosines = np.sort(evidence.vector(dev.params.lead_weight))[::-1]
@@ -51,10 +53,10 @@ def measure(spec: str) -> dict[str, np.ndarray]:
                        (bm25[0] - bm25[9]) / max(bm25[0], 1e-9),
                        len(terms.known) / max(1, len(terms.known) + len(terms.unknown)), len(text.split()))
         question[j] = is_question(text)
-        steps = served_steps(settings, snapshot, vectors[qid])
         for i, alpha in enumerate(ALPHAS):
-            rows = rank_rows(evidence, replace(dev.params, alpha=alpha), snapshot.active, settings.candidate_pool,
-                             settings.rrf_k, snapshot=snapshot, query=text, **steps).rows
+            # a fresh context per alpha: phrase scores are not shared between alphas (as before the pipeline)
+            rows = pipeline.rank(pipeline.context(text, evidence, replace(dev.params, alpha=alpha), snapshot,
+                                                  vectors[qid], snapshot.active)).rows
             ranked = dev.ranked_docs(rows)
             ndcg[j, i] = ndcg_at_k(ranked, dev.dataset.qrels[qid], 10)
             recall[j, i] = recall_at_k(ranked, dev.dataset.qrels[qid], 5)

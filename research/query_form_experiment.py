@@ -3,7 +3,7 @@
 Documentation questions open with "How do I …", "Why does …", "Is there …"; the answer
 sections never do.  BM25 already drops those words (all are in the fts English stop list,
 checked here), so only the vector side could gain.  This ranks each split's queries with the
-default ranking (``rank_rows``, feedback step included) with three query vectors:
+default ranking (``RankingPipeline``, feedback step included) with three query vectors:
 
 - ``as asked``: the question embedded as typed (what the engine does);
 - ``stripped``: the leading question phrase removed ("How do I install X?" → "install X");

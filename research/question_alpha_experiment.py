@@ -1,7 +1,7 @@
 """Questions and statements: which alpha (and lead weight, feedback step) suits which, on all three dev sets.
 
 The two documentation sets' queries are FAQ questions; SciFact's are claims (statements).  For every
-split this ranks each query by ``rank_rows`` (the engine's function, phrase evidence included) at
+split this ranks each query by a ``RankingPipeline`` (the engine's ranking, phrase order included) at
 alpha 0.6-0.85 x lead weight 0.6/0.8 x the feedback step on/off, and writes per-configuration means
 plus, for the questions, the paired per-query difference of each alpha against 0.7 (mean and standard
 error) - the evidence behind ``question_alpha`` (docs/EVALUATION.md, "Questions and statements").
@@ -22,8 +22,9 @@ import numpy as np
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
-from knowledge_store.retrieval.evidence import gather_evidence, rank_rows, vector_feedback_for
+from knowledge_store.retrieval.evidence import gather_evidence
 from knowledge_store.retrieval.query_form import is_question
+from knowledge_store.retrieval.ranking import PhraseOrderStep, RankingPipeline, VectorFeedbackStep
 from knowledge_store.storage.tuned import RankingParams
 from research.dev_store import open_dev_store
 from research.ranking_sweep import embed_queries
@@ -43,14 +44,16 @@ def per_query_scores(spec: str) -> dict[str, dict[str, tuple[float, float]]]:
     dev = open_dev_store(spec)
     vectors = embed_queries(dev.dataset, dev.embedder)
     evidence = {q: gather_evidence(dev.snapshot, text, vectors[q]) for q, text in dev.dataset.queries.items()}
+    feedback_step = VectorFeedbackStep.from_settings(settings)  # None when the settings turn it off
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for alpha, lead, feedback in itertools.product(ALPHAS, LEADS, (True, False)):
         params = RankingParams(alpha, "weighted", dev.params.section_weight, lead)
+        steps = (feedback_step,) if feedback and feedback_step is not None else ()
+        pipeline = RankingPipeline(steps + (PhraseOrderStep(),), pool=settings.candidate_pool, rrf_k=settings.rrf_k)
         scores = {}
         for q, text in dev.dataset.queries.items():
-            rows = rank_rows(evidence[q], params, dev.snapshot.active, settings.candidate_pool, settings.rrf_k,
-                             snapshot=dev.snapshot, query=text,
-                             feedback=vector_feedback_for(settings, vectors[q]) if feedback else None).rows
+            rows = pipeline.rank(pipeline.context(text, evidence[q], params, dev.snapshot, vectors[q],
+                                                  dev.snapshot.active)).rows
             ranked = dev.ranked_docs(rows)
             scores[q] = (ndcg_at_k(ranked, dev.dataset.qrels[q], 10), recall_at_k(ranked, dev.dataset.qrels[q], 5))
         out[key(alpha, lead, feedback)] = scores

@@ -1,6 +1,6 @@
 """Sweep ranking configurations on a BEIR dataset with its real labels, fast.
 
-Ranks with ``knowledge_store.retrieval.evidence.rank_rows`` - the function the
+Ranks with ``knowledge_store.retrieval.ranking.RankingPipeline`` - the ranking the
 engine serves with - straight over the dataset's published snapshot, so a
 grid of a few hundred configurations costs one query embedding per query plus
 a few milliseconds per (query, configuration).  ``knowledge_store.evaluation.retrieval_eval`` runs
@@ -32,8 +32,9 @@ import numpy as np
 
 from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.evaluation.beir import BeirDataset, beir_settings, chunk_to_beir_id, load_beir
-from knowledge_store.retrieval.evidence import gather_evidence, rank_rows, served_steps
+from knowledge_store.retrieval.evidence import gather_evidence
 from knowledge_store.retrieval.query_form import alpha_for
+from knowledge_store.retrieval.ranking import PhraseOrderStep, RankingPipeline
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, load_snapshot
 from knowledge_store.storage.tuned import RankingParams
 
@@ -56,15 +57,18 @@ def real_label_sweep(snapshot: LoadedSnapshot, dataset: BeirDataset, query_vecto
     beir = doc_beir_ids(snapshot)
     ndcg = np.zeros((len(grid), len(dataset.queries)))
     recall = np.zeros_like(ndcg)
+    served = () if served_by is None else RankingPipeline.served(served_by, only=("sentences", "feedback")).steps
+    # phrase order whatever the settings' phrase_boost: ``phrase`` decides it here
+    pipeline = RankingPipeline(served + ((PhraseOrderStep(),) if phrase else ()), pool=pool, rrf_k=rrf_k)
     for j, (qid, text) in enumerate(dataset.queries.items()):
         evidence = gather_evidence(snapshot, text, query_vectors[qid])
         relevant = dataset.qrels[qid]
-        cache: dict[int, float] = {}
-        steps = {} if served_by is None else served_steps(served_by, snapshot, query_vectors[qid])
+        # one context per query, its caches (phrase scores, best-sentence cosines) shared by the grid
+        context = pipeline.context(text, evidence, grid[0] if grid else RankingParams(), snapshot, query_vectors[qid],
+                                   snapshot.active, shared_caches=True)
         for i, params in enumerate(grid):
             params = replace(params, alpha=alpha_for(text, params.alpha, question_alpha, snapshot))
-            rows = rank_rows(evidence, params, snapshot.active, pool, rrf_k, snapshot=snapshot,
-                             query=text if phrase else None, phrase_cache=cache, **steps).rows
+            rows = pipeline.rank(context.for_params(params)).rows
             ranked = list(dict.fromkeys(beir[d] for d in snapshot.doc_index[rows].tolist()))
             ndcg[i, j] = ndcg_at_k(ranked, relevant, 10)
             recall[i, j] = recall_at_k(ranked, relevant, 5)

@@ -17,14 +17,9 @@ import numpy as np
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
-from knowledge_store.learning.tuning import _TermCounter
-from knowledge_store.retrieval.evidence import (
-    QueryEvidence,
-    first_document_rows,
-    gather_evidence,
-    rank_rows,
-    vector_feedback_for,
-)
+from knowledge_store.learning.tuning import TermCounter
+from knowledge_store.retrieval.evidence import QueryEvidence, first_document_rows, gather_evidence
+from knowledge_store.retrieval.ranking import PhraseOrderStep, RankingPipeline, VectorFeedbackStep
 from knowledge_store.retrieval.snapshot_reader import bm25_idf, bm25_term
 from research.dev_store import open_dev_store
 from research.ranking_sweep import embed_queries
@@ -68,14 +63,17 @@ def run(name: str) -> None:
     dev = open_dev_store(name)
     dataset, snapshot, beir, params = dev.dataset, dev.snapshot, dev.beir, dev.params
     vectors = embed_queries(dataset, dev.embedder)
-    counter = _TermCounter(snapshot)
+    counter = TermCounter(snapshot)
     texts = snapshot.records.column("text").to_pylist()
     scores: dict[str, list] = {}
     settings = Settings()
 
+    feedback = VectorFeedbackStep.from_settings(settings)  # None when the settings turn it off
+    pipeline = RankingPipeline(((feedback,) if feedback is not None else ()) + (PhraseOrderStep(),),
+                               pool=settings.candidate_pool, rrf_k=settings.rrf_k)
+
     def rank(evidence, text, vector):
-        return rank_rows(evidence, params, snapshot.active, settings.candidate_pool, settings.rrf_k, snapshot=snapshot,
-                         query=text, feedback=vector_feedback_for(settings, vector)).rows
+        return pipeline.rank(pipeline.context(text, evidence, params, snapshot, vector, snapshot.active)).rows
 
     for qid, text in dataset.queries.items():
         evidence = gather_evidence(snapshot, text, vectors[qid])

@@ -1,18 +1,24 @@
-"""All ingestion stages in one call, in-process: for tests, the API and scripts.
+"""The ingestion sequence: sources -> parse -> chunk -> embed -> publish -> checks.
 
-The Dagster assets in ``pipelines/`` call the same stage functions one asset
-at a time; ``groundwork ingest`` runs those assets headless.
+``INGEST_STAGES`` names the stages in order and each has one function here (``record_sources``,
+``parse_stage``, ``chunk_stage``, ``embed_stage``, ``publish_stage``; the checks are ``checks.INDEX_CHECKS``).
+``run_sync`` runs them in-process (the API's uploads and syncs, retries, evaluations, tests); the Dagster
+assets in ``pipelines/`` are thin calls to the same functions, one asset per stage, with the embed stage
+split into shards that a multiprocess executor runs at once (``groundwork ingest`` runs that job headless).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from knowledge_store.config.settings import Settings
+from knowledge_store.core.progress import Sink
+from knowledge_store.ingest.checks import IndexCheck, run_index_checks
 from knowledge_store.ingest.chunk import ChunkResult, chunk_parsed
 from knowledge_store.ingest.embed import EmbedResult, embed_missing
 from knowledge_store.ingest.parse import ParseResult, parse_pending
@@ -30,9 +36,15 @@ from knowledge_store.ingest.web_sources import (
     prune_body_cache,
     record_web_pages,
 )
-from knowledge_store.models.embeddings import Embedder, document_embedder, token_counter
+from knowledge_store.models.embeddings import Embedder, TokenCounter, document_embedder, token_counter
 from knowledge_store.models.serving import serving_model_id, serving_model_path
 from knowledge_store.storage.store import store_connection, transaction, utcnow
+
+logger = logging.getLogger(__name__)
+
+
+# the stages in the order they run (Dagster: one asset each, the same names)
+INGEST_STAGES = ("raw_documents", "parsed_documents", "chunks", "embeddings", "search_index")
 
 
 @dataclass
@@ -43,6 +55,11 @@ class SyncReport:
     embed: EmbedResult
     publish: PublishResult
     seconds: float
+    checks: list[IndexCheck] = field(default_factory=list)
+
+    @property
+    def failed_checks(self) -> list[IndexCheck]:
+        return [c for c in self.checks if not c.passed]
 
     @property
     def summary(self) -> str:
@@ -152,7 +169,8 @@ def run_sync(
     sync_run_id: str | None = None,
     refresh: bool = False,
 ) -> SyncReport:
-    """Every stage for the chosen sources (default all), then publish the whole index.
+    """Every stage for the chosen sources (default all), then publish the whole index and run the checks
+    (``SyncReport.checks``; a failing one is logged, the published index stays).
 
     A stage that raises leaves the run 'failed' (Ctrl-C: 'interrupted'), not 'running'."""
     started = time.perf_counter()
@@ -162,12 +180,17 @@ def run_sync(
         raw = record_sources(settings, sync_run_id=sync_run_id, trigger=trigger, names=names, kinds=kinds,
                              progress=progress, web_client=web_client, refresh=refresh)
         parse, chunk, embed, publish = process_pending(settings, embedder, raw.sync_run_id, progress=progress)
+        checks = run_index_checks(settings)
     except BaseException as error:
         stopped = isinstance(error, (KeyboardInterrupt, SystemExit))
         _close_run(settings, sync_run_id, "interrupted" if stopped else "failed",
                    f"stopped by {type(error).__name__}" if stopped else f"{type(error).__name__}: {error}")
         raise
-    return SyncReport(raw, parse, chunk, embed, publish, time.perf_counter() - started)
+    for check in checks:
+        if not check.passed:
+            logger.warning("ingestion check %s failed: %d offending rows (%s)", check.name, check.offending_rows,
+                           check.description)
+    return SyncReport(raw, parse, chunk, embed, publish, time.perf_counter() - started, checks)
 
 
 def _close_run(settings: Settings, sync_run_id: str, status: str, reason: str) -> None:
@@ -179,21 +202,50 @@ def _close_run(settings: Settings, sync_run_id: str, status: str, reason: str) -
         pass
 
 
+def parse_stage(settings: Settings, sync_run_id: str, progress: Sink | None = None) -> ParseResult:
+    """Stage 2: parse every pending version into pages and blocks."""
+    return parse_pending(settings, sync_run_id, progress=progress)
+
+
+def chunk_stage(settings: Settings, sync_run_id: str, progress: Sink | None = None,
+                counter: TokenCounter | None = None) -> ChunkResult:
+    """Stage 3: chunk the parsed versions, counting word-pieces with the model's tokenizer (``counter``: another
+    model's, when a caller embeds with one)."""
+    return chunk_parsed(settings, counter or token_counter(str(settings.model_path)), sync_run_id, progress=progress)
+
+
+def embed_stage(settings: Settings, embedder: Embedder, sync_run_id: str, progress: Sink | None = None,
+                shard: int = 0, shards: int = 1) -> EmbedResult:
+    """Stage 4: vectors for the texts that have none for ``embedder``'s model (one shard of them when ``shards`` > 1)."""
+    return embed_missing(settings, embedder, sync_run_id, shard=shard, shards=shards, progress=progress)
+
+
+def publish_stage(settings: Settings, embedder: Embedder, sync_run_id: str, follow_serving: bool = False,
+                  progress: Sink | None = None) -> PublishResult:
+    """Stage 5: publish the snapshot with ``embedder``'s model.
+
+    ``follow_serving``: the embedder stands for the serving model, not for a model the caller chose.  A fine-tuned
+    model adopted (or rolled back) while the run embedded is then what the snapshot is published with: texts
+    without its vectors are embedded first (a no-op query when none are missing)."""
+    if follow_serving:
+        changed = embedder.model_id != serving_model_id(settings)
+        if changed:
+            embedder = document_embedder(settings, model_path=serving_model_path(settings))
+        embed_missing(settings, embedder, sync_run_id, progress=progress if changed else None)
+    return publish_index(settings, embedder.model_id, sync_run_id)
+
+
 def process_pending(
     settings: Settings, embedder: Embedder, sync_run_id: str, progress: ProgressCallback | None = None
 ) -> tuple[ParseResult, ChunkResult, EmbedResult, PublishResult]:
     """Stages 2-5 over whatever is pending (after a scan, a crawl or a retry), then publish;
     ``progress(stage, figures)`` hears each stage's counts, rate and ETA (knowledge_store.core.progress).
 
-    An ``embedder`` of the serving model stays the serving model's: when a fine-tuned model is adopted (or
-    rolled back) while this runs, the texts get vectors of the new serving model too and the snapshot is
-    published with it, never with the model the run started with.  Any other embedder is the caller's choice."""
-    serving_at_start = serving_model_id(settings)
-    parse = parse_pending(settings, sync_run_id, progress=progress)
-    chunk = chunk_parsed(settings, token_counter(str(settings.model_path)), sync_run_id, progress=progress)
-    embed = embed_missing(settings, embedder, sync_run_id, progress=progress)
-    if embedder.model_id == serving_at_start and serving_model_id(settings) != serving_at_start:
-        embedder = document_embedder(settings, model_path=serving_model_path(settings))
-        embed_missing(settings, embedder, sync_run_id, progress=progress)
-    publish = publish_index(settings, embedder.model_id, sync_run_id)
+    An ``embedder`` of the serving model follows the serving model (``publish_stage``); any other embedder is
+    the caller's choice."""
+    follows = embedder.model_id == serving_model_id(settings)
+    parse = parse_stage(settings, sync_run_id, progress)
+    chunk = chunk_stage(settings, sync_run_id, progress)
+    embed = embed_stage(settings, embedder, sync_run_id, progress)
+    publish = publish_stage(settings, embedder, sync_run_id, follow_serving=follows, progress=progress)
     return parse, chunk, embed, publish

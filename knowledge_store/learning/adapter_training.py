@@ -13,7 +13,7 @@ the loss is the softmax cross-entropy of the target chunks among the candidates 
 plus ``l2 * |W|^2`` towards the identity.  The held-out check is a 4-fold cross-validation: the
 rated queries fall into four folds by a hash of their text (the same folds on every run); for each
 ``l2`` of the grid and each fold an adapter is trained on the other three folds and that fold's
-queries are ranked by ``rank_rows`` - the function the engine serves with, BM25 and all - with and
+queries are ranked by ``RankingPipeline`` - the ranking the engine serves with, BM25 and all - with and
 without it, so every rated query is held out once.  The adapter is adopted only when the best
 ``l2``'s paired gain over no adapter is clear (``core.metrics.paired_gain``: above ``min_gain`` nDCG@10
 *and* two standard errors); it is then trained again on every rated query.  Why not one held-out
@@ -41,9 +41,10 @@ import numpy as np
 
 from knowledge_store.core.metrics import ndcg_at_k, paired_gain, recall_at_k
 from knowledge_store.learning.tuning import corpus_inputs, feedback_queries, units_of
-from knowledge_store.retrieval.evidence import gather_evidence, rank_rows, served_steps
+from knowledge_store.retrieval.evidence import gather_evidence
 from knowledge_store.retrieval.query_adapter import QueryAdapter, QueryAdapterError, reset_adapter, save_adapter
 from knowledge_store.retrieval.query_form import alpha_for
+from knowledge_store.retrieval.ranking import TUNING_STEPS, RankingPipeline
 from knowledge_store.retrieval.ranking_defaults import effective_question_alpha, effective_ranking
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 from knowledge_store.storage.tuned import RankingParams
@@ -212,12 +213,13 @@ def per_query_quality(snapshot: LoadedSnapshot, rated: list[RatedQuery], params:
     ``question_alpha``), with the adapter ``matrix`` applied to their vectors (None: as asked)."""
 
     adapter = None if matrix is None else QueryAdapter(matrix)
+    pipeline = RankingPipeline.served(settings, only=TUNING_STEPS)
     out = np.zeros((len(rated), 2), dtype=np.float64)
     for i, r in enumerate(rated):
         vector = r.vector if adapter is None else adapter.apply(r.vector)
         ranking = replace(params, alpha=alpha_for(r.query, params.alpha, question_alpha, snapshot))
-        fused = rank_rows(gather_evidence(snapshot, r.query, vector), ranking, snapshot.active, settings.candidate_pool,
-                          settings.rrf_k, snapshot=snapshot, query=r.query, **served_steps(settings, snapshot, vector))
+        fused = pipeline.rank(pipeline.context(r.query, gather_evidence(snapshot, r.query, vector), ranking, snapshot,
+                                               vector, snapshot.active))
         ranked = units_of(snapshot, fused.rows, "section")
         out[i] = ndcg_at_k(ranked, r.targets, 10), recall_at_k(ranked, r.targets, 5)
     return out

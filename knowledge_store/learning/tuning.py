@@ -16,8 +16,8 @@ the header rebuilt minus that heading/title, and its BM25 (chunk and section) is
 recomputed from the remaining fields.  Everything else in the corpus keeps its
 real scores, so the competition is the real one.
 
-The sweep ranks with ``knowledge_store.retrieval.evidence.rank_rows`` - the very
-function the engine serves with - over a grid of alpha x fusion x section weight x
+The sweep ranks with ``knowledge_store.retrieval.ranking.RankingPipeline`` - the
+ranking the engine serves with - over a grid of alpha x fusion x section weight x
 lead weight, and picks the best mean nDCG@10.  The choice is written to
 ``<index_dir>/tuned.json`` (atomically), where the engine, the evaluations and
 ``/api/knowledge/config`` read it.  Precedence: a value a query passes > a
@@ -46,15 +46,17 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import GroundworkError
 from knowledge_store.core.metrics import ndcg_at_k, paired_gain, recall_at_k
 from knowledge_store.core.progress import stage_progress
 from knowledge_store.ingest.chunking import SECTION_SEPARATOR
 from knowledge_store.models.embeddings import bare_weight_of, embed_chunks
 from knowledge_store.models.serving import model_path_for
-from knowledge_store.retrieval.evidence import QueryEvidence, gather_evidence, rank_rows, served_steps
+from knowledge_store.retrieval.evidence import QueryEvidence, gather_evidence
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.query_form import alpha_for
+from knowledge_store.retrieval.ranking import TUNING_STEPS, PhraseOrderStep, RankingPipeline
 from knowledge_store.retrieval.ranking_defaults import builtin_ranking
 from knowledge_store.retrieval.snapshot_reader import _FTS_SPLIT, LoadedSnapshot, bm25_norm, bm25_term
 from knowledge_store.storage.tuned import RankingParams, TunedConfig, save_tuned
@@ -207,7 +209,7 @@ def _header_without(title: str, section_path: list[str], pq: PseudoQuery) -> str
     return "\n".join(parts)
 
 
-class _TermCounter:
+class TermCounter:
     """Stemmed term counts of a text, the way the fts index counted them (stop words dropped)."""
 
     def __init__(self, snapshot: LoadedSnapshot) -> None:
@@ -277,7 +279,7 @@ def _embed_stripped(snapshot: LoadedSnapshot, pq: PseudoQuery, embed: Callable[[
 
 
 def strip_query_from_targets(snapshot: LoadedSnapshot, pq: PseudoQuery, evidence: QueryEvidence,
-                             embed: Callable[[list[str]], np.ndarray], counter: _TermCounter,
+                             embed: Callable[[list[str]], np.ndarray], counter: TermCounter,
                              query_vector: np.ndarray, vectors: np.ndarray | None = None) -> QueryEvidence:
     """``evidence`` with the target rows rescored as if their header did not contain the query
     (``vectors``: the targets' ``stripped_vectors`` when the caller has them already)."""
@@ -347,6 +349,14 @@ class SweepRow:
                 "ndcg@10_by_kind": {k: round(v, 4) for k, v in self.by_kind.items()}}
 
 
+def tuning_pipeline(served_by: Settings | None, pool: int, rrf_k: int) -> RankingPipeline:
+    """The ranking a grid is scored with: the served steps under ``served_by`` but the entity boost (pseudo-queries
+    name no entity), or phrase order alone without it (``ranking.py`` says why)."""
+    if served_by is None:
+        return RankingPipeline((PhraseOrderStep(),), pool=pool, rrf_k=rrf_k)
+    return replace(RankingPipeline.served(served_by, only=TUNING_STEPS), pool=pool, rrf_k=rrf_k)
+
+
 def score_grid(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Callable[[list[str]], np.ndarray],
                grid: list[RankingParams], pool: int = 100, rrf_k: int = 60,
                strip: bool = True, question_alpha: float | None = None,
@@ -361,8 +371,9 @@ def score_grid(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Call
     ranked as it will be served.
     """
     vectors = embed([q.query for q in queries]) if queries else np.zeros((0, snapshot.embeddings.shape[1]), dtype=np.float32)
-    counter = _TermCounter(snapshot)
+    counter = TermCounter(snapshot)
     mask = snapshot.active
+    pipeline = tuning_pipeline(served_by, pool, rrf_k)
     ndcg = np.zeros((len(grid), len(queries)))
     recall = np.zeros((len(grid), len(queries)))
     counts = stage_progress("tune", "pseudo-queries").start(len(queries))
@@ -371,12 +382,11 @@ def score_grid(snapshot: LoadedSnapshot, queries: list[PseudoQuery], embed: Call
         evidence = gather_evidence(snapshot, pq.query, qv)
         if strip:
             evidence = strip_query_from_targets(snapshot, pq, evidence, embed, counter, qv)
-        cache: dict[int, float] = {}
-        steps = {} if served_by is None else served_steps(served_by, snapshot, qv, memo=True)
+        context = pipeline.context(pq.query, evidence, grid[0] if grid else RankingParams(), snapshot, qv, mask,
+                                   shared_caches=True)
         for i, params in enumerate(grid):
             params = replace(params, alpha=alpha_for(pq.query, params.alpha, question_alpha, snapshot))
-            fused = rank_rows(evidence, params, mask, pool, rrf_k, snapshot=snapshot, query=pq.query, phrase_cache=cache,
-                              **steps)
+            fused = pipeline.rank(context.for_params(params))
             ranked = units_of(snapshot, fused.rows, pq.unit)
             ndcg[i, j] = ndcg_at_k(ranked, pq.targets, 10)
             recall[i, j] = recall_at_k(ranked, pq.targets, 5)

@@ -380,7 +380,7 @@ STATS: "Counter[str]" = Counter()  # how vector pools were completed, by mode (f
 def approximate_semantic_evidence(snapshot, ann: AnnIndex, query_vector: np.ndarray, mask: np.ndarray | None,
                                   pool: int, config: AnnConfig) -> PartialVectors:
     """Cosines for the rows that can make the vector side of the candidate pool (see the module doc);
-    ``rank_rows`` adds the BM25 pool and calls ``complete`` once it knows the lead weight."""
+    ``ranking.fuse_evidence`` adds the BM25 pool and calls ``complete`` once it knows the lead weight."""
     partial = PartialVectors(snapshot.embeddings, query_vector, snapshot.sections, ann, mask)
     n = snapshot.size
     allowed = int(np.count_nonzero(mask)) if mask is not None else n

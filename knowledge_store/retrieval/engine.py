@@ -33,21 +33,14 @@ from knowledge_store.models.serving import model_path_for, serving_model_id, ser
 from knowledge_store.retrieval.ann import AnnConfig
 from knowledge_store.retrieval.answer import ANSWER_MODES, Answer, LLMAnswerer, extractive_answer
 from knowledge_store.retrieval.citations import Citation, build_citations
-from knowledge_store.retrieval.evidence import (
-    QueryEvidence,
-    entity_boost_for,
-    lexical_evidence,
-    mention_share,
-    rank_rows,
-    served_steps,
-    vector_evidence,
-)
+from knowledge_store.retrieval.evidence import QueryEvidence, lexical_evidence, mention_share, vector_evidence
 from knowledge_store.retrieval.filters import MaskCache, SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES, relevance
 from knowledge_store.retrieval.llama import hit_to_node
 from knowledge_store.retrieval.query_adapter import AdapterCache, QueryAdapter
 from knowledge_store.retrieval.query_cache import QueryEmbeddingCache
 from knowledge_store.retrieval.query_form import alpha_for_form, query_form
+from knowledge_store.retrieval.ranking import RankingPipeline
 from knowledge_store.retrieval.reranker_registry import (
     RERANKER_REGISTRY,
     RERANKERS,
@@ -367,6 +360,10 @@ class RetrievalEngine:
 
         return effective_ranking(self.settings, self.settings.index_dir)
 
+    def ranking_pipeline(self) -> RankingPipeline:
+        """The ranking steps this engine's settings turn on (``ranking.RANKING_STEPS``)."""
+        return RankingPipeline.served(self.settings)
+
     def _snapshot_or_none(self) -> LoadedSnapshot | None:
         """The served snapshot, or None before one is published (a request can be checked without an index)."""
         try:
@@ -411,10 +408,10 @@ class RetrievalEngine:
         (terms, bm25_chunk, bm25_section, coverage_mass), bm25_ms = bm25_future.result()
         t3 = time.perf_counter()
         evidence = QueryEvidence(terms, bm25_chunk, bm25_section, coverage_mass, vector_chunk, vector_lead, partial)
-        boost = entity_boost_for(snapshot, request.query, self.settings.entity_boost)
-        fused = rank_rows(evidence, request.ranking, mask, self.settings.candidate_pool, self.settings.rrf_k,
-                          snapshot=snapshot, query=request.query if self.settings.phrase_boost else None,
-                          entity_boost=boost, **served_steps(self.settings, snapshot, search_vector))
+        pipeline = self.ranking_pipeline()
+        context = pipeline.context(request.query, evidence, request.ranking, snapshot, search_vector, mask)
+        fused = pipeline.rank(context)
+        boost = context.entity_boost
         rows = fused.rows[:pool_size]
         total = terms.total_weight
         # absolute relevance is calibrated on the chunk's own cosine with the model's query vector, whatever the

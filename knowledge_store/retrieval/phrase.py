@@ -26,6 +26,7 @@ import re
 import numpy as np
 
 from knowledge_store.retrieval.query_form import is_question
+from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 
 PHRASE_MIN_TOKENS = 8
 PHRASE_MIN_SHARE = 0.7
@@ -51,22 +52,39 @@ def normalise(text: str) -> str:
 
 
 def normalised_share(wanted: set[tuple[str, str]], padded: str) -> float:
+    """Share of the bigrams ``wanted`` that occur in ``padded`` (a ``normalise``d text)."""
     if not wanted:
         return 0.0
     return sum(1 for a, b in wanted if f" {a} {b} " in padded) / len(wanted)
+
+
+class PhraseQuery:
+    """A query's word pairs, scored against normalised texts.
+
+    A pigeonhole pre-screen skips most texts: one missing all of any ``misses + 1`` of the query's bigrams
+    cannot reach ``PHRASE_MIN_SHARE``, so only texts holding one of the longest such bigrams are scored."""
+
+    def __init__(self, query: str):
+        self.pairs = bigrams(words(query))
+        probe = sorted(self.pairs, key=lambda p: -len(p[0]) - len(p[1]))[: int(len(self.pairs) * (1 - PHRASE_MIN_SHARE)) + 1]
+        self._screen = re.compile("|".join(re.escape(f" {a} {b} ") for a, b in probe)) if probe else None
+
+    def share(self, padded: str) -> float:
+        """The share of the query's bigrams in ``padded`` (``normalise``d); 0 for a text the pre-screen rules out."""
+        if self._screen is None or not self._screen.search(padded):
+            return 0.0
+        return normalised_share(self.pairs, padded)
+
+    def border_score(self, own: str, pair: str) -> float:
+        """A chunk's phrase score from its own text and its text joined to the next chunk's (``phrase_texts``): the
+        span read across the border counts, holding it alone adds a tenth (breaks ties)."""
+        across = self.share(pair)
+        return across + 0.1 * normalised_share(self.pairs, own) if across > 0.0 else 0.0
 
 
 def bigram_share(query_tokens: list[str], text: str) -> float:
-    """Share of the query's distinct bigrams that occur in ``text`` (same tokenisation as ``words``).
-
-    Substring tests on the normalised text (C speed) instead of building the text's bigram set:
-    this runs on up to 200 candidates per query.
-    """
-    wanted = bigrams(query_tokens)
-    if not wanted:
-        return 0.0
-    padded = " " + _SPLIT.sub(" ", text.lower()) + " "
-    return sum(1 for a, b in wanted if f" {a} {b} " in padded) / len(wanted)
+    """Share of the query's distinct bigrams that occur in ``text`` (same tokenisation as ``words``)."""
+    return normalised_share(bigrams(query_tokens), normalise(text))
 
 
 def order_by_share(shares: np.ndarray) -> np.ndarray:
@@ -80,7 +98,45 @@ def order_by_share(shares: np.ndarray) -> np.ndarray:
 
 
 def phrase_order(query: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(new order of the candidates, bigram share per candidate) for candidates given best first."""
-    tokens = words(query)
-    shares = np.array([bigram_share(tokens, t) for t in texts], dtype=np.float64)
-    return order_by_share(shares), shares
+    """(new order of the candidates, phrase score per candidate) for candidate texts given best first, each read
+    on its own (no next chunk): the scoring the ranking's phrase step uses."""
+    phrase = PhraseQuery(query)
+    scores = np.array([phrase.border_score(own, own) for own in map(normalise, texts)], dtype=np.float64)
+    return order_by_share(scores), scores
+
+
+PHRASE_TEXT_CACHE_ROWS = 50_000  # normalised texts kept per snapshot (~1-2 KB each)
+
+
+def phrase_texts(snapshot: LoadedSnapshot, rows: list[int]) -> list[tuple[str, str]]:
+    """(own, pair) normalised texts per row, padded with spaces: ``own`` is the chunk's text, ``pair`` the
+    text followed by the next chunk of the same document (and its heading when it opens a section), so a
+    pasted span that crosses a chunk border is still found whole.  Cached on the snapshot: a popular chunk
+    is normalised once, not per query."""
+    cache = snapshot.phrase_text_cache
+    missing = [r for r in dict.fromkeys(rows) if r not in cache]
+    if missing:
+        records = snapshot.records
+        following = [r + 1 if r + 1 < snapshot.size and snapshot.doc_index[r + 1] == snapshot.doc_index[r] else -1
+                     for r in missing]
+        own_cache = snapshot.normalised_text_cache
+        if len(cache) > PHRASE_TEXT_CACHE_ROWS:
+            cache.clear()
+            own_cache.clear()
+        wanted = [r for r in dict.fromkeys(missing + [r for r in following if r >= 0]) if r not in own_cache]
+        if wanted:
+            for row, text in zip(wanted, records.column("text").take(wanted).to_pylist()):
+                own_cache[row] = normalise(text or "")
+        present = [r for r in following if r >= 0]
+        paths = dict(zip(present, records.column("section_path").take(present).to_pylist())) if present else {}
+        for row, nxt in zip(missing, following):
+            own = own_cache[row]
+            if nxt < 0:
+                cache[row] = (own, own)
+                continue
+            heading = ""
+            if snapshot.sections is not None and snapshot.sections.group[nxt] != snapshot.sections.group[row]:
+                heading = normalise((paths[nxt] or [""])[-1]).strip()
+            # normalised strings join with one space: a bigram across the border stays a substring
+            cache[row] = (own, " ".join(part for part in (own.strip(), heading, own_cache[nxt].strip()) if part).join("  "))
+    return [cache[r] for r in rows]

@@ -6,7 +6,7 @@ Ingestion therefore also embeds every sentence of every chunk on its own (``core
 text alone, no header), stored per chunk text in ``sentence_embeddings`` and copied into each
 snapshot.  At query time the fused pool (a few hundred rows, never the corpus) is scored again with
 ``(1 - w) * chunk cosine + w * best sentence cosine`` for each candidate and its section lead, and
-fused again (``evidence.rank_rows``; ``settings.sentence_weight``).
+fused again (``ranking.SentenceEvidenceStep``; ``settings.sentence_weight``).
 
 Measured on all three dev sets (docs/EVALUATION.md, 2026-11-26): weight 0.15, chosen on the train
 splits as the best worst case, gains nDCG@10 on every train split (Perl docs +0.021, Debian docs

@@ -22,7 +22,7 @@ from knowledge_store.config.settings import Settings
 
 JobStatus = Literal["queued", "running", "succeeded", "failed"]
 # what the job record says ran it (the Dagster assets' code path, not a Dagster run)
-RUNNER = "in-process (the code path of the Dagster ingestion assets)"
+RUNNER = "in-process (the ingestion sequence the Dagster assets run, knowledge_store.ingest.run)"
 
 ProgressReport = Callable[[str, dict[str, Any]], None]
 JobWork = Callable[[ProgressReport], dict[str, Any]]
@@ -75,7 +75,8 @@ class IngestJobs:
         def work(progress: ProgressReport) -> dict[str, Any]:
             report = run_sync(self.settings, self.embedder, trigger="api-upload", kinds=["upload"], progress=progress)
             return {"summary": report.summary, "snapshot_version": report.publish.snapshot_version,
-                    "documents_indexed": report.publish.document_count, "chunks_indexed": report.publish.chunk_count}
+                    "documents_indexed": report.publish.document_count, "chunks_indexed": report.publish.chunk_count,
+                    "checks": [check.to_dict() for check in report.checks]}
 
         return self.submit_task("upload", work, files=files)
 
@@ -92,7 +93,8 @@ class IngestJobs:
                     "added": raw.added, "updated": raw.updated, "removed": raw.removed, "unchanged": raw.unchanged,
                     "excluded": raw.excluded, "failed": raw.failed + report.parse.failed,
                     "crawl": {k: v for k, v in raw.crawls.get(name, {}).items() if k != "excluded_preview"} or None,
-                    "documents_indexed": report.publish.document_count, "chunks_indexed": report.publish.chunk_count}
+                    "documents_indexed": report.publish.document_count, "chunks_indexed": report.publish.chunk_count,
+                    "checks": [check.to_dict() for check in report.checks]}
 
         return self.submit_task("sync", work, source=name)
 

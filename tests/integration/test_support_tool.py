@@ -10,7 +10,8 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from knowledge_store import retrieve_knowledge, support_tool
+from knowledge_store import retrieve_knowledge
+from knowledge_store.app import support_tool
 from knowledge_store.config.settings import Settings
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.storage.query_log import QueryLog

@@ -161,6 +161,21 @@ def test_no_change_resync_only_hashes(tmp_path, counting_embedder):
     assert_index_consistent(settings)
 
 
+def test_the_in_process_sync_runs_the_checks_the_dagster_assets_run_and_reports_a_failing_one(tmp_path, counting_embedder):
+    from knowledge_store.ingest.checks import INDEX_CHECKS, run_index_checks
+
+    write_corpus(tmp_path / "docs")
+    settings = make_settings(tmp_path)
+    report = run_sync(settings, counting_embedder)
+    assert [c.name for c in report.checks] == list(INDEX_CHECKS)
+    assert {spec.name for check in INGESTION_CHECKS for spec in check.check_specs} == set(INDEX_CHECKS)
+    assert report.failed_checks == []
+    with store_connection(settings.store_path) as conn:  # a chunk emptied behind the sequence's back
+        conn.execute("UPDATE chunks SET text = '   ' WHERE chunk_id = (SELECT min(chunk_id) FROM chunks)")
+    failed = [c for c in run_index_checks(settings) if not c.passed]
+    assert [(c.name, c.offending_rows) for c in failed] == [("no_empty_chunks", 1)]
+
+
 def test_changing_chunk_size_rechunks_from_stored_blocks_without_reparsing(tmp_path, counting_embedder):
     write_corpus(tmp_path / "docs")
     run_sync(make_settings(tmp_path), counting_embedder)

@@ -164,13 +164,13 @@ def test_pseudo_queries_have_question_heading_and_title_kinds_with_real_targets(
 
 @pytest.mark.slow
 def test_the_query_text_is_removed_from_its_target(snapshot, tiny_embedder):
-    from knowledge_store.learning.tuning import _TermCounter, build_pseudo_queries, strip_query_from_targets
+    from knowledge_store.learning.tuning import TermCounter, build_pseudo_queries, strip_query_from_targets
     from knowledge_store.retrieval.evidence import gather_evidence
 
     pq = next(q for q in build_pseudo_queries(snapshot) if q.query == UNIQUE_HEADING)
     vector = tiny_embedder.embed([pq.query])[0]
     evidence = gather_evidence(snapshot, pq.query, vector)
-    stripped = strip_query_from_targets(snapshot, pq, evidence, tiny_embedder.embed, _TermCounter(snapshot), vector)
+    stripped = strip_query_from_targets(snapshot, pq, evidence, tiny_embedder.embed, TermCounter(snapshot), vector)
     target = np.flatnonzero(np.isin(snapshot.sections.group, list(pq.targets)))
     others = np.setdiff1d(np.arange(snapshot.size), target)
     assert len(target) >= 1

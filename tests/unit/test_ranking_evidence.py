@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from knowledge_store.retrieval.evidence import QueryEvidence, rank_rows
+from knowledge_store.retrieval.evidence import QueryEvidence
 from knowledge_store.retrieval.fusion import FUSION_MODES, distribution_scaled, fuse_scores
 from knowledge_store.retrieval.phrase import bigram_share, is_phrase_query, phrase_order
+from knowledge_store.retrieval.ranking import RankingPipeline
 from knowledge_store.retrieval.snapshot_reader import BM25_B, BM25_K1, build_section_index, section_groups
 from knowledge_store.storage.tuned import RankingParams
 
@@ -49,8 +50,9 @@ def test_lead_weight_lets_a_section_whose_opening_matches_beat_a_page_with_one_m
     # row 0: a later chunk of a long page, row 1: continuation of an answer section whose lead (row 2) matches
     ev = _evidence(vector_chunk=np.array([0.60, 0.55, 0.58], dtype=np.float32),
                    vector_lead=np.array([0.20, 0.58, 0.58], dtype=np.float32))
-    assert rank_rows(ev, RankingParams(1.0), None, 10).rows[0] == 0
-    assert rank_rows(ev, RankingParams(1.0, lead_weight=0.6), None, 10).rows[0] in (1, 2)
+    pipeline = RankingPipeline(pool=10)
+    assert pipeline.rank(pipeline.context("q", ev, RankingParams(1.0))).rows[0] == 0
+    assert pipeline.rank(pipeline.context("q", ev, RankingParams(1.0, lead_weight=0.6))).rows[0] in (1, 2)
 
 
 def test_ranking_params_reject_out_of_range_values_and_unknown_fusion():
@@ -84,9 +86,9 @@ def test_phrase_order_moves_the_chunk_holding_the_span_first_and_keeps_the_rest(
         "Other text.",
         "Before. The routine returns the status of the basic solution found by the solver. After.",
     ]
-    order, shares = phrase_order(span, texts)
+    order, scores = phrase_order(span, texts)
     assert order.tolist() == [2, 0, 1]
-    assert shares[2] == pytest.approx(1.0)
+    assert scores[2] == pytest.approx(1.1)  # every word pair, held by the chunk alone (+ a tenth)
     assert bigram_share(span.split(), texts[0]) < 0.7
 
 

@@ -9,12 +9,11 @@ import numpy as np
 from knowledge_store.core.text import SENTENCE_MAX_WORDS, sentences_to_embed
 from knowledge_store.retrieval.evidence import (
     QueryEvidence,
-    SentenceEvidence,
     best_sentence_cosines,
     chunk_vectors,
     pool_vector_evidence,
-    rank_rows,
 )
+from knowledge_store.retrieval.ranking import RankingPipeline, SentenceEvidenceStep
 from knowledge_store.retrieval.sentences import SentenceIndex, sentence_index_from
 from knowledge_store.storage.tuned import RankingParams
 
@@ -72,11 +71,12 @@ def test_a_chunk_whose_one_sentence_answers_moves_up_by_its_sentence_evidence():
     evidence = QueryEvidence(None, np.zeros(3), np.zeros(3), np.zeros(3), np.asarray(chunks, np.float32) @ q,
                              np.asarray(chunks, np.float32) @ q)
     params = RankingParams(alpha=1.0)
-    assert rank_rows(evidence, params, None, 10).rows[0] == 0
-    assert rank_rows(evidence, params, None, 10, snapshot=snap, sentences=SentenceEvidence(q, 0.5)).rows[0] == 1
+    plain, with_sentences = RankingPipeline(pool=10), RankingPipeline((SentenceEvidenceStep(0.5),), pool=10)
+    assert plain.rank(plain.context("q", evidence, params, snap, q)).rows[0] == 0
+    assert with_sentences.rank(with_sentences.context("q", evidence, params, snap, q)).rows[0] == 1
     # without sentence vectors in the snapshot the step does nothing
     bare = SimpleNamespace(**{**vars(snap), "sentence_index": None})
-    assert rank_rows(evidence, params, None, 10, snapshot=bare, sentences=SentenceEvidence(q, 0.5)).rows[0] == 0
+    assert with_sentences.rank(with_sentences.context("q", evidence, params, bare, q)).rows[0] == 0
 
 
 def test_sentence_index_type_is_frozen_data():
@@ -92,14 +92,15 @@ def test_a_memo_gives_the_same_best_sentence_cosines_and_computes_each_row_once_
     best = snapshot.sentence_index.best
     snapshot.sentence_index = SimpleNamespace(start=snapshot.sentence_index.start,
                                               best=lambda rows, v: calls.append(len(rows)) or best(rows, v))
-    memo = SentenceEvidence(q, 0.2).with_memo().memo
+    pipeline = RankingPipeline((SentenceEvidenceStep(0.2),))
+    memo = pipeline.context("q", None, None, snapshot, q, shared_caches=True).sentence_memo
     rows = np.array([4, 0, 4, 2])  # a row twice, as section leads repeat
     np.testing.assert_array_equal(best_sentence_cosines(snapshot, rows, q, memo), best(rows, q))
     np.testing.assert_array_equal(best_sentence_cosines(snapshot, np.array([2, 5, 0]), q, memo), best(np.array([2, 5, 0]), q))
     assert calls == [4, 1]  # the second call computed only row 5
     np.testing.assert_array_equal(best_sentence_cosines(snapshot, rows, moved, memo), best(rows, moved))
     assert calls[-1] == 4 and len(memo) == 2  # another vector is remembered apart
-    assert SentenceEvidence(q, 0.2).memo is None  # the engine's per-query evidence keeps no memo
+    assert pipeline.context("q", None, None, snapshot, q).sentence_memo is None  # a query ranked once keeps no memo
 
 
 def test_replaced_rows_are_scored_with_their_replacement_and_the_snapshot_is_untouched():

@@ -1,4 +1,4 @@
-"""Pseudo-relevance feedback over the fused pool (evidence.feedback_rescore): what moves, and what never does."""
+"""Pseudo-relevance feedback over the fused pool (ranking.VectorFeedbackStep): what moves, and what never does."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.retrieval.evidence import feedback_rescore, first_document_rows, vector_feedback_for
+from knowledge_store.retrieval.evidence import QueryEvidence, first_document_rows
 from knowledge_store.retrieval.fusion import fuse_scores
+from knowledge_store.retrieval.ranking import RankingContext, VectorFeedbackStep
 from knowledge_store.storage.tuned import RankingParams
 
 
@@ -24,6 +25,14 @@ QUERY = _unit([1.0, 0.0, 0.3])[0]
 PARAMS = RankingParams(alpha=1.0)
 
 
+def _feedback(fused, step, params=PARAMS):
+    """``step`` applied to ``fused`` for QUERY (no sentence vectors: the pool is scored by chunk cosine)."""
+    zeros = np.zeros(len(EMBEDDINGS))
+    evidence = QueryEvidence(None, zeros, zeros, zeros, EMBEDDINGS @ QUERY, EMBEDDINGS @ QUERY)
+    context = RankingContext("query", evidence, params, snapshot=SNAPSHOT, query_vector=QUERY, pool=5, rrf_k=60)
+    return step.apply(fused, context)
+
+
 def _fused():
     return fuse_scores(np.zeros(5), EMBEDDINGS @ QUERY, None, PARAMS.alpha, 5)
 
@@ -35,8 +44,7 @@ def test_first_document_rows_keeps_one_row_per_document_in_rank_order():
 def test_the_pool_is_reordered_towards_its_top_document_and_never_grows_or_shrinks():
     before = _fused()
     assert before.rows.tolist() == [0, 1, 2, 3, 4]
-    after = feedback_rescore(before, vector_feedback_for(Settings(feedback_docs=1, feedback_beta=2.0), QUERY),
-                             SNAPSHOT, PARAMS, 5, 60)
+    after = _feedback(before, VectorFeedbackStep.from_settings(Settings(feedback_docs=1, feedback_beta=2.0)))
     assert sorted(after.rows.tolist()) == sorted(before.rows.tolist())
     # moved towards row 0's vector: row 3 (like row 0) overtakes row 2 (like the query only)
     assert after.rows.tolist().index(3) < after.rows.tolist().index(2)
@@ -45,15 +53,15 @@ def test_the_pool_is_reordered_towards_its_top_document_and_never_grows_or_shrin
 
 def test_a_tiny_beta_keeps_the_order_and_bm25_only_ranking_is_left_alone():
     before = _fused()
-    still = feedback_rescore(before, vector_feedback_for(Settings(feedback_beta=1e-6), QUERY), SNAPSHOT, PARAMS, 5, 60)
+    still = _feedback(before, VectorFeedbackStep.from_settings(Settings(feedback_beta=1e-6)))
     assert still.rows.tolist() == before.rows.tolist()
     lexical = fuse_scores(np.array([3.0, 2.0, 1.0, 0.5, 0.2]), EMBEDDINGS @ QUERY, None, 0.0, 5)
-    same = feedback_rescore(lexical, vector_feedback_for(Settings(), QUERY), SNAPSHOT, RankingParams(alpha=0.0), 5, 60)
+    same = _feedback(lexical, VectorFeedbackStep.from_settings(Settings()), RankingParams(alpha=0.0))
     assert same is lexical
 
 
 def test_feedback_is_off_when_either_setting_is_zero():
-    assert vector_feedback_for(Settings(feedback_docs=0), QUERY) is None
-    assert vector_feedback_for(Settings(feedback_beta=0.0), QUERY) is None
-    on = vector_feedback_for(Settings(), QUERY)
+    assert VectorFeedbackStep.from_settings(Settings(feedback_docs=0)) is None
+    assert VectorFeedbackStep.from_settings(Settings(feedback_beta=0.0)) is None
+    on = VectorFeedbackStep.from_settings(Settings())
     assert (on.docs, on.beta) == (3, 0.3)
