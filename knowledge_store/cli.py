@@ -606,74 +606,48 @@ def cmd_query(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from knowledge_store.evaluation.beir import load_beir
     from knowledge_store.evaluation.metrics import METRICS, metric_label, metric_spec
-    from knowledge_store.evaluation.retrieval_eval import EvalConfig, evaluate, open_engine
-    from knowledge_store.learning.finetune import base_index
-    from knowledge_store.models.serving import load_record
-    from knowledge_store.retrieval.engine import RetrievalEngine
+    from knowledge_store.evaluation.retrieval_eval import evaluate_dataset
 
-    folder = Path(args.dataset)
-    dataset = load_beir(folder, split=args.split)  # DatasetError (a GroundworkError) names the bad file
-    engine, doc_map = open_engine(folder)
-    defaults = engine.ranking_defaults()  # explicit settings > the store's tuned ranking > built-in
-    # alpha None = the engine's own per-query default: questions get the corpus's question alpha
-    config = EvalConfig(alpha=args.alpha, fusion=args.fusion or defaults.fusion,
-                        reranker=args.reranker or engine.default_reranker())
     # every registered metric (knowledge_store.evaluation.metrics.METRICS, what the scorecard records), plus nDCG and MRR at --k
     ks = tuple(sorted({5, 10, args.k}))
-    result = evaluate(engine, dataset, config, doc_map, ks=ks)
-    m = result.metrics
-    recorded = _record_eval(dataset, args.split, config, result)
-    # the corpus's fine-tuning (the default path: ingest_beir decided it); an adopted model is shown beside the base
-    record = load_record(engine.settings.index_dir)
-    finetune = record.decision if record else None
-    served_model = engine.snapshots.current().info.model_id
-    base = None
-    if record is not None and record.model_path and served_model.split("+", 1)[0] != record.base_model_id:
-        base_engine = RetrievalEngine(engine.settings, query_log=engine.query_log, snapshot_dir=base_index(engine.settings))
-        base = evaluate(base_engine, dataset, config, doc_map, ks=ks).metrics
-    report = {
-        "dataset": str(folder), "split": args.split, "queries": result.queries, "configuration": config.label,
-        "alpha": defaults.alpha if config.alpha is None else config.alpha,
-        "question_alpha": engine.question_alpha() if config.alpha is None else None,
-        "fusion": config.fusion, "reranker": config.reranker, "k": args.k, **m,
-        "model_id": served_model, "base": base,
-        "finetune": None if finetune is None else {k: finetune.get(k) for k in (
-            "decision", "reason", "gain", "standard_error", "pairs", "held_out", "seconds", "candidate_model_id")},
-        "store": str(engine.settings.data_dir), "recorded_in": str(recorded),
-    }
+    # alpha None = the engine's own per-query default: questions get the corpus's question alpha
+    evaluation = evaluate_dataset(Path(args.dataset), args.split, alpha=args.alpha, fusion=args.fusion,
+                                  reranker=args.reranker, ks=ks)
+    recorded = _record_eval(evaluation)
+    report = {**evaluation.to_dict(), "k": args.k, "recorded_in": str(recorded)}
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
+    m, base, config = evaluation.result.metrics, evaluation.base_metrics, evaluation.config
     columns = [*METRICS, *(name for name in (f"ndcg@{args.k}", f"mrr@{args.k}") if name not in METRICS)]
     alphas = f"alpha {report['alpha']:g}" + (f", questions {report['question_alpha']:g}"
                                               if report["question_alpha"] is not None else "")
-    print(f"{dataset.name} ({args.split}, {result.queries} queries), {config.label} ({alphas}), fusion {config.fusion}")
-    rows = [{"model": f"base {record.base_model_id}", **{metric_label(n): f"{base[n]:.{metric_spec(n).digits}f}"
-                                                        for n in columns}}] if base is not None else []
-    rows.append({"model": ("fine-tuned " if base is not None else "") + served_model,
+    print(f"{evaluation.dataset.name} ({args.split}, {report['queries']} queries), {config.label} ({alphas}), "
+          f"fusion {config.fusion}")
+    rows = [{"model": f"base {evaluation.base_model_id}", **{metric_label(n): f"{base[n]:.{metric_spec(n).digits}f}"
+                                                            for n in columns}}] if base is not None else []
+    rows.append({"model": ("fine-tuned " if base is not None else "") + evaluation.model_id,
                  **{metric_label(name): f"{m[name]:.{metric_spec(name).digits}f}" for name in columns}})
     print(format_table(rows, ["model", *(metric_label(name) for name in columns)], 60))
-    if finetune:
-        print(f"fine-tuning: {finetune.get('reason')}")
-    print(f"store: {engine.settings.data_dir} (re-used while corpus.jsonl is unchanged)")
+    if evaluation.finetune:
+        print(f"fine-tuning: {evaluation.finetune.get('reason')}")
+    print(f"store: {evaluation.store} (re-used while corpus.jsonl is unchanged)")
     print(f"recorded in {recorded} (the console's Evaluation page and the scorecard read it)")
     return 0
 
 
-def _record_eval(dataset, split: str, config, result) -> os.PathLike:
+def _record_eval(evaluation) -> os.PathLike:
     """Append this run to the evaluation results the Dagster assets write (``knowledge_store.evaluation.results_store``),
     as configuration ``<label> (groundwork eval)``; returns the results file."""
     import uuid
 
-    from knowledge_store.evaluation.results_store import EvalRun, record_eval_results, results_path
+    from knowledge_store.evaluation.results_store import record_eval_results, results_path
     from knowledge_store.storage.store import utcnow
 
     path = results_path(Settings().data_dir)
-    record_eval_results(path, [EvalRun.from_result(
-        result, run_id=f"cli-{uuid.uuid4().hex[:12]}", dataset=dataset.name, split=split,
-        configuration=f"{config.label} (groundwork eval)", created_at=utcnow())])
+    record_eval_results(path, [evaluation.run_record(f"cli-{uuid.uuid4().hex[:12]}", utcnow(),
+                                                     configuration=f"{evaluation.config.label} (groundwork eval)")])
     return path
 
 

@@ -28,7 +28,7 @@ from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import ConfigError
 from knowledge_store.evaluation import results_store
 from knowledge_store.evaluation.metrics import METRICS, PRIMARY_METRIC, check_metric_value, metric_label, metric_spec
-from knowledge_store.evaluation.retrieval_eval import EvalConfig
+from knowledge_store.evaluation.retrieval_eval import EvalConfig, evaluate_dataset
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.ranking_defaults import effective_question_alpha
 from knowledge_store.storage.store import utcnow
@@ -115,22 +115,17 @@ def _evaluation_asset(config: EvalConfig) -> dg.AssetsDefinition:
         description=f"{', '.join(spec.label for spec in METRICS.values())} for configuration '{config.name}'.",
     )
     def _asset(context: dg.AssetExecutionContext, evaluation: EvaluationResource, retrieval: RetrievalResource) -> dg.MaterializeResult:
-        from knowledge_store.evaluation.beir import load_beir
-        from knowledge_store.evaluation.retrieval_eval import evaluate, open_engine
-
         base = retrieval.settings()
         # alpha None = the serving path's per-query default: the serving alpha, and its question alpha for questions
         runs: list[results_store.EvalRun] = []
         for folder in evaluation.folders():
-            dataset = load_beir(folder, split=evaluation.split)
-            engine, doc_map = open_engine(folder, ingest=False, data_root=evaluation.eval_root(),
-                                          candidate_pool=base.candidate_pool, default_alpha=base.default_alpha,
-                                          question_alpha=effective_question_alpha(base, base.index_dir))
-            result = evaluate(engine, dataset, config, doc_map)
-            runs.append(results_store.EvalRun.from_result(result, run_id=context.run.run_id, dataset=dataset.name,
-                                                          split=evaluation.split, created_at=utcnow()))
-            context.log.info(f"{dataset.name} {config.name}: " + ", ".join(
-                f"{name} {result.metrics[name]:.3f}" for name in METRICS if metric_spec(name).headline))
+            done = evaluate_dataset(folder, evaluation.split, config, ingest=False, data_root=evaluation.eval_root(),
+                                    compare_base=False, candidate_pool=base.candidate_pool,
+                                    default_alpha=base.default_alpha,
+                                    question_alpha=effective_question_alpha(base, base.index_dir))
+            runs.append(done.run_record(context.run.run_id, utcnow()))
+            context.log.info(f"{done.dataset.name} {config.name}: " + ", ".join(
+                f"{name} {done.result.metrics[name]:.3f}" for name in METRICS if metric_spec(name).headline))
         results_store.record_eval_results(evaluation.results_path(), runs)
         first = runs[0].metrics if runs else {}
         return dg.MaterializeResult(metadata={

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from knowledge_store.evaluation.metrics import (
     METRICS,
@@ -46,8 +46,13 @@ from knowledge_store.evaluation.metrics import (
     metric_spec,
 )
 
-if TYPE_CHECKING:
-    from knowledge_store.evaluation.retrieval_eval import EvalResult
+
+class EvaluatedConfiguration(Protocol):
+    """What a run record is made from (``retrieval_eval.EvalResult``): the configuration, its figures, the query count."""
+
+    config: Any  # retrieval_eval.EvalConfig: name/configuration, alpha, fusion, reranker, section and lead weights
+    metrics: dict[str, float]
+    queries: int
 
 RESULTS_FILE = "results.duckdb"
 
@@ -179,8 +184,8 @@ class EvalRun:
     lead_weight: float | None = None
 
     @classmethod
-    def from_result(cls, result: "EvalResult", *, run_id: str, dataset: str, split: str, created_at: datetime,
-                    configuration: str | None = None) -> "EvalRun":
+    def from_result(cls, result: EvaluatedConfiguration, *, run_id: str, dataset: str, split: str, created_at: datetime,
+                    configuration: str | None = None) -> EvalRun:
         """The record of an ``knowledge_store.evaluation.retrieval_eval.EvalResult``: every metric of the registry (the depth extras a
         caller asked for are its own display, not recorded), filed under ``configuration`` (default: the
         configuration's name or label)."""

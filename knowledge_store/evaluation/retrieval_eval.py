@@ -6,26 +6,34 @@ Chunks are mapped back to BEIR documents and deduplicated (a document ranks
 where its best chunk ranks).  Query embeddings are computed once per query and
 cached, so sweeping many configurations costs one embedding per query.
 
-    .venv/bin/python -m knowledge_store.evaluation.retrieval_eval ../shared/datasets/scifact --split train --alphas 0 0.3 0.5 1
+``evaluate_dataset`` is the one entry point: ``groundwork eval`` and the Dagster evaluation assets both call
+it (the CLI ingests and fine-tunes the dataset's store and compares an adopted model with its base; the
+assets evaluate stores the ``eval_datasets`` asset built, under the serving configuration's overrides).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import dedupe_ranking
+from knowledge_store.core.progress import stage_progress
 from knowledge_store.evaluation.beir import BeirDataset, beir_ids_by_doc_id, beir_settings, ingest_beir, load_beir
 from knowledge_store.evaluation.metrics import QueryOutcome, metric_order, score_outcomes
-from knowledge_store.models.embeddings import Embedder
+from knowledge_store.evaluation.results_store import EvalRun
+from knowledge_store.learning.finetune import base_index
+from knowledge_store.models.embeddings import Embedder, query_embedder
+from knowledge_store.models.serving import load_record
+from knowledge_store.retrieval.answer import extractive_answer
+from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.reranker_registry import RERANKERS
 
@@ -131,8 +139,6 @@ def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str
     get and its passages, the latency); which metrics are computed from them is the registry's business
     (``knowledge_store.evaluation.metrics.score_outcomes``): every registered metric, plus each ranking family at the depths
     ``ks``."""
-    from knowledge_store.core.progress import stage_progress
-    from knowledge_store.retrieval.answer import extractive_answer
 
     outcomes: list[QueryOutcome] = []
     counts = stage_progress("eval", "queries").start(len(dataset.queries))
@@ -178,9 +184,6 @@ def open_engine(folder: Path, embedder: Embedder | None = None, ingest: bool = T
     Stores live under ``data_root`` (default ``<GROUNDWORK_DATA_DIR>/eval``), one per corpus checksum.
     Queries are embedded by the same encoder the server uses (``query_embedder``).
     """
-    from knowledge_store.config.settings import Settings
-    from knowledge_store.models.embeddings import query_embedder
-    from knowledge_store.retrieval.engine import RetrievalEngine
 
     base_settings = Settings()
     data_root = data_root or base_settings.data_dir / "eval"
@@ -212,31 +215,70 @@ class NullQueryLog:
         return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", type=Path)
-    parser.add_argument("--split", default="test")
-    parser.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0])
-    parser.add_argument("--rrf", action="store_true", help="also evaluate reciprocal-rank fusion at alpha 0.5")
-    parser.add_argument("--rerankers", nargs="*", default=[], help="rerankers to add at --reranker-alpha")
-    parser.add_argument("--reranker-alpha", type=float, default=0.5)
-    parser.add_argument("--json-out", type=Path)
-    args = parser.parse_args(argv)
-    dataset = load_beir(args.dataset, split=args.split)
-    engine, doc_map = open_engine(args.dataset)
-    configs = [EvalConfig(alpha=a) for a in args.alphas]
-    if args.rrf:
-        configs.append(EvalConfig(alpha=0.5, fusion="rrf"))
-    configs += [EvalConfig(alpha=args.reranker_alpha, reranker=r) for r in args.rerankers]
-    rows = []
-    for config in configs:
-        result = evaluate(engine, dataset, config, doc_map)
-        rows.append(result.row())
-        print(json.dumps(rows[-1]), flush=True)
-    if args.json_out:
-        args.json_out.write_text(json.dumps({"dataset": str(args.dataset), "split": args.split, "rows": rows}, indent=2))
-    return 0
+@dataclass
+class DatasetEvaluation:
+    """One configuration on one dataset split, with what it ran on: the served model, the alphas the queries got,
+    and (when the store serves a fine-tuned model) the base model's figures beside it."""
+
+    dataset: BeirDataset
+    split: str
+    result: EvalResult
+    alpha: float  # the alpha of every query that is not a question
+    question_alpha: float | None  # the alpha of questions (None: an explicit alpha applied to every query)
+    model_id: str
+    store: Path
+    base_model_id: str | None = None
+    base_metrics: dict[str, float] | None = None
+    finetune: dict[str, Any] | None = None  # the store's last fine-tuning decision (learning.finetune)
+
+    @property
+    def config(self) -> EvalConfig:
+        return self.result.config
+
+    def run_record(self, run_id: str, created_at: datetime, configuration: str | None = None) -> EvalRun:
+        """What the results store keeps of it (``results_store.EvalRun``)."""
+        return EvalRun.from_result(self.result, run_id=run_id, dataset=self.dataset.name, split=self.split,
+                                   created_at=created_at, configuration=configuration)
+
+    def to_dict(self) -> dict[str, Any]:
+        config = self.config
+        return {
+            "dataset": str(self.dataset.folder), "split": self.split, "queries": self.result.queries,
+            "configuration": config.label, "alpha": self.alpha, "question_alpha": self.question_alpha,
+            "fusion": config.fusion, "reranker": config.reranker, **self.result.metrics,
+            "model_id": self.model_id, "base": self.base_metrics,
+            "finetune": None if self.finetune is None else {k: self.finetune.get(k) for k in (
+                "decision", "reason", "gain", "standard_error", "pairs", "held_out", "seconds", "candidate_model_id")},
+            "store": str(self.store),
+        }
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def evaluate_dataset(folder: Path, split: str = "test", config: EvalConfig | None = None, *, ingest: bool = True,
+                     data_root: Path | None = None, compare_base: bool = True, ks: tuple[int, ...] = (5, 10),
+                     alpha: float | None = None, fusion: str | None = None, reranker: str | None = None,
+                     **overrides: Any) -> DatasetEvaluation:
+    """Evaluate ``folder``'s ``split`` through the serving engine over the dataset's own store.
+
+    ``ingest``: sync the store first (and fine-tune the embedder when that is on, ``beir.ingest_beir``); else the
+    store must exist.  ``config``: the configuration to run; None = the store's own defaults (its tuned ranking,
+    its default reranker) with ``alpha``/``fusion``/``reranker`` set where given.  ``overrides``: settings of the
+    evaluation's engine (``candidate_pool``, ``default_alpha``, ...).  ``compare_base``: when the store serves an
+    adopted fine-tuned model, evaluate its base model's snapshot too (``base_metrics``)."""
+    dataset = load_beir(folder, split=split)  # DatasetError (a GroundworkError) names the bad file
+    engine, doc_map = open_engine(folder, ingest=ingest, data_root=data_root, **overrides)
+    defaults = engine.ranking_defaults()  # explicit settings > the store's tuned ranking > built-in
+    if config is None:
+        config = EvalConfig(alpha=alpha, fusion=fusion or defaults.fusion, reranker=reranker or engine.default_reranker())
+    result = evaluate(engine, dataset, config, doc_map, ks=ks)
+    record = load_record(engine.settings.index_dir)
+    served_model = engine.snapshots.current().info.model_id
+    evaluation = DatasetEvaluation(
+        dataset=dataset, split=split, result=result, alpha=defaults.alpha if config.alpha is None else config.alpha,
+        question_alpha=engine.question_alpha() if config.alpha is None else None, model_id=served_model,
+        store=engine.settings.data_dir, finetune=record.decision if record else None)
+    fine_tuned = record is not None and record.model_path and served_model.split("+", 1)[0] != record.base_model_id
+    if compare_base and fine_tuned:
+        base_engine = RetrievalEngine(engine.settings, query_log=engine.query_log, snapshot_dir=base_index(engine.settings))
+        evaluation.base_metrics = evaluate(base_engine, dataset, config, doc_map, ks=ks).metrics
+        evaluation.base_model_id = record.base_model_id
+    return evaluation
