@@ -34,11 +34,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.core.errors import GroundworkError
+from knowledge_store.core.errors import ConfigError, GroundworkError
 from knowledge_store.core.progress import terminal_progress
 from knowledge_store.ingest.sources import VISIBILITIES
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.reranker_registry import RERANKERS
+from knowledge_store.storage.query_log.retention import purge_query_log
 
 
 def format_table(rows: Sequence[dict[str, object]], columns: Sequence[str], max_width: int = 48) -> str:
@@ -872,6 +873,23 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def cmd_logs_purge(args: argparse.Namespace) -> int:
+    """Apply the query-log retention now (``storage.query_log.purge_query_log``)."""
+    if args.older_than_days is not None and args.older_than_days < 0:
+        raise ConfigError("--older-than-days", args.older_than_days, "must be 0 or more")
+    settings = Settings()
+    result = purge_query_log(settings, args.older_than_days)
+    if args.json:
+        print(json.dumps({**result.to_dict(), "log": str(settings.logs_path)}, indent=2))
+    elif result.kept_everything:
+        print(f"query-log retention is off (GROUNDWORK_QUERY_LOG_RETENTION_DAYS=0): nothing deleted, "
+              f"{result.queries_left} queries kept in {settings.logs_path}")
+    else:
+        print(f"deleted {result.queries_deleted} queries logged before {result.cutoff} (older than {result.days:g} days) "
+              f"and their feedback; {result.queries_left} left in {settings.logs_path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="groundwork", description="Groundwork: grounded retrieval with citations.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -1034,6 +1052,15 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = sub.add_parser("mcp", help="serve the MCP tools over stdio (for IDEs and agents)")
     mcp.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
     mcp.set_defaults(func=cmd_mcp)
+
+    logs = sub.add_parser("logs", help="the query log: purge queries older than the retention")
+    logs_sub = logs.add_subparsers(dest="logs_command", required=True)
+    purge = logs_sub.add_parser("purge", help="delete logged queries (and their feedback) older than the retention "
+                                              "(GROUNDWORK_QUERY_LOG_RETENTION_DAYS) or --older-than-days")
+    purge.add_argument("--older-than-days", type=float, default=None, metavar="DAYS",
+                       help="delete queries older than this (0 = every query logged so far); default: the retention")
+    purge.add_argument("--json", action="store_true")
+    purge.set_defaults(func=cmd_logs_purge)
 
     sample = sub.add_parser("sample-corpus", help="write the generated sample documents to a folder")
     sample.add_argument("target")

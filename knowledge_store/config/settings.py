@@ -162,7 +162,9 @@ class Settings(BaseSettings):
     support_budget_ms: int = Field(100, ge=1, description="retrieve_knowledge: hard time budget.")
     support_warm_up_s: float = Field(60.0, ge=0, description="retrieve_knowledge: on a cold start, how long the first "
                                      "calls wait for the model and index to load before answering (not part of the budget).")
-    query_log_retention_days: float = Field(90.0, ge=0)
+    query_log_retention_days: float = Field(90.0, ge=0, description="Logged queries and their feedback older than this "
+                                            "many days are deleted by the daily Dagster schedule query_log_retention_daily "
+                                            "(and by groundwork logs purge); 0 = keep everything.")
 
     # ---- per-corpus fine-tuning of the embedding model (knowledge_store/learning/finetune.py)
     finetune_embedder: bool = Field(True, description="Fine-tune the embedding model on each corpus without labels "

@@ -188,10 +188,6 @@ class EntityVocabulary:
         mentions.sort(key=lambda m: (m.span_start, m.span_end, m.type))
         return mentions
 
-    def refs(self, text: str) -> list[EntityRef]:
-        """Distinct entities of ``text`` in order of first mention."""
-        return list(dict.fromkeys(m.ref for m in self.extract(text)))
-
     def filter_keys(self, value: str) -> list[str]:
         """The keys a ``filters.entities`` value stands for: the canonical values it spells
         ("api-510" -> "api 510"), or, when it spells none, the value itself compared

@@ -283,6 +283,50 @@ def test_purge_deletes_old_queries_and_their_feedback(qlog: QueryLog, log_path: 
     assert qlog.purge_older_than(30) == 0
 
 
+def test_the_configured_retention_runs_from_the_cli_and_the_daily_dagster_job(tmp_path: Path, monkeypatch, capsys) -> None:
+    import dagster as dg
+
+    from knowledge_store.cli import main
+    from knowledge_store.config.settings import Settings
+    from pipelines.definitions import build_definitions
+    from pipelines.maintenance import QUERY_LOG_RETENTION_JOB_NAME
+    from pipelines.resources import KnowledgeStoreResource
+
+    monkeypatch.setenv("GROUNDWORK_DATA_DIR", str(tmp_path / "data"))
+    settings = Settings()
+    settings.data_dir.mkdir(parents=True)
+    now = utcnow()
+
+    def log(*ages_days: float) -> None:
+        with QueryLog(settings.logs_path, lock_timeout_s=LOCK_TIMEOUT_S) as ql:
+            for age in ages_days:
+                ql.append(_record(f"{age} days ago", created_at=now - timedelta(days=age)))
+
+    log(200, 100, 10)  # the default retention is 90 days
+    assert main(["logs", "purge", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["days"], out["queries_deleted"], out["queries_left"]) == (90.0, 2, 1)
+
+    log(40)
+    defs = build_definitions(store=KnowledgeStoreResource(data_dir=str(settings.data_dir)))
+    schedule = next(s for s in defs.schedules if s.name == "query_log_retention_daily")
+    assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+    monkeypatch.setenv("GROUNDWORK_QUERY_LOG_RETENTION_DAYS", "30")
+    run = defs.resolve_job_def(QUERY_LOG_RETENTION_JOB_NAME).execute_in_process()
+    assert run.success
+    materialised = run.asset_materializations_for_node("query_log_retention")[0].metadata
+    assert (materialised["queries_deleted"].value, materialised["queries_left"].value) == (1, 1)
+
+    monkeypatch.setenv("GROUNDWORK_QUERY_LOG_RETENTION_DAYS", "0")  # retention off: the schedule keeps everything
+    log(500)
+    assert main(["logs", "purge"]) == 0
+    assert "retention is off" in capsys.readouterr().out
+    assert main(["logs", "purge", "--older-than-days", "0", "--json"]) == 0  # explicit: everything logged so far
+    assert json.loads(capsys.readouterr().out)["queries_left"] == 0
+    assert main(["logs", "purge", "--older-than-days", "-1"]) == 2
+    assert "--older-than-days=-1.0: must be 0 or more" in capsys.readouterr().err
+
+
 def test_close_is_idempotent_and_later_appends_are_not_lost(log_path: Path) -> None:
     ql = QueryLog(log_path, lock_timeout_s=LOCK_TIMEOUT_S)
     first = ql.append(_record("one"))

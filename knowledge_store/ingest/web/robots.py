@@ -54,10 +54,6 @@ class RobotsRules:
     def allow_everything(cls) -> RobotsRules:
         return cls()
 
-    @classmethod
-    def disallow_everything(cls) -> RobotsRules:
-        return cls(disallow_all=True)
-
     def allows(self, url: str) -> bool:
         parts = urlsplit(url)
         path = parts.path or "/"

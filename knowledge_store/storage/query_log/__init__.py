@@ -12,6 +12,7 @@ break retrieval.  One job per module:
 * ``writer``: the background writer thread, batching inserts, and the JSONL
   spool used while another process holds the file's lock.
 * ``repository``: ``QueryLog`` — reads, feedback, export and purge.
+* ``retention``: ``purge_query_log``, the configured retention applied.
 * ``lines``: ``QueryLines``, one JSON line per query on stdout and/or a
   rotated ``query.log`` (seed 004).
 
@@ -23,6 +24,7 @@ from knowledge_store.storage.query_log.lines import QueryLines, _DailyAndSizeRot
 from knowledge_store.storage.query_log.records import LOG_MIGRATIONS, QueryLogRecord, migrate_log
 from knowledge_store.storage.query_log.redaction import EMAIL_PLACEHOLDER, SECRET_PLACEHOLDER, redact
 from knowledge_store.storage.query_log.repository import DEFAULT_LOG_FILE_NAME, RATINGS, QueryLog, default_log_path
+from knowledge_store.storage.query_log.retention import RetentionResult, purge_query_log
 from knowledge_store.storage.query_log.writer import SPOOL_PREFIX, QueryLogWriter
 
 __all__ = [
@@ -36,8 +38,10 @@ __all__ = [
     "QueryLog",
     "QueryLogRecord",
     "QueryLogWriter",
+    "RetentionResult",
     "_DailyAndSizeRotatingHandler",
     "default_log_path",
+    "purge_query_log",
     "migrate_log",
     "redact",
 ]
