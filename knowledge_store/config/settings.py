@@ -1,7 +1,10 @@
-"""The one configuration object.  Every knob lives here, every knob can be set
+"""The one configuration object, in sections.  Every knob lives here, every knob can be set
 from the environment with the ``GROUNDWORK_`` prefix (``GROUNDWORK_DATA_DIR``,
 ``GROUNDWORK_SOURCES=/docs/a:/docs/b``, ``GROUNDWORK_CHUNK_SIZE_TOKENS=180`` …)
-or from a ``.env`` file in the working directory."""
+or from a ``.env`` file in the working directory.
+
+Each section (``StorageSettings``, ``RankingSettings``, ...) is a class of its own; ``Settings`` is all of them
+at once, so the variable names stay flat while code that needs one section takes that section's type."""
 
 from __future__ import annotations
 
@@ -10,9 +13,9 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from knowledge_store.config.embedding_models import (
@@ -27,6 +30,7 @@ from knowledge_store.core.revisions import DEFAULT_FAMILY_ID_PATTERN
 from knowledge_store.core.vocabulary import Vocabulary
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SectionT = TypeVar("SectionT", bound=BaseModel)
 
 # a model reads at most its window of word-pieces *including* [CLS] and [SEP] (256 for all-MiniLM-L6-v2):
 # anything a chunk carries past window - 2 content tokens is invisible to its vector
@@ -43,66 +47,54 @@ def register_vocabulary(setting: str, vocabulary: Vocabulary) -> None:
     REGISTERED_VOCABULARIES[setting] = vocabulary
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="GROUNDWORK_", env_file=".env", extra="ignore", validate_default=True
-    )
+class StorageSettings(BaseModel):
+    """Where the store, the index snapshots and the logs live, and how the store is written."""
 
     data_dir: Path = Field(Path("./data"), description="Where the store, index snapshots and logs live.")
+    lock_timeout_s: float = Field(30.0, ge=0, description="How long to wait for the store's write lock.")
+    write_batch_chunks: int = Field(512, ge=1, description="Embeddings written per store transaction.")
+    snapshots_to_keep: int = Field(3, ge=1, description="Published index snapshots kept on disk (newest first).")
+    deleted_retention_days: float = Field(30.0, ge=0, description="Soft-deleted documents are purged after this.")
+
+    @property
+    def store_path(self) -> Path:
+        return self.data_dir / "store.duckdb"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.data_dir / "index"
+
+    @property
+    def logs_path(self) -> Path:
+        return self.data_dir / "logs.duckdb"
+
+    @property
+    def models_cache_dir(self) -> Path:
+        """Derived model files (the ONNX export of the embedding model)."""
+        return self.data_dir / "models"
+
+    @property
+    def uploads_dir(self) -> Path:
+        """Where files uploaded through the API land; always ingested."""
+        return self.data_dir / "uploads"
+
+    @property
+    def sample_corpus_dir(self) -> Path:
+        return self.data_dir / "sample_corpus"
+
+
+class SourceSettings(BaseModel):
+    """What is ingested and which files count as one document."""
+
     sources: Annotated[list[Path], NoDecode] = Field(
         default_factory=list,
         description="Folders to ingest, separated by ':'. Empty = the default corpus "
         "(generated sample documents + this project's docs/).",
     )
-    eval_datasets: Annotated[list[Path], NoDecode] = Field(
-        default_factory=lambda: [PROJECT_ROOT.parent / "shared" / "datasets" / "scifact",
-                                 PROJECT_ROOT / "data" / "datasets" / "debian-docs",
-                                 PROJECT_ROOT / "data" / "datasets" / "perl-docs"],
-        description="BEIR folders (corpus.jsonl, queries.jsonl, qrels) the Dagster evaluation assets measure, "
-        "separated by ':'; those that do not exist are skipped. Default: the shared SciFact set beside the checkout "
-        "and the two documentation dev sets once `make devset` has built them (quality is measured on more than "
-        "one kind of corpus: docs/EVALUATION.md).",
-    )
-    embedding_model: str = Field("minilm", description="The embedding model: " + EMBEDDING_MODELS.described()
-                                 + "; or the path of a local sentence-transformers folder. A change re-embeds every "
-                                 "chunk into a new snapshot on the next sync (vectors of two models are never mixed).")
-    model_path: Path | None = Field(None, description="A local sentence-transformers folder; wins over embedding_model "
-                                    "(kept for existing setups). Resolved: the folder of the model in use.")
-    embedding_query_prefix: str | None = Field(None, description="Text put before every query before it is embedded "
-                                               "(e5: 'query: ', bge: its query instruction); default: the model's "
-                                               "registry entry (none for minilm and mpnet).")
-    embedding_passage_prefix: str | None = Field(None, description="Text put before every chunk and sentence before "
-                                                 "it is embedded (e5: 'passage: '); default: the registry entry's.")
-    embedding_dim: int | None = Field(None, ge=1, description="Width of the model's vectors (checked at load); "
-                                      "default: what the model folder's pooling config says (384 minilm, 768 mpnet).")
-    chunk_size_tokens: int = Field(200, ge=32, description="Target word-pieces per chunk (incl. title/section header).")
-    chunk_max_tokens: int | None = Field(None, description="Hard cap; never above the model window minus [CLS]/[SEP] "
-                                         "(default: exactly that: 254 minilm, 382 mpnet).")
-    chunk_overlap_tokens: int = Field(32, ge=0, description="Word-pieces of trailing sentences repeated in the next chunk.")
-    chunk_min_tokens: int = Field(24, ge=0, description="Fragments smaller than this are merged into a neighbour.")
-    header_max_tokens: int = Field(40, ge=0, description="Budget for the 'title › section' header embedded with each chunk.")
     max_file_mb: float = Field(50.0, gt=0, description="Files larger than this are refused with a failure row.")
     follow_external_symlinks: bool = Field(False, description="Index symbolic links (to files or folders) in a folder source whose target lies outside that folder; off = such links are skipped and counted as excluded.")
     revision_families: bool = Field(True, description="Supersedence across files (seed 003): of live documents of one source that are revisions of one document (same asset id, or same title once the revision label is removed; knowledge_store/core/revisions.py), only the newest stays active; the others are superseded, with a supersedes relation. Off: every file is its own document (superseded ones become active again on the next sync).")
     family_id_pattern: str = Field(DEFAULT_FAMILY_ID_PATTERN, description="Regular expression (matched case-insensitively) for a document id in a title or file name that makes files revisions of one document: SOP-42-RevB.pdf and SOP-42 Rev C.docx share SOP-42.")
-    embed_batch_size: int = Field(32, ge=1, description="Texts per batch when documents are embedded with torch (document_encoder=torch).")
-    torch_threads: int = Field(min(2, os.cpu_count() or 1), ge=1, description="Cores document embedding may use: torch threads, or ONNX batches run at once (one thread each).")
-    document_encoder: str = Field("onnx", description="Document (chunk) embedding backend in ingestion: onnx (ONNX Runtime, exported once from the local weights; fp32 vectors equal torch's to |1-cos| < 1e-6 and share its model id, ~2x the chunks/s, docs/BENCHMARKS.md) or torch (sentence-transformers).")
-    document_quantization: str = Field("none", description="Document vectors in fp32 (none) or from a dynamically int8-quantised ONNX graph (int8: faster, cosine ~0.998 to fp32, its own model id so the two are never mixed; quality in docs/EVALUATION.md). Queries are always fp32. int8 needs document_encoder=onnx.")
-    sentence_vectors: bool = Field(True, description="Ingestion also embeds every sentence of every chunk on its own (the text alone), for sentence evidence (sentence_weight). About doubles the embedding stage's time (docs/BENCHMARKS.md); false = no sentence vectors, and sentence evidence is off.")
-    bare_vector_weight: float = Field(0.0, ge=0, le=1, description="Share of each chunk's vector that is its text embedded without the 'title > section' header (0 = header + text only, today's vectors). 0.5 gained +0.010 nDCG@10 on the Debian documentation set's train split and +0.024 on its test split, +0.005 on SciFact train but -0.004 on SciFact test (docs/EVALUATION.md): try it on documentation corpora. Costs a second embedding of every chunk with a header; a change gets its own model id, so the next sync re-embeds every chunk before the index switches.")
-    onnx_batch_size: int = Field(8, ge=1, description="Texts per ONNX Runtime call when embedding documents; texts are length-sorted first, so a batch carries almost no padding. 8 measured fastest on a 2-core EPYC (2.4x plain encode; 1: 1.9x, 32: 1.7x; docs/BENCHMARKS.md).")
-    deleted_retention_days: float = Field(30.0, ge=0, description="Soft-deleted documents are purged after this.")
-    snapshots_to_keep: int = Field(3, ge=1, description="Published index snapshots kept on disk (newest first).")
-    write_batch_chunks: int = Field(512, ge=1, description="Embeddings written per store transaction.")
-    embed_workers: int = Field(1, ge=1, le=64, description="Shards the Dagster embeddings asset fans out to, one step "
-                               "each: run them at once with the multiprocess, Kubernetes or Celery executor (each shard gets "
-                               "torch_threads / embed_workers threads); the store keeps one writer.")
-    embed_handoff_dir: Path | None = Field(None, description="Set when shards run on other machines (K8s, Celery): a "
-                                           "folder every worker mounts; shards write Parquet parts there and the "
-                                           "combining step alone writes them into the store. Unset: shards write the "
-                                           "store directly (one machine).")
-    lock_timeout_s: float = Field(30.0, ge=0, description="How long to wait for the store's write lock.")
     entity_patterns: dict[str, str | dict[str, str | None] | None] = Field(
         default_factory=dict,
         description="Entity types recognised in chunk text, queries and filters.entities (knowledge_store/core/entities.py), "
@@ -112,10 +104,70 @@ class Settings(BaseSettings):
     )
     sensor_interval_s: int = Field(60, ge=10, description="How often the Dagster sensor looks for changed files.")
 
-    # ---- retrieval
+    @property
+    def max_file_bytes(self) -> int:
+        return int(self.max_file_mb * 1024 * 1024)
+
+    @property
+    def uses_default_corpus(self) -> bool:
+        return not self.sources
+
+    @property
+    def entity_vocabulary(self) -> EntityVocabulary:
+        """The entity patterns in force: the defaults adjusted by ``entity_patterns`` (cached per value)."""
+        return vocabulary_from_json(json.dumps(self.entity_patterns, sort_keys=True))
+
+
+class ChunkingSettings(BaseModel):
+    """How documents are cut into chunks (in word-pieces of the embedding model)."""
+
+    chunk_size_tokens: int = Field(200, ge=32, description="Target word-pieces per chunk (incl. title/section header).")
+    chunk_max_tokens: int | None = Field(None, description="Hard cap; never above the model window minus [CLS]/[SEP] "
+                                         "(default: exactly that: 254 minilm, 382 mpnet).")
+    chunk_overlap_tokens: int = Field(32, ge=0, description="Word-pieces of trailing sentences repeated in the next chunk.")
+    chunk_min_tokens: int = Field(24, ge=0, description="Fragments smaller than this are merged into a neighbour.")
+    header_max_tokens: int = Field(40, ge=0, description="Budget for the 'title › section' header embedded with each chunk.")
+
+
+class ModelSettings(BaseModel):
+    """The embedding model and how documents and queries are embedded."""
+
+    embedding_model: str = Field("minilm", description="The embedding model: " + EMBEDDING_MODELS.described()
+                                 + "; or the path of a local sentence-transformers folder. A change re-embeds every "
+                                 "chunk into a new snapshot on the next sync (vectors of two models are never mixed).")
+    model_path: Path | None = Field(None, description="A local sentence-transformers folder; wins over embedding_model "
+                                    "Resolved: the folder of the model in use.")
+    embedding_query_prefix: str | None = Field(None, description="Text put before every query before it is embedded "
+                                               "(e5: 'query: ', bge: its query instruction); default: the model's "
+                                               "registry entry (none for minilm and mpnet).")
+    embedding_passage_prefix: str | None = Field(None, description="Text put before every chunk and sentence before "
+                                                 "it is embedded (e5: 'passage: '); default: the registry entry's.")
+    embedding_dim: int | None = Field(None, ge=1, description="Width of the model's vectors (checked at load); "
+                                      "default: what the model folder's pooling config says (384 minilm, 768 mpnet).")
+    embed_batch_size: int = Field(32, ge=1, description="Texts per batch when documents are embedded with torch (document_encoder=torch).")
+    torch_threads: int = Field(min(2, os.cpu_count() or 1), ge=1, description="Cores document embedding may use: torch threads, or ONNX batches run at once (one thread each).")
+    document_encoder: str = Field("onnx", description="Document (chunk) embedding backend in ingestion: onnx (ONNX Runtime, exported once from the local weights; fp32 vectors equal torch's to |1-cos| < 1e-6 and share its model id, faster, docs/BENCHMARKS.md) or torch (sentence-transformers).")
+    document_quantization: str = Field("none", description="Document vectors in fp32 (none) or from a dynamically int8-quantised ONNX graph (int8: faster, cosine ~0.998 to fp32, its own model id so the two are never mixed; quality in docs/EVALUATION.md). Queries are always fp32. int8 needs document_encoder=onnx.")
+    sentence_vectors: bool = Field(True, description="Ingestion also embeds every sentence of every chunk on its own (the text alone), for sentence evidence (sentence_weight). About doubles the embedding stage's time (docs/BENCHMARKS.md); false = no sentence vectors, and sentence evidence is off.")
+    bare_vector_weight: float = Field(0.0, ge=0, le=1, description="Share of each chunk's vector that is its text embedded without the 'title > section' header (0 = header + text only). Helped on documentation sets but not on scientific claims (docs/EVALUATION.md): try it on documentation corpora. Costs a second embedding of every chunk with a header; a change gets its own model id, so the next sync re-embeds every chunk before the index switches.")
+    onnx_batch_size: int = Field(8, ge=1, description="Texts per ONNX Runtime call when embedding documents; texts are length-sorted first, so a batch carries almost no padding. 8 measured fastest on two cores (docs/BENCHMARKS.md).")
+    embed_workers: int = Field(1, ge=1, le=64, description="Shards the Dagster embeddings asset fans out to, one step "
+                               "each: run them at once with the multiprocess, Kubernetes or Celery executor (each shard gets "
+                               "torch_threads / embed_workers threads); the store keeps one writer.")
+    embed_handoff_dir: Path | None = Field(None, description="Set when shards run on other machines (K8s, Celery): a "
+                                           "folder every worker mounts; shards write Parquet parts there and the "
+                                           "combining step alone writes them into the store. Unset: shards write the "
+                                           "store directly (one machine).")
+    query_torch_threads: int = Field(1, ge=1, description="Threads for query embedding in the serving process.")
+    query_encoder: str = Field("onnx", description="Query embedding backend: onnx (ONNX Runtime, exported once from the local weights, faster, same vectors) or torch.")
+
+
+class RankingSettings(BaseModel):
+    """How a query's candidates are found, fused and re-ordered (the ranking pipeline's steps)."""
+
     default_k: int = Field(5, ge=1, le=100, description="Passages returned when a query does not say.")
-    default_alpha: float = Field(0.7, ge=0, le=1, description="Fusion weight: 0 = pure BM25, 1 = pure vector. 0.7 with section_weight 1 and lead_weight 0.6 is within 0.01 nDCG@10 of the best alpha on SciFact and on the Debian documentation set (docs/EVALUATION.md); `groundwork tune` picks per corpus.")
-    question_alpha: float | None = Field(0.8, ge=0, le=1, description="Fusion weight of questions (a query ending in '?' or opening with how/what/why/which/...) that do not set alpha: a question paraphrases its answer, so the vector side weighs more. Chosen on the train splits of both documentation dev sets (0.8 best on Perl, within 0.001 of the best on Debian; SciFact's claims peak at 0.6-0.7; docs/EVALUATION.md, 2026-11-26). Unset (GROUNDWORK_QUESTION_ALPHA=null): questions use default_alpha. When default_alpha is pinned (environment or console) and this is not, questions follow it.")
+    default_alpha: float = Field(0.7, ge=0, le=1, description="Fusion weight: 0 = pure BM25, 1 = pure vector. The default is close to the best alpha on every dev set with the default section and lead weights (docs/EVALUATION.md); `groundwork tune` picks per corpus.")
+    question_alpha: float | None = Field(0.8, ge=0, le=1, description="Fusion weight of questions (a query ending in '?' or opening with how/what/why/which/...) that do not set alpha: a question paraphrases its answer, so the vector side weighs more. Chosen on the train splits of the documentation dev sets (docs/EVALUATION.md). Unset (GROUNDWORK_QUESTION_ALPHA=null): questions use default_alpha. When default_alpha is pinned (environment or console) and this is not, questions follow it.")
     default_fusion: str = Field("weighted", description="Fusion mode of queries that do not name one (the fusion "
                                 "modes: `groundwork query --help`, GET /api/knowledge/config fusion_modes).")
     section_weight: float = Field(1.0, ge=0, le=1, description="Share of a chunk's BM25 evidence that is its whole section's BM25 (0 = the chunk alone). See docs/EVALUATION.md.")
@@ -123,38 +175,42 @@ class Settings(BaseSettings):
     entity_boost: float = Field(0.75, ge=0, le=10, description="A query naming an entity (SOP-42, ASSET-104, API 510): "
                                 "candidates mentioning it gain this share of the fused-score spread (times the share of "
                                 "the query's entities they mention), and one naming all of them is never below "
-                                "min_relevance. 0 = off; queries naming no entity are unaffected. 0.75 brings the "
-                                "passage naming API 510 first on the sample corpus (0.5: second; 0: not in the top 3).")
-    feedback_docs: int = Field(3, ge=0, le=20, description="Pseudo-relevance feedback: the query vector is moved towards the best chunk of each of the first this many documents of the fused ranking and the candidate pool is fused again (0 = off). See docs/EVALUATION.md (2026-11-24).")
+                                "min_relevance. 0 = off; queries naming no entity are unaffected.")
+    feedback_docs: int = Field(3, ge=0, le=20, description="Pseudo-relevance feedback: the query vector is moved towards the best chunk of each of the first this many documents of the fused ranking and the candidate pool is fused again (0 = off). See docs/EVALUATION.md.")
     feedback_beta: float = Field(0.3, ge=0.0, le=2.0, description="Pseudo-relevance feedback: how far the query vector moves towards those documents (query + beta * their centroid, renormalised; 0 = off).")
-    sentence_weight: float = Field(0.15, ge=0.0, le=1.0, description="Sentence evidence: each candidate's vector evidence becomes (1 - w) * its chunk's cosine + w * its best sentence's cosine (and the same for its section's lead), over the fused pool only; 0 = off. 0.15 gained nDCG@10 on every dev set's train split (Perl docs +0.021, Debian +0.019, SciFact +0.005; docs/EVALUATION.md). Needs sentence vectors in the snapshot (sentence_vectors).")
+    sentence_weight: float = Field(0.15, ge=0.0, le=1.0, description="Sentence evidence: each candidate's vector evidence becomes (1 - w) * its chunk's cosine + w * its best sentence's cosine (and the same for its section's lead), over the fused pool only; 0 = off. Chosen on the dev sets' train splits (docs/EVALUATION.md). Needs sentence vectors in the snapshot (sentence_vectors).")
     phrase_boost: bool = Field(True, description="Queries of 8+ words: candidates containing most of the query's word pairs in order (a pasted passage) rank first.")
     use_tuned_ranking: bool = Field(True, description="Use the corpus's self-tuned ranking (index/tuned.json, `groundwork tune`) for values not set explicitly.")
-    use_query_adapter: bool = Field(True, description="Apply the corpus's query adapter learned from thumbs-up feedback (index/query_adapter.npz, `groundwork adapt`) to every query vector. See docs/EVALUATION.md (Feedback that learns).")
-    adapter_min_queries: int = Field(20, ge=2, description="`groundwork adapt` refuses to train a query adapter from fewer rated queries than this.")
-    adapter_retrain_votes: int = Field(50, ge=1, description="The Dagster sensor `feedback_grew` requests a `tune` run (ranking and query adapter) once this many new thumbs-up have been given since its last request.")
     rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
     candidate_pool: int = Field(100, ge=10, le=2000, description="Top hits taken from each of BM25 and vector before fusion.")
-    default_reranker: str = Field("none", description="Reranker of queries that do not name one (the rerankers: "
-                                  "`groundwork query --help`, GET /api/knowledge/config rerankers)"
-                                  + ". A value set in the console applies when this is not set explicitly.")
-    reranker_timeout_s: float = Field(3.0, gt=0, description="A reranker slower than this falls back to the fused order.")
     min_relevance: float = Field(0.35, ge=0, le=1, description="Best relevance under this = 'no relevant content found'.")
-    mmr_lambda: float = Field(0.7, ge=0, le=1, description="MMR trade-off: 1 = relevance only, 0 = diversity only.")
-    feedback_similarity: float = Field(0.8, ge=0, le=1, description="Past queries at least this similar (cosine) lend their feedback.")
-    feedback_weight: float = Field(0.3, ge=0, description="How far one unit of net feedback moves a passage's score.")
-    cross_encoder_path: Path | None = Field(None, description="Local sentence-transformers CrossEncoder folder for the cross-encoder reranker.")
-    snippet_chars: int = Field(150, ge=40, le=1000)
-    query_torch_threads: int = Field(1, ge=1, description="Threads for query embedding in the serving process.")
-    query_encoder: str = Field("onnx", description="Query embedding backend: onnx (ONNX Runtime, exported once from the local weights, ~2x faster, same vectors) or torch.")
     search_threads: int = Field(1, ge=1, description="BLAS threads for vector search (1 is fastest under load).")
-    ann_min_chunks: int = Field(100_000, ge=1, description="Snapshots with at least this many chunks get an approximate (HNSW) vector index, built in the background from the stored vectors; smaller ones, and filters allowing fewer rows, are searched exactly. At 100k chunks the graph gave query p95 22.6 ms vs 34.1 exact with the same top 5 for 300 of 300 queries (build 42 s); see docs/BENCHMARKS.md (query latency, 1M chunks).")
-    ann_ef_search: int = Field(512, ge=10, le=4096, description="HNSW beam width per query (more = higher recall, slower); at least candidate_pool is searched. 512 with connectivity 32: recall@10 0.995 at 1M chunks, 2.5 ms p50 (docs/BENCHMARKS.md).")
-    ann_connectivity: int = Field(32, ge=4, le=64, description="HNSW links per node (graph size and build time grow with it; 16 stayed under 0.98 recall@10 at 1M).")
+    ann_min_chunks: int = Field(100_000, ge=1, description="Snapshots with at least this many chunks get an approximate (HNSW) vector index, built in the background from the stored vectors; smaller ones, and filters allowing fewer rows, are searched exactly. Below that size exact search is fast enough; see docs/BENCHMARKS.md (query latency).")
+    ann_ef_search: int = Field(512, ge=10, le=4096, description="HNSW beam width per query (more = higher recall, slower); at least candidate_pool is searched (recall and latency per value: docs/BENCHMARKS.md).")
+    ann_connectivity: int = Field(32, ge=4, le=64, description="HNSW links per node (recall, graph size and build time grow with it; docs/BENCHMARKS.md).")
     ann_expansion_add: int = Field(256, ge=16, le=1024, description="HNSW beam width while building.")
     ann_build_threads: int = Field(1, ge=1, description="Threads building an HNSW index while the server answers queries (the build is minutes at 1M chunks).")
     ann_cache: bool = Field(True, description="Keep a built HNSW index beside its snapshot (written atomically, checked against the snapshot on load) so a restart does not rebuild it.")
     query_cache_size: int = Field(2048, ge=0, description="Recent query embeddings kept in memory (0 = off).")
+
+
+class RerankerSettings(BaseModel):
+    """The rerankers a query may name."""
+
+    default_reranker: str = Field("none", description="Reranker of queries that do not name one (the rerankers: "
+                                  "`groundwork query --help`, GET /api/knowledge/config rerankers)"
+                                  + ". A value set in the console applies when this is not set explicitly.")
+    reranker_timeout_s: float = Field(3.0, gt=0, description="A reranker slower than this falls back to the fused order.")
+    mmr_lambda: float = Field(0.7, ge=0, le=1, description="MMR trade-off: 1 = relevance only, 0 = diversity only.")
+    feedback_similarity: float = Field(0.8, ge=0, le=1, description="Past queries at least this similar (cosine) lend their feedback.")
+    feedback_weight: float = Field(0.3, ge=0, description="How far one unit of net feedback moves a passage's score.")
+    cross_encoder_path: Path | None = Field(None, description="Local sentence-transformers CrossEncoder folder for the cross-encoder reranker.")
+
+
+class AnswerSettings(BaseModel):
+    """Answers and snippets: extractive, generated by an OpenAI-compatible endpoint, and the support tool's."""
+
+    snippet_chars: int = Field(150, ge=40, le=1000)
     llm_base_url: str | None = Field(None, description="OpenAI-compatible endpoint for generated answers; unset = extractive answers only.")
     llm_model: str | None = Field(None)
     llm_api_key: SecretStr | None = Field(None)
@@ -162,11 +218,19 @@ class Settings(BaseSettings):
     support_budget_ms: int = Field(100, ge=1, description="retrieve_knowledge: hard time budget.")
     support_warm_up_s: float = Field(60.0, ge=0, description="retrieve_knowledge: on a cold start, how long the first "
                                      "calls wait for the model and index to load before answering (not part of the budget).")
-    query_log_retention_days: float = Field(90.0, ge=0, description="Logged queries and their feedback older than this "
-                                            "many days are deleted by the daily Dagster schedule query_log_retention_daily "
-                                            "(and by groundwork logs purge); 0 = keep everything.")
 
-    # ---- per-corpus fine-tuning of the embedding model (knowledge_store/learning/finetune.py)
+    @property
+    def llm_configured(self) -> bool:
+        """An OpenAI-compatible endpoint and model are set: generated (``llm``) answers can run."""
+        return bool(self.llm_base_url and self.llm_model)
+
+
+class LearningSettings(BaseModel):
+    """What the corpus learns by itself: the query adapter from thumbs-up, the fine-tuned embedding model."""
+
+    use_query_adapter: bool = Field(True, description="Apply the corpus's query adapter learned from thumbs-up feedback (index/query_adapter.npz, `groundwork adapt`) to every query vector. See docs/EVALUATION.md (Feedback that learns).")
+    adapter_min_queries: int = Field(20, ge=2, description="`groundwork adapt` refuses to train a query adapter from fewer rated queries than this.")
+    adapter_retrain_votes: int = Field(50, ge=1, description="The Dagster sensor `feedback_grew` requests a `tune` run (ranking and query adapter) once this many new thumbs-up have been given since its last request.")
     finetune_embedder: bool = Field(True, description="Fine-tune the embedding model on each corpus without labels "
                                     "(pairs from its headings, titles, first sentences, link texts and thumbs-up) and "
                                     "serve the result only when held-out pseudo-queries rank clearly better (paired "
@@ -184,7 +248,40 @@ class Settings(BaseSettings):
                                          "share of the served chunks is new since the last fine-tuning decision (or "
                                          "none was made yet).")
 
-    # ---- serving
+
+class EvaluationSettings(BaseModel):
+    """What the Dagster evaluation assets measure."""
+
+    eval_datasets: Annotated[list[Path], NoDecode] = Field(
+        default_factory=lambda: [PROJECT_ROOT.parent / "shared" / "datasets" / "scifact",
+                                 PROJECT_ROOT / "data" / "datasets" / "debian-docs",
+                                 PROJECT_ROOT / "data" / "datasets" / "perl-docs"],
+        description="BEIR folders (corpus.jsonl, queries.jsonl, qrels) the Dagster evaluation assets measure, "
+        "separated by ':'; those that do not exist are skipped. Default: the shared SciFact set beside the checkout "
+        "and the two documentation dev sets once `make devset` has built them (quality is measured on more than "
+        "one kind of corpus: docs/EVALUATION.md).",
+    )
+
+
+class QueryLogSettings(BaseModel):
+    """The query log: its retention and the JSON lines written per query."""
+
+    query_log_retention_days: float = Field(90.0, ge=0, description="Logged queries and their feedback older than this "
+                                            "many days are deleted by the daily Dagster schedule query_log_retention_daily "
+                                            "(and by groundwork logs purge); 0 = keep everything.")
+    query_log_stdout: bool = Field(True, description="The server prints one JSON line per query (redacted) on stdout, "
+                                   "for container logs (seed 004). Only the server: the CLI's stdout is its output "
+                                   "and MCP over stdio's is the protocol.")
+    query_log_file: bool = Field(True, description="Every process that logs a query (server, CLI, MCP over stdio, "
+                                 "support tool) appends its line to <data_dir>/logs/query.log, rotated daily and "
+                                 "at query_log_max_mb, query_log_keep_days kept.")
+    query_log_max_mb: float = Field(100.0, gt=0, description="Size at which query.log is rotated (besides midnight UTC).")
+    query_log_keep_days: int = Field(7, ge=1, description="Rotated query.log files kept.")
+
+
+class ServerSettings(BaseModel):
+    """The HTTP API, console and MCP server: address, access, limits."""
+
     server_host: str = Field("127.0.0.1", description="Bind address; anything but loopback needs allow_remote=true.")
     server_port: int = Field(8080, ge=1, le=65535)
     allow_remote: bool = Field(False, description="Remote mode: serve beyond this machine (needed to bind anything but "
@@ -209,14 +306,6 @@ class Settings(BaseSettings):
     public_metrics: bool = Field(False, description="Serve /metrics on the public surface (default: admin only).")
     ssl_certfile: Path | None = Field(None, description="TLS certificate (PEM) for `groundwork serve`; with ssl_keyfile.")
     ssl_keyfile: Path | None = Field(None, description="TLS private key (PEM) for `groundwork serve`; with ssl_certfile.")
-    query_log_stdout: bool = Field(True, description="The server prints one JSON line per query (redacted) on stdout, "
-                                   "for container logs (seed 004). Only the server: the CLI's stdout is its output "
-                                   "and MCP over stdio's is the protocol.")
-    query_log_file: bool = Field(True, description="Every process that logs a query (server, CLI, MCP over stdio, "
-                                 "support tool) appends its line to <data_dir>/logs/query.log, rotated daily and "
-                                 "at query_log_max_mb, query_log_keep_days kept.")
-    query_log_max_mb: float = Field(100.0, gt=0, description="Size at which query.log is rotated (besides midnight UTC).")
-    query_log_keep_days: int = Field(7, ge=1, description="Rotated query.log files kept.")
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Host header values accepted besides localhost/127.0.0.1/[::1] (any port), comma-separated; "
@@ -232,7 +321,10 @@ class Settings(BaseSettings):
     max_query_chars: int = Field(2000, ge=10, description="Longer queries are rejected with 422.")
     max_note_chars: int = Field(1000, ge=1, description="Feedback notes longer than this are rejected.")
 
-    # ---- web sources; per-source crawl options (depth, include/exclude, page cap, rate) live on the source row
+
+class WebSettings(BaseModel):
+    """Crawling web sources (per-source options - depth, include/exclude, page cap, rate - live on the source row)."""
+
     web_timeout_s: float = Field(20.0, gt=0, description="Per-request timeout when crawling a web source.")
     web_max_retries: int = Field(3, ge=0, le=10, description="Retries of a transient fetch failure (timeout, 429, 5xx).")
     web_backoff_base_s: float = Field(0.5, ge=0, description="First retry wait; doubles per retry (Retry-After wins when larger).")
@@ -240,13 +332,31 @@ class Settings(BaseSettings):
     web_revalidate_days: float = Field(7.0, ge=0, description="A page skipped by sitemap <lastmod> this long is requested again (conditionally: 304 is cheap), so a lagging sitemap cannot hide a change longer.")
     web_progress_interval_s: float = Field(2.0, ge=0, description="How often crawl progress is reported to logs and job status.")
 
-    # ---- OCR: PDF pages without a text layer, Tesseract through PyMuPDF; digital pages never
+
+class OcrSettings(BaseModel):
+    """OCR of PDF pages without a text layer (Tesseract through PyMuPDF; digital pages never)."""
+
     ocr_enabled: bool = Field(True, description="OCR PDF pages that have no text layer (scans). Pages with text are never OCR'd.")
     ocr_language: str = Field("eng", pattern=r"^[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*$", description="Tesseract language(s), e.g. eng or eng+deu; each needs <lang>.traineddata in the tessdata folder.")
     ocr_dpi: int = Field(300, ge=72, le=600, description="Resolution scanned pages are rendered at for OCR (300 is Tesseract's sweet spot).")
     ocr_timeout_s: float = Field(300.0, gt=0, description="OCR time allowed per document; past it that version fails (the previous one stays indexed).")
     ocr_confidence_pass: bool = Field(True, description="Also run the tesseract command on each OCR'd page for word confidences (beside the OCR, on another core); off = confidence unknown.")
     tessdata_dir: Path | None = Field(None, description="Tesseract language data folder; unset = TESSDATA_PREFIX, else the system's (Debian: /usr/share/tesseract-ocr/5/tessdata).")
+
+
+# (fields are listed base by base from the last: storage first, as in the sections above)
+class Settings(BaseSettings, OcrSettings, WebSettings, ServerSettings, QueryLogSettings, EvaluationSettings,
+               LearningSettings, AnswerSettings, RerankerSettings, RankingSettings, ModelSettings, ChunkingSettings,
+               SourceSettings, StorageSettings):
+    """Every setting, one field per ``GROUNDWORK_*`` variable, composed of the sections above.
+
+    Code that needs one section takes that section's type (``ranking: RankingSettings``): a ``Settings`` is one,
+    and ``section`` copies one out on its own."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="GROUNDWORK_", env_file=".env", extra="ignore", validate_default=True
+    )
+
 
     @field_validator("sources", "eval_datasets", "source_roots", mode="before")
     @classmethod
@@ -344,50 +454,15 @@ class Settings(BaseSettings):
         self.entity_vocabulary  # compiles every entity pattern: a bad one is refused here (EntityPatternError)
         return self
 
-    @property
-    def entity_vocabulary(self) -> EntityVocabulary:
-        """The entity patterns in force: the defaults adjusted by ``entity_patterns`` (cached per value)."""
-        return vocabulary_from_json(json.dumps(self.entity_patterns, sort_keys=True))
 
-    # Derived paths: one place decides the file layout (see docs/ARCHITECTURE.md).
-    @property
-    def store_path(self) -> Path:
-        return self.data_dir / "store.duckdb"
 
-    @property
-    def index_dir(self) -> Path:
-        return self.data_dir / "index"
 
-    @property
-    def logs_path(self) -> Path:
-        return self.data_dir / "logs.duckdb"
 
-    @property
-    def models_cache_dir(self) -> Path:
-        """Derived model files (the ONNX export of the embedding model)."""
-        return self.data_dir / "models"
 
-    @property
-    def uploads_dir(self) -> Path:
-        """Where files uploaded through the API land; always ingested."""
-        return self.data_dir / "uploads"
 
-    @property
-    def sample_corpus_dir(self) -> Path:
-        return self.data_dir / "sample_corpus"
 
-    @property
-    def llm_configured(self) -> bool:
-        """An OpenAI-compatible endpoint and model are set: generated (``llm``) answers can run."""
-        return bool(self.llm_base_url and self.llm_model)
 
-    @property
-    def max_file_bytes(self) -> int:
-        return int(self.max_file_mb * 1024 * 1024)
 
-    @property
-    def uses_default_corpus(self) -> bool:
-        return not self.sources
 
     @property
     def source_dirs(self) -> list[Path]:
@@ -404,3 +479,7 @@ class Settings(BaseSettings):
         if uploads.is_dir() and uploads not in dirs:
             dirs.append(uploads)
         return dirs
+
+    def section(self, kind: type[SectionT]) -> SectionT:
+        """The values of one section (``RankingSettings``, ...) as an object of that section alone."""
+        return kind.model_construct(**{name: getattr(self, name) for name in kind.model_fields})

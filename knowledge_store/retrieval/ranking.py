@@ -25,7 +25,7 @@ from typing import Protocol
 
 import numpy as np
 
-from knowledge_store.config.settings import Settings
+from knowledge_store.config.settings import RankingSettings
 from knowledge_store.retrieval.evidence import (
     EntityBoost,
     QueryEvidence,
@@ -112,7 +112,7 @@ class SentenceEvidenceStep:
     name: str = "sentences"
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> SentenceEvidenceStep | None:
+    def from_settings(cls, settings: RankingSettings) -> SentenceEvidenceStep | None:
         return cls(float(settings.sentence_weight)) if settings.sentence_weight > 0.0 else None
 
     def apply(self, pool: Fused, context: RankingContext) -> Fused:
@@ -135,7 +135,7 @@ class VectorFeedbackStep:
     name: str = "feedback"
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> VectorFeedbackStep | None:
+    def from_settings(cls, settings: RankingSettings) -> VectorFeedbackStep | None:
         if settings.feedback_docs <= 0 or settings.feedback_beta <= 0.0:
             return None
         return cls(int(settings.feedback_docs), float(settings.feedback_beta))
@@ -161,7 +161,7 @@ class EntityBoostStep:
     name: str = "entity_boost"
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> EntityBoostStep | None:
+    def from_settings(cls, settings: RankingSettings) -> EntityBoostStep | None:
         return cls(float(settings.entity_boost)) if settings.entity_boost > 0.0 else None
 
     def apply(self, pool: Fused, context: RankingContext) -> Fused:
@@ -189,7 +189,7 @@ class PhraseOrderStep:
     name: str = "phrase"
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> PhraseOrderStep | None:
+    def from_settings(cls, settings: RankingSettings) -> PhraseOrderStep | None:
         return cls() if settings.phrase_boost else None
 
     def apply(self, pool: Fused, context: RankingContext) -> Fused:
@@ -242,7 +242,7 @@ class RankingPipeline:
     rrf_k: int = 60
 
     @classmethod
-    def served(cls, settings: Settings, only: tuple[str, ...] | None = None) -> RankingPipeline:
+    def served(cls, settings: RankingSettings, only: tuple[str, ...] | None = None) -> RankingPipeline:
         """The steps ``settings`` turn on, in order; ``only`` keeps just those named (the rest are left out)."""
         for name in only or ():
             if name not in RANKING_STEPS:
