@@ -1,7 +1,17 @@
-"""Bounded load run against the HTTP API: N concurrent clients for T seconds on a 10k-chunk index.
+"""Bounded load runs against the HTTP API on a 10k-chunk index: closed-loop clients, or an open-loop profile.
 
     .venv/bin/python bench/load_api.py [--clients 50] [--seconds 30] [--size 10000] [--think-ms 0]
         [--out docs/benchmarks/load_api.md]
+    .venv/bin/python bench/load_api.py --profile seed [--replicas 1 2] [--sweep 20 40 60 80 100 120 160]
+        [--out docs/benchmarks/load_api_seed.md]
+
+``--profile seed`` is seed 004's NFR-P1 load: 100 users x 10 queries/s for 5 minutes (1,000 queries/s offered),
+p95 under 500 ms.  Arrivals are open-loop (Poisson at the offered rate, whatever the server's speed, so a slow
+server is not flattered by clients that wait for it) and bounded (``--max-in-flight`` requests at once; an arrival
+over the bound is counted as dropped, not sent); latency is measured from each request's scheduled arrival.  It
+runs against one server and against ``--replicas`` servers on the same snapshot (arrivals spread round-robin), then
+a short ``--sweep`` of lower offered rates finds the saturation point: the highest rate served with p95 under the
+bound and no drops or errors.
 
 Starts `groundwork serve` in its own process on 127.0.0.1 (a free port) over a
 synthetic snapshot (real SciFact chunks replicated, see bench/query_latency.py),
@@ -31,6 +41,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.report import publish  # noqa: E402
+
+
+def load_queries() -> list[str]:
+    """SciFact's claims (distinct queries), or generated ones without ../shared."""
+    qdir = ROOT.parent / "shared" / "datasets" / "scifact"
+    queries = []
+    for name in ("queries.jsonl", "queries_train.jsonl"):
+        if (qdir / name).exists():
+            queries += [json.loads(line)["text"] for line in (qdir / name).open()]
+    return queries or [f"question {i} about thermostat wiring" for i in range(1000)]
 
 
 def free_port() -> int:
@@ -81,6 +101,170 @@ async def run_load(base: str, queries: list[str], clients: int, seconds: float, 
             "throughput_rps": round(len(latencies) / wall, 1), "p50": pct(0.5), "p95": pct(0.95), "p99": pct(0.99)}
 
 
+async def run_open_loop(bases: list[str], queries: list[str], rate: float, seconds: float, max_in_flight: int,
+                        seed: int = 0) -> dict:
+    """Poisson arrivals at ``rate`` per second for ``seconds``, spread round-robin over ``bases``; at most
+    ``max_in_flight`` requests outstanding (arrivals over it are dropped and counted)."""
+    import httpx
+
+    rng = random.Random(seed)
+    latencies: list[float] = []
+    errors: list[str] = []
+    dropped = 0
+    in_flight = 0
+    tasks: set[asyncio.Task] = set()
+    limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
+
+    async def one(client, url: str, query: str, due: float) -> None:
+        nonlocal in_flight
+        try:
+            response = await client.post(url, json={"query": query, "k": 5})
+            if response.status_code == 200:
+                latencies.append((time.perf_counter() - due) * 1000)
+            else:
+                errors.append(f"HTTP {response.status_code}")
+        except Exception as error:  # noqa: BLE001 - every failure is counted, none stops the run
+            errors.append(type(error).__name__)
+        finally:
+            in_flight -= 1
+
+    async with httpx.AsyncClient(timeout=30.0, limits=limits) as client:
+        started = time.perf_counter()
+        due = started
+        sent = 0
+        while True:
+            due += rng.expovariate(rate)
+            if due - started >= seconds:
+                break
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if in_flight >= max_in_flight:
+                dropped += 1
+                continue
+            in_flight += 1
+            url = f"{bases[sent % len(bases)]}/api/knowledge/query"
+            sent += 1
+            task = asyncio.create_task(one(client, url, rng.choice(queries), due))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.gather(*tasks)
+        wall = time.perf_counter() - started
+    latencies.sort()
+
+    def pct(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(q * (len(latencies) - 1)))] if latencies else float("nan")
+
+    arrivals = sent + dropped
+    return {"replicas": len(bases), "offered_rps": rate, "seconds": round(wall, 1), "arrivals": arrivals, "sent": sent,
+            "ok": len(latencies), "errors": len(errors), "error_kinds": sorted(set(errors)), "dropped": dropped,
+            "achieved_rps": round(len(latencies) / wall, 1), "p50": pct(0.5), "p95": pct(0.95), "p99": pct(0.99)}
+
+
+def start_servers(data_dir: Path, count: int, torch_threads: int) -> tuple[list[subprocess.Popen], list[str]]:
+    """``count`` ``groundwork serve`` processes on free loopback ports over one data folder, each healthy."""
+    import httpx
+
+    servers, bases = [], []
+    for _ in range(count):
+        port = free_port()
+        env = {**os.environ, "GROUNDWORK_DATA_DIR": str(data_dir), "GROUNDWORK_SERVER_PORT": str(port),
+               "GROUNDWORK_QUERY_CACHE_SIZE": "0", "GROUNDWORK_QUERY_TORCH_THREADS": str(torch_threads),
+               "GROUNDWORK_QUERY_LOG_STDOUT": "false", "OPENBLAS_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+        servers.append(subprocess.Popen([sys.executable, "-m", "knowledge_store.cli", "serve"], env=env, cwd=ROOT,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        bases.append(f"http://127.0.0.1:{port}")
+    deadline = time.time() + 180
+    for server, base in zip(servers, bases):
+        while time.time() < deadline:
+            try:
+                if healthy(httpx.get(f"{base}/health", timeout=2).json()):
+                    break
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            time.sleep(0.5)
+        else:
+            stop_servers(servers)
+            raise SystemExit(f"server {base} did not become healthy: "
+                             f"{server.stderr.read()[-2000:] if server.poll() is not None else ''}")
+    return servers, bases
+
+
+def healthy(health: dict) -> bool:
+    """The model and the index are loaded (``/health``: ``services`` map, or the flat fields of older servers)."""
+    services = health.get("services")
+    if isinstance(services, dict):
+        return all(services.get(name, {}).get("status") == "ok" for name in ("model", "index"))
+    return bool(health.get("model_loaded") and health.get("index"))
+
+
+def stop_servers(servers: list[subprocess.Popen]) -> None:
+    for server in servers:
+        server.terminate()
+    for server in servers:
+        server.wait(timeout=30)
+
+
+def seed_profile(args, queries: list[str]) -> int:
+    """Seed 004 NFR-P1 against 1 and ``--replicas`` servers, then the saturation sweep; markdown to ``--out``."""
+    from bench.ingest_throughput import machine
+    from bench.query_latency import build_synthetic
+
+    rate = args.users * args.user_rps
+    runs: list[dict] = []
+    evals = sorted((ROOT / "data" / "eval").glob("scifact-*/store/index"))
+    source = evals[0] if evals else ROOT / "data" / "index"
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = Path(tmp) / "data"
+        build_synthetic(source, data_dir / "index", args.size)
+        for replicas in args.replicas:
+            servers, bases = start_servers(data_dir, replicas, args.torch_threads)
+            try:
+                load = os.getloadavg()
+                result = asyncio.run(run_open_loop(bases, queries, rate, args.seconds, args.max_in_flight))
+                result.update(kind="seed profile", load_avg_before=[round(x, 2) for x in load])
+                runs.append(result)
+                print(json.dumps(result), flush=True)
+                for offered in args.sweep:
+                    load = os.getloadavg()
+                    result = asyncio.run(run_open_loop(bases, queries, offered, args.sweep_seconds, args.max_in_flight))
+                    result.update(kind="sweep", load_avg_before=[round(x, 2) for x in load])
+                    runs.append(result)
+                    print(json.dumps(result), flush=True)
+            finally:
+                stop_servers(servers)
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    bound = args.p95_bound_ms
+    lines = [
+        "## API load at the seed's scale: 100 users x 10 queries/s (seed 004 NFR-P1)",
+        "",
+        f"Date: {date}. Machine: {machine()}. Servers: `groundwork serve` (uvicorn, one process each, "
+        f"{args.torch_threads} ONNX thread(s), query-embedding cache off) over one {args.size:,}-chunk snapshot; the "
+        f"load generator (open-loop Poisson arrivals, at most {args.max_in_flight} requests in flight, POST "
+        "/api/knowledge/query k=5 with distinct SciFact claims) runs on the same cores. Latency counts from each "
+        "request's scheduled arrival. Reproduce: `.venv/bin/python bench/load_api.py --profile seed`.",
+        "",
+        "| replicas | run | offered req/s | seconds | load avg before | sent | dropped (over bound) | errors | achieved req/s "
+        "| p50 ms | p95 ms | p99 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        lines.append(f"| {r['replicas']} | {r['kind']} | {r['offered_rps']:g} | {r['seconds']} | "
+                     f"{' '.join(str(x) for x in r['load_avg_before'])} | {r['sent']} | {r['dropped']} | {r['errors']} | "
+                     f"{r['achieved_rps']} | {r['p50']:.0f} | {r['p95']:.0f} | {r['p99']:.0f} |")
+    for replicas in args.replicas:
+        served = [r for r in runs if r["replicas"] == replicas and r["kind"] == "sweep" and r["p95"] < bound
+                  and not r["dropped"] and not r["errors"]]
+        best = max(served, key=lambda r: r["offered_rps"], default=None)
+        lines.append("")
+        lines.append(f"Saturation, {replicas} replica(s): "
+                     + (f"{best['offered_rps']:g} req/s offered served with p95 {best['p95']:.0f} ms (bound {bound:g} ms)."
+                        if best else f"no swept rate met p95 < {bound:g} ms without drops."))
+    publish(lines, args.out)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=50)
@@ -88,19 +272,28 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=10000)
     parser.add_argument("--think-ms", type=float, nargs="+", default=[0.0])
     parser.add_argument("--torch-threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "load_api.md")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--profile", choices=["closed", "seed"], default="closed")
+    parser.add_argument("--users", type=int, default=100, help="seed profile: users")
+    parser.add_argument("--user-rps", type=float, default=10.0, help="seed profile: queries per second per user")
+    parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--max-in-flight", type=int, default=256)
+    parser.add_argument("--sweep", type=float, nargs="*", default=[20, 40, 60, 80, 100, 120, 160])
+    parser.add_argument("--sweep-seconds", type=float, default=30.0)
+    parser.add_argument("--p95-bound-ms", type=float, default=500.0)
     args = parser.parse_args()
+    if args.profile == "seed":
+        if args.seconds == 30.0:
+            args.seconds = 300.0  # the seed's five minutes unless asked otherwise
+        args.out = args.out or ROOT / "docs" / "benchmarks" / "load_api_seed.md"
+        return seed_profile(args, load_queries())
+    args.out = args.out or ROOT / "docs" / "benchmarks" / "load_api.md"
     from bench.ingest_throughput import machine
     from bench.query_latency import build_synthetic
 
     evals = sorted((ROOT / "data" / "eval").glob("scifact-*/store/index"))
     source = evals[0] if evals else ROOT / "data" / "index"
-    qdir = ROOT.parent / "shared" / "datasets" / "scifact"
-    queries = []
-    for name in ("queries.jsonl", "queries_train.jsonl"):
-        if (qdir / name).exists():
-            queries += [json.loads(line)["text"] for line in (qdir / name).open()]
-    queries = queries or [f"question {i} about thermostat wiring" for i in range(1000)]
+    queries = load_queries()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) / "data"
@@ -119,7 +312,7 @@ def main() -> int:
             while time.time() < deadline:
                 try:
                     health = httpx.get(f"{base}/health", timeout=2).json()
-                    if health.get("model_loaded") and health.get("index"):
+                    if healthy(health):
                         break
                 except Exception:  # noqa: BLE001 - not up yet
                     pass
