@@ -24,22 +24,49 @@ or a store problem.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from knowledge_store.app.status import store_status
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import ConfigError, GroundworkError
 from knowledge_store.core.progress import terminal_progress
-from knowledge_store.ingest.sources import VISIBILITIES
+from knowledge_store.evaluation.metrics import METRICS, metric_label, metric_spec
+from knowledge_store.evaluation.notebooks import parse_value, run_notebook
+from knowledge_store.evaluation.results_store import record_eval_results, results_path
+from knowledge_store.evaluation.retrieval_eval import evaluate_dataset
+from knowledge_store.ingest.failures import open_failures
+from knowledge_store.ingest.sample_corpus import write_sample_corpus
+from knowledge_store.ingest.source_actions import delete_source_now, describe_source, retry_failure, update_source_now
+from knowledge_store.ingest.sources import (
+    VISIBILITIES,
+    add_source,
+    get_source,
+    list_sources,
+    register_configured_sources,
+    source_statistics,
+)
+from knowledge_store.ingest.sync_runs import get_sync_run
+from knowledge_store.learning.adapter_training import adapt_corpus, read_labels
+from knowledge_store.learning.finetune import finetune_corpus, rollback
+from knowledge_store.learning.tuning import PSEUDO_QUERY_KINDS, TuningError, tune_corpus, tune_snapshot
+from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.query_adapter import QueryAdapterError, adapter_path, reset_adapter
+from knowledge_store.retrieval.ranking_defaults import builtin_ranking, ranking_sources
 from knowledge_store.retrieval.reranker_registry import RERANKERS
 from knowledge_store.storage.query_log.retention import purge_query_log
+from knowledge_store.storage.store import store_connection, utcnow
+from knowledge_store.storage.tuned import reset_ranking, tuned_path
 
 
 def format_table(rows: Sequence[dict[str, object]], columns: Sequence[str], max_width: int = 48) -> str:
@@ -98,9 +125,7 @@ def run_dagster_job(job: str, settings: Settings, tags: dict[str, str], run_conf
     a process of its own, the settings in its environment) and read the outcome from the instance.  The run is
     recorded where ``dagster dev`` shows it when ``DAGSTER_HOME`` is set, else in a temporary instance.
     ``partitions``: (dynamic partitions name, key) to run one partition of."""
-    import tempfile  # noqa: PLC0415 - only when a job runs
-
-    import dagster as dg  # noqa: PLC0415 - Dagster, ~2 s to import: only the commands that run jobs pay for it
+    import dagster as dg  # noqa: PLC0415 - Dagster, ~1 s to import: only the commands that run jobs pay for it
 
     request = uuid.uuid4().hex
     home = os.environ.get("DAGSTER_HOME")
@@ -149,10 +174,6 @@ def run_dagster_job(job: str, settings: Settings, tags: dict[str, str], run_conf
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from knowledge_store.app.status import store_status
-    from knowledge_store.ingest.sync_runs import get_sync_run
-    from knowledge_store.storage.store import store_connection
-
     settings = _settings(args)
     for folder in settings.sources:
         if not folder.expanduser().is_dir():
@@ -262,15 +283,6 @@ def _print_source(detail: dict[str, object]) -> None:
 
 
 def cmd_sources(args: argparse.Namespace) -> int:
-    from knowledge_store.ingest.source_actions import delete_source_now, describe_source, update_source_now
-    from knowledge_store.ingest.sources import (
-        add_source,
-        list_sources,
-        register_configured_sources,
-        source_statistics,
-    )
-    from knowledge_store.storage.store import store_connection
-
     settings = _settings(args)
     action = args.sources_command
     if action == "add":
@@ -301,7 +313,7 @@ def cmd_sources(args: argparse.Namespace) -> int:
             rows = []
             for source in sources:
                 stats = source_statistics(conn, source.source_id)
-                # a folder the settings used to name: kept as indexed, no longer synced
+                # registered from the settings, which do not name it now: kept as indexed, not synced
                 detached = source.origin == "settings" and source.source_id not in configured
                 rows.append({**source.as_dict(), **stats, "configured": not detached})
         if args.json:
@@ -364,11 +376,6 @@ def cmd_sources(args: argparse.Namespace) -> int:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     """Re-sync one source: the Dagster ``sync_source`` job for that partition, headless."""
-    from knowledge_store.ingest.source_actions import describe_source
-    from knowledge_store.ingest.sources import get_source, register_configured_sources
-    from knowledge_store.ingest.sync_runs import get_sync_run
-    from knowledge_store.storage.store import store_connection
-
     settings = _settings(args)
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
         register_configured_sources(conn, settings)
@@ -424,10 +431,6 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_failures(args: argparse.Namespace) -> int:
-    from knowledge_store.ingest.failures import open_failures
-    from knowledge_store.ingest.source_actions import retry_failure
-    from knowledge_store.storage.store import store_connection
-
     settings = _settings(args)
     if args.failures_command == "retry":
         outcome = retry_failure(settings, args.failure_id)
@@ -448,8 +451,6 @@ def cmd_failures(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from knowledge_store.app.status import store_status
-
     settings = _settings(args)
     status = store_status(settings, include_history=args.history)
     if args.json:
@@ -505,7 +506,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     elif adapter.get("error"):
         print(f"query adapter: not in use - {adapter['error']}")
     else:
-        decision = adapter.get("decision") or {}  # adapters trained since 2026-11-26: cross-validated, paired
+        decision = adapter.get("decision") or {}  # the cross-validated paired gain, when the file records it
         print(f"query adapter: trained {adapter['trained_at']} on {adapter['rated_queries']} rated queries; held-out "
               f"nDCG@10 {adapter['held_out_without']['ndcg@10']:.3f} -> {adapter['held_out_with']['ndcg@10']:.3f}"
               + (f" (paired gain {decision['gain']:+.3f} ± {decision['standard_error']:.3f}, {adapter.get('folds')}-fold)"
@@ -529,8 +530,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    from knowledge_store.retrieval.engine import RetrievalEngine
-
     settings = _settings(args)
     filters: dict[str, object] = {}
     if args.source:
@@ -605,11 +604,6 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from knowledge_store.evaluation.metrics import METRICS, metric_label, metric_spec
-    from knowledge_store.evaluation.retrieval_eval import evaluate_dataset
-
     # every registered metric (knowledge_store.evaluation.metrics.METRICS, what the scorecard records), plus nDCG and MRR at --k
     ks = tuple(sorted({5, 10, args.k}))
     # alpha None = the engine's own per-query default: questions get the corpus's question alpha
@@ -641,11 +635,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _record_eval(evaluation) -> os.PathLike:
     """Append this run to the evaluation results the Dagster assets write (``knowledge_store.evaluation.results_store``),
     as configuration ``<label> (groundwork eval)``; returns the results file."""
-    import uuid
-
-    from knowledge_store.evaluation.results_store import record_eval_results, results_path
-    from knowledge_store.storage.store import utcnow
-
     path = results_path(Settings().data_dir)
     record_eval_results(path, [evaluation.run_record(f"cli-{uuid.uuid4().hex[:12]}", utcnow(),
                                                      configuration=f"{evaluation.config.label} (groundwork eval)")])
@@ -661,12 +650,6 @@ def _ranking_row(label: str, scores: dict[str, object]) -> dict[str, object]:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     """Self-tune the ranking of the configured store (``knowledge_store.learning.tuning``) or forget the tuned choice."""
-    import inspect
-
-    from knowledge_store.learning.tuning import PSEUDO_QUERY_KINDS, TuningError, tune_corpus, tune_snapshot
-    from knowledge_store.retrieval.ranking_defaults import builtin_ranking, ranking_sources
-    from knowledge_store.storage.tuned import reset_ranking, tuned_path
-
     settings = _settings(args)
     path = tuned_path(settings.index_dir)
     if args.reset:
@@ -725,8 +708,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def cmd_adapt_embedder(args: argparse.Namespace) -> int:
     """Fine-tune the embedding model on the corpus and adopt it only when it helps (``learning.finetune``), or
     roll back to the base model."""
-    from knowledge_store.learning.finetune import finetune_corpus, rollback
-
     settings = _settings(args)
     if args.rollback:
         result = rollback(settings)
@@ -766,8 +747,6 @@ def cmd_adapt(args: argparse.Namespace) -> int:
                   "adapter's", file=sys.stderr)
             return 2
         return cmd_adapt_embedder(args)
-    from knowledge_store.learning.adapter_training import adapt_corpus, read_labels
-    from knowledge_store.retrieval.query_adapter import QueryAdapterError, adapter_path, reset_adapter
 
     settings = _settings(args)
     path = adapter_path(settings.index_dir)
@@ -813,8 +792,6 @@ def cmd_adapt(args: argparse.Namespace) -> int:
 
 
 def cmd_notebook(args: argparse.Namespace) -> int:
-    from knowledge_store.evaluation.notebooks import parse_value, run_notebook
-
     parameters = {key: parse_value(value) for key, value in (args.parameter or [])}
     run = run_notebook(args.name, parameters, _settings(args))
     print(f"executed {args.name} in {run.seconds:.0f} s")
@@ -849,10 +826,6 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_sample_corpus(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from knowledge_store.ingest.sample_corpus import write_sample_corpus
-
     paths = write_sample_corpus(Path(args.target))
     for path in paths:
         print(path)

@@ -27,10 +27,15 @@ import dagster as dg
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import ConfigError
 from knowledge_store.evaluation import results_store
+from knowledge_store.evaluation.beir import ingest_beir, load_beir
+from knowledge_store.evaluation.feedback_gold import feedback_gold_set, helpful_by_config
+from knowledge_store.evaluation.log_replay import replay
 from knowledge_store.evaluation.metrics import METRICS, PRIMARY_METRIC, check_metric_value, metric_label, metric_spec
+from knowledge_store.evaluation.notebooks import run_notebook
 from knowledge_store.evaluation.retrieval_eval import EvalConfig, evaluate_dataset
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.ranking_defaults import effective_question_alpha
+from knowledge_store.storage.query_log import QueryLog
 from knowledge_store.storage.store import utcnow
 from pipelines.metadata import markdown_table
 from pipelines.resources import RetrievalResource
@@ -75,8 +80,6 @@ class EvaluationResource(dg.ConfigurableResource):
 
 @dg.asset(group_name=GROUP, kinds={"duckdb"}, description="BEIR datasets ingested into their own stores (cached by corpus checksum).")
 def eval_datasets(context: dg.AssetExecutionContext, evaluation: EvaluationResource) -> dg.MaterializeResult:
-    from knowledge_store.evaluation.beir import ingest_beir, load_beir
-
     folders = evaluation.folders()
     if not folders:
         raise dg.Failure("no evaluation datasets: set EvaluationResource.datasets or GROUNDWORK_EVAL_DATASETS (none of "
@@ -143,10 +146,10 @@ EVAL_ASSETS = [_evaluation_asset(c) for c in CONFIGURATIONS]
 
 def _plot(rows: list[dict]) -> bytes:
     """A PNG bar chart of the headline metrics (``MetricSpec.headline``) per dataset and configuration."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - matplotlib, ~0.5 s to import with pyplot
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib, ~0.5 s to import with pyplot
 
     headline = [spec for spec in METRICS.values() if spec.headline]
     labels = [f"{r['dataset']}\n{r['configuration']}" for r in rows]
@@ -242,8 +245,6 @@ def _notebook_asset(name: str, description: str) -> dg.AssetsDefinition:
     @dg.asset(name=f"{name}_notebook", group_name="notebooks", deps=[eval_datasets], kinds={"jupyter"},
               description=description)
     def _asset(context: dg.AssetExecutionContext, evaluation: EvaluationResource) -> dg.MaterializeResult:
-        from knowledge_store.evaluation.notebooks import run_notebook
-
         folders = evaluation.folders()
         if not folders:
             raise dg.Failure("no evaluation dataset configured")
@@ -272,16 +273,12 @@ NOTEBOOK_ASSETS = [
 
 
 def _serving_log(evaluation: EvaluationResource, retrieval: RetrievalResource):
-    from knowledge_store.storage.query_log import QueryLog
-
     path = Path(evaluation.logs_path) if evaluation.logs_path else retrieval.settings().logs_path
     return QueryLog(path)
 
 
 @dg.asset(group_name=GROUP, kinds={"duckdb"}, description="Feedback-derived gold set: queries whose passages people rated; recall of today's engine on them and the helpful rate per configuration.")
 def feedback_eval(context: dg.AssetExecutionContext, evaluation: EvaluationResource, retrieval: RetrievalResource) -> dg.MaterializeResult:
-    from knowledge_store.evaluation.feedback_gold import feedback_gold_set, helpful_by_config
-
     log = _serving_log(evaluation, retrieval)
     try:
         samples = feedback_gold_set(log)
@@ -314,8 +311,6 @@ def feedback_eval(context: dg.AssetExecutionContext, evaluation: EvaluationResou
 
 @dg.asset(group_name=GROUP, kinds={"duckdb"}, description="Query-log replay: how many of each logged query's top-5 results changed since it was asked.")
 def query_log_drift(context: dg.AssetExecutionContext, evaluation: EvaluationResource, retrieval: RetrievalResource) -> dg.MaterializeResult:
-    from knowledge_store.evaluation.log_replay import replay
-
     log = _serving_log(evaluation, retrieval)
     try:
         report = replay(log, retrieval.engine(), limit=500, k=5)

@@ -14,6 +14,7 @@ import dagster as dg
 from knowledge_store.config.settings import Settings
 from knowledge_store.models.embeddings import Embedder, OnnxEmbedder, TokenCounter, document_embedder, token_counter
 from knowledge_store.models.serving import serving_model_path
+from knowledge_store.retrieval.engine import RetrievalEngine
 
 
 class KnowledgeStoreResource(dg.ConfigurableResource):
@@ -80,8 +81,6 @@ class EmbeddingModelResource(dg.ConfigurableResource):
 
 @lru_cache(maxsize=8)
 def _engine(data_dir: str | None, overrides: tuple[tuple[str, object], ...]):
-    from knowledge_store.retrieval.engine import RetrievalEngine
-
     settings = Settings(**({"data_dir": data_dir} if data_dir else {}), **dict(overrides))
     return RetrievalEngine(settings)
 

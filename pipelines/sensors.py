@@ -9,10 +9,15 @@ OFF by default - switch it on in the UI or with ``dagster schedule start``.
 
 
 import hashlib
+import json
 import os
+from datetime import datetime, timezone
 
 import dagster as dg
 
+from knowledge_store.core.errors import StoreError
+from knowledge_store.ingest.sources import list_sources
+from knowledge_store.storage.store import store_connection
 from pipelines.resources import KnowledgeStoreResource
 
 INGEST_JOB_NAME = "ingest"
@@ -45,10 +50,6 @@ def watched_folders(settings) -> list[str]:
     """The configured folders plus the enabled folder sources registered through the CLI/API."""
     folders = [str(p) for p in settings.source_dirs]
     if settings.store_path.exists():
-        from knowledge_store.core.errors import StoreError
-        from knowledge_store.ingest.sources import list_sources
-        from knowledge_store.storage.store import store_connection
-
         try:
             with store_connection(settings.store_path, read_only=True, timeout_s=5) as conn:
                 folders += [s.location for s in list_sources(conn) if s.kind == "folder" and s.enabled
@@ -109,9 +110,6 @@ def build_failure_sensor(jobs: list) -> dg.SensorDefinition:
     @dg.run_failure_sensor(name="report_run_failures", monitored_jobs=jobs,
                            default_status=dg.DefaultSensorStatus.RUNNING)
     def report_run_failures(context: dg.RunFailureSensorContext, store: KnowledgeStoreResource):
-        import json
-        from datetime import datetime, timezone
-
         failure = context.failure_event
         steps = [e.step_key for e in context.get_step_failure_events()]
         record = {

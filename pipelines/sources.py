@@ -18,7 +18,7 @@ from knowledge_store.core.errors import StoreError
 from knowledge_store.core.progress import DagsterLogSink
 from knowledge_store.ingest.failures import open_failures
 from knowledge_store.ingest.run import run_sync
-from knowledge_store.ingest.sources import get_source, list_sources, source_statistics
+from knowledge_store.ingest.sources import get_source, list_sources, register_configured_sources, source_statistics
 from knowledge_store.storage.store import store_connection
 from pipelines.metadata import markdown_table
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource
@@ -116,8 +116,6 @@ def source_sync(
 
 def source_names(store: KnowledgeStoreResource) -> list[str]:
     """Names of the sources the store knows (not deleted); registers the configured folders first."""
-    from knowledge_store.ingest.sources import register_configured_sources
-
     settings = store.settings()
     with store_connection(settings.store_path, timeout_s=5) as conn:
         register_configured_sources(conn, settings)

@@ -20,6 +20,7 @@ stores nothing.
 
 import base64
 import io
+from pathlib import Path
 
 import dagster as dg
 
@@ -29,6 +30,7 @@ from knowledge_store.learning.tuning import PSEUDO_QUERY_KINDS, TuningError, tun
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.query_adapter import QueryAdapterError, adapter_path, read_adapter
 from knowledge_store.retrieval.ranking_defaults import ranking_sources
+from knowledge_store.storage.query_log import QueryLog
 from knowledge_store.storage.tuned import TunedConfig, load_tuned, tuned_path
 from pipelines.ingestion import search_index
 from pipelines.metadata import markdown_table
@@ -62,10 +64,10 @@ def before_after_rows(tuned: TunedConfig) -> list[dict[str, object]]:
 def plot_ndcg_vs_alpha(tuned: TunedConfig) -> bytes:
     """PNG: per fusion mode, nDCG@10 against alpha (the best section/lead weights at each alpha);
     the built-in default and the chosen configuration marked."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - matplotlib, ~0.5 s to import with pyplot
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib, ~0.5 s to import with pyplot
 
     best: dict[str, dict[float, float]] = {}
     for row in tuned.table:
@@ -231,10 +233,6 @@ def adapter_helps_held_out_queries(retrieval: RetrievalResource) -> dg.AssetChec
 
 def up_votes(settings) -> int | None:
     """Thumbs-up stored in the corpus's query log; None when there is no log yet."""
-    from pathlib import Path
-
-    from knowledge_store.storage.query_log import QueryLog
-
     if not Path(settings.logs_path).exists():
         return None
     log = QueryLog(settings.logs_path, lock_timeout_s=5.0)

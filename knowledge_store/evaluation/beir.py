@@ -306,8 +306,8 @@ def literal_markdown(text: str) -> str:
 
     A shell prompt or code comment at the start of a line ("# apt-get install x", "# sort by value")
     is an ATX heading in Markdown, and a line of "===" or "---" under a line of text a setext one; left
-    as they are, ~8% of the documentation dev sets' documents were cut into sections named after a
-    code comment.  A backslash makes each a literal line (CommonMark escapes); nothing else changes.
+    as they are, they would cut ~8% of the documentation dev sets' documents into sections named after
+    a code comment.  A backslash makes each a literal line (CommonMark escapes); nothing else changes.
     """
     lines = text.split("\n")
     for i, line in enumerate(lines):

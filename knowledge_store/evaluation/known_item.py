@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowledge_store.config.settings import Settings
+from knowledge_store.evaluation.retrieval_eval import NullQueryLog
+from knowledge_store.ingest.run import run_sync
+from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.storage.store import store_connection
 
 DEFAULT_FILES = ("R-intro.pdf", "debmake-doc.en.pdf", "glpk.pdf")
@@ -51,8 +54,6 @@ class KnownItemResult:
 
 def known_item_store(pdf_dir: Path, files: tuple[str, ...], data_root: Path) -> Settings:
     """Ingest ``files`` from ``pdf_dir`` into their own store (cached by content) and return its settings."""
-    from knowledge_store.ingest.run import run_sync
-
     digest = hashlib.sha256()
     for name in files:
         path = Path(pdf_dir) / name
@@ -132,9 +133,6 @@ def evaluate_known_items(engine, spans: list[Span], **search: object) -> KnownIt
 
 
 def main(argv: list[str] | None = None) -> int:
-    from knowledge_store.evaluation.retrieval_eval import NullQueryLog
-    from knowledge_store.retrieval.engine import RetrievalEngine
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("pdf_dir", type=Path)
     parser.add_argument("--files", nargs="+", default=list(DEFAULT_FILES))

@@ -33,7 +33,6 @@ import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from knowledge_store.core.errors import GroundworkError
 from knowledge_store.core.metrics import (
@@ -44,9 +43,9 @@ from knowledge_store.core.metrics import (
     precision_at_k,
     recall_at_k,
 )
-
-if TYPE_CHECKING:
-    from knowledge_store.retrieval.answer import Answer
+from knowledge_store.evaluation.grounding import grounding_score
+from knowledge_store.evaluation.ragas_metrics import ragas_recall_batch  # imports RAGAS on first use
+from knowledge_store.retrieval.answer import Answer
 
 
 def score_query(ranked: Sequence[str], relevant: Relevant, ks: Iterable[int] = DEFAULT_KS) -> dict[str, float]:
@@ -172,16 +171,10 @@ def ranking_metric(family: str, k: int, **flags: bool) -> MetricSpec:
 
 
 def _ragas_recall_at_5(outcomes: Sequence[QueryOutcome]) -> list[float]:
-    from knowledge_store.evaluation.ragas_metrics import (
-        ragas_recall_batch,  # ragas imports in seconds: only when scored
-    )
-
     return ragas_recall_batch([(outcome.ranked[:5], list(outcome.relevant)) for outcome in outcomes], k=5)
 
 
 def _grounding(outcome: QueryOutcome) -> float:
-    from knowledge_store.evaluation.grounding import grounding_score
-
     return grounding_score(outcome.answer, dict(outcome.passages)).score
 
 

@@ -50,8 +50,8 @@ __all__ = ["ragas_recall_at_k", "ragas_recall_batch"]
 def _ragas() -> tuple[Any, Any]:
     """(the shared IDBasedContextRecall metric object, SingleTurnSample), imported once."""
     os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
-    from ragas.dataset_schema import SingleTurnSample
-    from ragas.metrics._context_recall import IDBasedContextRecall
+    from ragas.dataset_schema import SingleTurnSample  # noqa: PLC0415 - RAGAS, ~2.5 s to import
+    from ragas.metrics._context_recall import IDBasedContextRecall  # noqa: PLC0415 - RAGAS, ~2.5 s to import
 
     return IDBasedContextRecall(), SingleTurnSample
 
@@ -106,6 +106,6 @@ def ragas_recall_batch(samples: list[tuple[list[str], list[str]]], k: int = 5) -
     except RuntimeError:
         return asyncio.run(score_all())
     # called from inside a running event loop (a notebook, an async server): use ragas's helper
-    from ragas.async_utils import run
+    from ragas.async_utils import run  # noqa: PLC0415 - RAGAS, ~2.5 s to import
 
     return run(score_all)

@@ -45,6 +45,8 @@ from knowledge_store.evaluation.metrics import (
     metric_order,
     metric_spec,
 )
+from knowledge_store.storage.store import migrate, open_duckdb, transaction
+from knowledge_store.storage.tuned import load_tuned
 
 
 class EvaluatedConfiguration(Protocol):
@@ -140,8 +142,6 @@ def results_path(data_dir: Path) -> Path:
 def open_results(path: Path, timeout_s: float = 30.0):
     """A read-write connection with the schema migrated to the newest version (waits while another process
     writes)."""
-    from knowledge_store.storage.store import migrate, open_duckdb
-
     conn = open_duckdb(path, timeout_s=timeout_s)
     try:
         migrate(conn, RESULTS_MIGRATIONS)
@@ -209,8 +209,6 @@ def record_eval_results(path: Path, runs: Sequence[EvalRun]) -> None:
     """Append retrieval-evaluation runs in one transaction: one ``eval_runs`` row each and one ``eval_metrics``
     row per metric.  Every name must be canonical and every value a finite number (``MetricError`` naming the
     metric otherwise, raised before anything is written)."""
-    from knowledge_store.storage.store import transaction
-
     checked = [(run, {name: check_metric_value(name, value) for name, value in run.metrics.items()}) for run in runs]
     conn = open_results(path)
     try:
@@ -240,8 +238,6 @@ def read_scorecard(path: Path) -> list[dict[str, Any]]:
 def record_feedback_eval(path: Path, run_id: str, created_at: datetime, summary: dict[str, Any],
                          helpful: list[dict[str, Any]]) -> None:
     """One ``feedback_eval`` run: its gold-set figures and the helpful rate per configuration."""
-    from knowledge_store.storage.store import transaction
-
     conn = open_results(path)
     try:
         with transaction(conn):
@@ -255,8 +251,6 @@ def record_feedback_eval(path: Path, run_id: str, created_at: datetime, summary:
 
 def record_drift(path: Path, run_id: str, created_at: datetime, report) -> None:
     """One ``query_log_drift`` run (an ``knowledge_store.evaluation.log_replay.ReplayReport``) and its per-query rows."""
-    from knowledge_store.storage.store import transaction
-
     conn = open_results(path)
     try:
         with transaction(conn):
@@ -426,8 +420,6 @@ def notebook_alpha_sweeps(notebooks_dir: Path) -> list[dict[str, Any]]:
 def tuning_alpha_sweep(index_dir: Path) -> dict[str, Any] | None:
     """``groundwork tune``'s grid as nDCG@10 against alpha per fusion mode (best section/lead weights at each
     alpha), with the built-in and the chosen configuration marked - what the ``corpus_tuning`` asset plots."""
-    from knowledge_store.storage.tuned import load_tuned
-
     tuned = load_tuned(index_dir)
     if tuned is None or not tuned.table:
         return None
@@ -449,8 +441,6 @@ def tuning_alpha_sweep(index_dir: Path) -> dict[str, Any] | None:
 
 def evaluation_summary(data_dir: Path, index_dir: Path, timeout_s: float = 2.0) -> dict[str, Any]:
     """Everything the Evaluation page shows, read from what the evaluation runs wrote (read-only)."""
-    from knowledge_store.storage.store import open_duckdb
-
     path = results_path(data_dir)
     summary: dict[str, Any] = {"results_path": str(path), "scorecard": [], "helpful": None, "drift": None}
     if path.exists():

@@ -28,6 +28,7 @@ Run ``python -m knowledge_store.ingest.sample_corpus DIR`` to write the corpus.
 
 from __future__ import annotations
 
+import argparse
 import importlib.resources
 import io
 import os
@@ -39,6 +40,9 @@ from datetime import datetime, timezone
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import NamedTuple
+
+import docx
+from docx.shared import Pt
 
 __all__ = [
     "API_GUIDE",
@@ -278,9 +282,6 @@ _FIXED_ISSUES: tuple[tuple[str, str, str, str], ...] = (
 
 
 def _release_notes_docx() -> bytes:
-    import docx
-    from docx.shared import Pt
-
     document = docx.Document()
     document.add_paragraph("Aurora Firmware Release Notes", style="Title")
     intro = document.add_paragraph(
@@ -409,7 +410,7 @@ class _PdfFlow:
 
     def _box(self, text: str, *, x0: float, size: float, bold: bool = False,
              align: int = 0, after: float = 0.0, color=(0, 0, 0)) -> None:
-        import pymupdf
+        import pymupdf  # noqa: PLC0415 - PyMuPDF, ~1 s to import
 
         rect = pymupdf.Rect(x0, self.y, self.x1, _BOTTOM)
         unused = self.page.insert_textbox(
@@ -441,7 +442,7 @@ class _PdfFlow:
 
     def table(self, header: list[str], rows: list[list[str]], widths: list[float],
               size: float = 9.0) -> None:
-        import pymupdf
+        import pymupdf  # noqa: PLC0415 - PyMuPDF, ~1 s to import
 
         x_positions = [self.x0]
         for width in widths:
@@ -466,7 +467,7 @@ class _PdfFlow:
         self.y += 8
 
     def footer(self) -> None:
-        import pymupdf
+        import pymupdf  # noqa: PLC0415 - PyMuPDF, ~1 s to import
 
         text = _FOOTER.format(n=self.page.number + 1)
         self.page.draw_line((_MARGIN_X, 796), (_PAGE_W - _MARGIN_X, 796), width=0.3,
@@ -477,7 +478,7 @@ class _PdfFlow:
 
 
 def _installation_manual_pdf() -> bytes:
-    import pymupdf
+    import pymupdf  # noqa: PLC0415 - PyMuPDF, ~1 s to import
 
     doc = pymupdf.open()
     # MuPDF's built-in Nimbus Sans (the "helv"/"hebo" Base-14 substitutes) has the
@@ -808,8 +809,6 @@ def write_sample_corpus(target: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     parser = argparse.ArgumentParser(
         prog="python -m knowledge_store.ingest.sample_corpus",
         description="Write the fictional Aurora sample corpus into DIR (missing files only).",

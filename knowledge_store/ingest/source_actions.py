@@ -16,6 +16,7 @@ import duckdb
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import GroundworkError
 from knowledge_store.ingest.publish import publish_index
+from knowledge_store.ingest.run import process_pending, run_sync
 from knowledge_store.ingest.sources import (
     Source,
     delete_source,
@@ -25,6 +26,7 @@ from knowledge_store.ingest.sources import (
     update_source,
 )
 from knowledge_store.ingest.sync_runs import get_sync_run, start_sync_run
+from knowledge_store.ingest.web_sources import retry_page
 from knowledge_store.models.embeddings import Embedder, document_embedder
 from knowledge_store.models.serving import serving_model_id, serving_model_path
 from knowledge_store.storage.store import store_connection, transaction, utcnow
@@ -124,16 +126,12 @@ def retry_failure(
     - a file the scan refused (too big, unsupported) is looked at again by re-syncing its source,
       since only the scan can tell whether the file changed.
     """
-    from knowledge_store.ingest.run import process_pending, run_sync
-
     started = time.perf_counter()
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
         failure = open_failure(conn, failure_id)
     embedder = embedder or document_embedder(settings, model_path=serving_model_path(settings))
     stage = failure["stage"]
     if stage == "fetch":
-        from knowledge_store.ingest.web_sources import retry_page
-
         run_id = retry_page(settings, failure, progress=progress, web_client=web_client)
         process_pending(settings, embedder, run_id, progress=progress)
     elif stage in ("parse", "chunk", "embed") and failure["doc_id"]:

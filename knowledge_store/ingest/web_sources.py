@@ -29,18 +29,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.ingest.raw_documents import ScanFailure, SourceFile, doc_id_for
-from knowledge_store.ingest.sources import WEB_DEFAULTS, Source
-from knowledge_store.storage.store import utcnow
-
-if TYPE_CHECKING:
-    from knowledge_store.ingest.web import CrawlConfig, CrawlResult, FetchedPage, PriorPage  # noqa: F401
+from knowledge_store.ingest.raw_documents import (
+    ScanFailure,
+    ScanResult,
+    SourceFile,
+    SourceFolder,
+    doc_id_for,
+    record_raw_documents,
+)
+from knowledge_store.ingest.sources import WEB_DEFAULTS, Source, get_source
+from knowledge_store.ingest.sync_runs import start_sync_run
+from knowledge_store.ingest.web import CrawlConfig, CrawlResult, FetchedPage, PriorPage, crawl
+from knowledge_store.ingest.web.content_types import charset_of
+from knowledge_store.storage.store import store_connection, transaction, utcnow
 
 EXTENSIONS = {"html": ".html", "markdown": ".md", "text": ".txt", "pdf": ".pdf"}
 
@@ -73,8 +80,6 @@ def cache_dir(settings: Settings, source_id: str) -> Path:
 
 def crawl_config_for(source: Source, settings: Settings) -> CrawlConfig:
     """The crawler's configuration from the source's stored options (defaults filled in)."""
-    from knowledge_store.ingest.web import CrawlConfig
-
     options = {**WEB_DEFAULTS, **source.config}
     return CrawlConfig(
         base_url=source.location,
@@ -107,8 +112,6 @@ def load_prior_pages(
     ``<lastmod>`` here, so it is requested again (conditionally: a 304 costs no download):
     a sitemap whose dates lag behind the pages cannot hide a change for longer than that.
     """
-    from knowledge_store.ingest.web import PriorPage
-
     rows = conn.execute(
         "SELECT url, lastmod, etag, last_modified, links, checksum, body_path, content_type, fetched_at "
         "FROM web_pages WHERE source_id = ?",
@@ -139,8 +142,6 @@ def utf8_body(body: bytes, content_type: str | None, kind: str) -> bytes:
     parsers would otherwise guess.  The BOM outranks any ``<meta charset>`` in the page
     (which would now be wrong), for BeautifulSoup and for the text decoder alike.
     """
-    from knowledge_store.ingest.web.content_types import charset_of
-
     charset = (charset_of(content_type) or "").lower()
     if kind not in ("html", "markdown", "text") or not charset or charset in _UTF8:
         return body
@@ -232,8 +233,6 @@ def crawl_web_source(
     only: list[str] | None = None,
 ) -> WebSourceOutcome:
     """Crawl one site (store closed: a crawl takes minutes) and cache what it fetched."""
-    from knowledge_store.ingest.web import crawl
-
     config = crawl_config_for(source, settings)
     last = [0.0]
 
@@ -345,11 +344,6 @@ def retry_page(settings: Settings, failure: dict[str, Any], progress: ProgressCa
                web_client: Any = None) -> str:
     """Fetch one failed URL again with its source's rules and record it (nothing else is
     touched or deleted); returns the sync run id for the remaining stages."""
-    from knowledge_store.ingest.raw_documents import ScanResult, SourceFolder, record_raw_documents
-    from knowledge_store.ingest.sources import get_source
-    from knowledge_store.ingest.sync_runs import start_sync_run
-    from knowledge_store.storage.store import store_connection, transaction
-
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
         source = get_source(conn, failure["source"])
         run_id = start_sync_run(conn, None, "retry", scope=[source.name])

@@ -51,14 +51,15 @@ from knowledge_store.core.errors import GroundworkError
 from knowledge_store.core.metrics import ndcg_at_k, paired_gain, recall_at_k
 from knowledge_store.core.progress import stage_progress
 from knowledge_store.ingest.chunking import SECTION_SEPARATOR
-from knowledge_store.models.embeddings import bare_weight_of, embed_chunks
+from knowledge_store.models.embeddings import Embedder, bare_weight_of, embed_chunks
 from knowledge_store.models.serving import model_path_for
 from knowledge_store.retrieval.evidence import QueryEvidence, gather_evidence
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.query_form import alpha_for
 from knowledge_store.retrieval.ranking import TUNING_STEPS, PhraseOrderStep, RankingPipeline
 from knowledge_store.retrieval.ranking_defaults import builtin_ranking
-from knowledge_store.retrieval.snapshot_reader import _FTS_SPLIT, LoadedSnapshot, bm25_norm, bm25_term
+from knowledge_store.retrieval.snapshot_reader import _FTS_SPLIT, LoadedSnapshot, bm25_norm, bm25_term, load_snapshot
+from knowledge_store.storage.query_log import QueryLog
 from knowledge_store.storage.tuned import RankingParams, TunedConfig, save_tuned
 
 PSEUDO_QUERY_KINDS = ("question", "heading", "title", "feedback")
@@ -447,9 +448,8 @@ def keep_decision(best: np.ndarray, builtin: np.ndarray, min_gain: float = 0.005
     """Adopt the best grid point only if its gain over the built-in is clear on these pseudo-queries (``paired_gain``).
 
     ``best`` and ``builtin`` are per-pseudo-query nDCG@10.  Why the standard-error condition: with a
-    fixed margin alone, 200 random draws of 300 pseudo-queries from the same corpus changed the
-    ranking in 111 (Debian docs) and 32 (SciFact) of them, on average 0.0085 / 0.0097 nDCG@10 away
-    from the real labels' choice; with the paired test in 20 and 14, 0.0031 / 0.0084 away
+    fixed margin alone, random draws of pseudo-queries from the same corpus often changed the ranking,
+    away from the choice the real labels make; with the paired test far less often, and less far
     (``research/keep_rule_experiment.py``, docs/EVALUATION.md).
     """
     decision = paired_gain(best, builtin, min_gain, z)
@@ -469,9 +469,6 @@ def corpus_inputs(settings, embedder=None, feedback: Iterable[dict] | None = Non
     """(snapshot, embedder, feedback rows) of the corpus served from ``settings.index_dir``: what self-tuning
     and the query adapter learn from.  ``embedder`` and ``feedback`` default to the settings' model and the
     query log's ratings; the snapshot is closed on exit."""
-    from knowledge_store.models.embeddings import Embedder
-    from knowledge_store.retrieval.snapshot_reader import load_snapshot
-
     snapshot = load_snapshot(settings.index_dir)
     try:
         # queries are embedded with the model of the snapshot they are ranked over (a fine-tuned one, once adopted)
@@ -498,7 +495,6 @@ def feedback_rows(settings) -> list[dict]:
     """The query log's ratings joined with their queries (none when there is no query log yet)."""
     if not Path(settings.logs_path).exists():
         return []
-    from knowledge_store.storage.query_log import QueryLog
 
     log = QueryLog(settings.logs_path)
     try:

@@ -9,14 +9,18 @@ lazily: parsing and chunking never pay for torch.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from knowledge_store.config.embedding_models import QUANTIZATION_RECIPES, model_facts
 from knowledge_store.config.settings import Settings
@@ -31,8 +35,6 @@ class TokenCounter:
     """Counts word-pieces exactly as the embedding model's tokenizer does (no special tokens)."""
 
     def __init__(self, model_path: Path) -> None:
-        from tokenizers import Tokenizer
-
         tokenizer_file = Path(model_path) / "tokenizer.json"
         if not tokenizer_file.is_file():
             raise ConfigError("model_path", str(model_path), "no tokenizer.json in the model folder")
@@ -150,12 +152,12 @@ class Embedder:
     def _load(self):
         with self._lock:
             if self._model is None:
-                import torch
-                from sentence_transformers import SentenceTransformer
+                import torch  # noqa: PLC0415 - torch, ~1.5 s to import
+                from sentence_transformers import SentenceTransformer  # noqa: PLC0415 - sentence-transformers, ~6 s
 
                 torch.set_num_threads(self.torch_threads)
                 try:  # the weight-loading progress bar is noise in logs and CLIs
-                    from transformers.utils import logging as hf_logging
+                    from transformers.utils import logging as hf_logging  # noqa: PLC0415 - transformers, ~0.7 s
 
                     hf_logging.disable_progress_bar()
                 except ImportError:  # pragma: no cover
@@ -197,8 +199,6 @@ class BatchingEmbedder:
     """
 
     def __init__(self, inner: Embedder, max_batch: int = 32, cache_size: int = 2048) -> None:
-        from collections import OrderedDict
-
         self.inner = inner
         self.model_id = inner.model_id
         self.dim = inner.dim
@@ -276,8 +276,8 @@ class BatchingEmbedder:
 
 
 # ONNX export revision: part of the exported file's name, so a changed export is never confused
-# with an older file in the cache.  "eager1": attention exported in its eager form (issue 12),
-# which ONNX Runtime runs 1.1-1.3x faster than the SDPA export it replaces; same vectors.
+# with another file in the cache.  "eager1": attention exported in its eager form, which ONNX
+# Runtime runs 1.1-1.3x faster than an SDPA export; same vectors.
 ONNX_EXPORT_REVISION = "eager1"
 
 _FP32_IN_INT8 = re.compile(r"/layer\.\d+/output/dense/MatMul$")
@@ -329,9 +329,9 @@ def embed_chunks(embed: Callable[[list[str]], np.ndarray], embed_texts: list[str
 
     Why blend: the "title > section" header in front of every chunk (chunking.py) pulls the chunks of
     one long page towards each other and towards its title; the text embedded alone ranks by what the
-    passage says.  Neither alone is best: on the Debian documentation set the 50/50 blend gained
-    +0.010 nDCG@10 on the train split and +0.024 on test over the header vectors, the bare text alone
-    -0.004 (docs/EVALUATION.md).  A chunk without a header (``embed_text == text``) is embedded once.
+    passage says.  Neither alone is best: on the documentation dev sets the 50/50 blend ranks better
+    than the header vectors, and the bare text alone worse (docs/EVALUATION.md).  A chunk without a
+    header (``embed_text == text``) is embedded once.
     """
     if len(embed_texts) != len(texts):
         raise ValueError(f"{len(embed_texts)} embed texts for {len(texts)} chunk texts")
@@ -352,7 +352,7 @@ class OnnxEmbedder:
     """The same model run by ONNX Runtime: faster than torch on this CPU, same vectors in fp32.
 
     Used for *query* embedding in the serving path (one short text per request)
-    and, since issue 12, for *document* embedding in ingestion.  The ONNX graph
+    and for *document* embedding in ingestion.  The ONNX graph
     is exported once from the local weights (``torch.onnx.export``, no download)
     into ``cache_dir`` and reused; tokenisation, mean pooling and L2
     normalisation mirror the sentence-transformers pipeline of
@@ -417,8 +417,8 @@ class OnnxEmbedder:
         return self._session is not None or self._torch is not None
 
     def _export(self) -> None:
-        import torch
-        from transformers import AutoModel, AutoTokenizer
+        import torch  # noqa: PLC0415 - torch, ~1.5 s to import
+        from transformers import AutoModel, AutoTokenizer  # noqa: PLC0415 - transformers, ~0.7 s to import
 
         tokenizer = AutoTokenizer.from_pretrained(str(self.model_path), local_files_only=True)
         model = AutoModel.from_pretrained(str(self.model_path), local_files_only=True, attn_implementation="eager").eval()
@@ -446,12 +446,12 @@ class OnnxEmbedder:
                 opset_version=17, dynamo=False,
             )
         os.replace(tmp, self.fp32_path)
-        # the export of earlier versions (SDPA attention, no revision in the name) is never read again
+        # an export without a revision in its name (SDPA attention) is never read: it goes
         (self.cache_dir / f"{self.base_model_id.replace(':', '-')}.onnx").unlink(missing_ok=True)
 
     def _quantize(self) -> None:
-        import onnx
-        from onnxruntime.quantization import QuantType, quantize_dynamic
+        import onnx  # noqa: PLC0415 - ONNX, ~0.2 s to import; only to quantize an export once
+        from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415 - ONNX Runtime, ~0.4 s
 
         keep_fp32 = [node.name for node in onnx.load(str(self.fp32_path)).graph.node
                      if node.op_type == "MatMul" and _FP32_IN_INT8.search(node.name)]
@@ -465,8 +465,7 @@ class OnnxEmbedder:
         os.replace(tmp, self.onnx_path)
 
     def _load_onnx(self) -> None:
-        import onnxruntime as ort
-        from tokenizers import Tokenizer
+        import onnxruntime as ort  # noqa: PLC0415 - ONNX Runtime, ~0.2 s to import
 
         if not self.fp32_path.is_file():
             self._export()
@@ -491,8 +490,6 @@ class OnnxEmbedder:
                 except Exception as error:
                     if not (self.torch_fallback and self.quantization == "none"):
                         raise
-                    import logging
-
                     logging.getLogger(__name__).warning("ONNX document encoder unavailable (%s); using torch", error)
                     self._torch = Embedder(self.model_path, batch_size=32, torch_threads=self.torch_threads, dim=self.dim,
                                            prefix=self.prefix)
@@ -528,8 +525,6 @@ class OnnxEmbedder:
         batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if self.parallel > 1 and len(batches) > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
             # ONNX Runtime releases the GIL while it runs: one batch per thread keeps every core busy
             with ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="embed") as pool:
                 for _ in pool.map(lambda rows: self._embed_batch(encodings, out, rows), batches):
@@ -548,8 +543,6 @@ def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int
     the ONNX graph cannot be exported or loaded, so serving never depends on it.
     Queries are always embedded in fp32, whatever the documents' quantisation.
     """
-    import logging
-
     if backend == "onnx":
         try:
             return OnnxEmbedder(model_path, cache_dir, threads=threads, dim=dim, prefix=prefix).load()
@@ -559,7 +552,7 @@ def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int
 
 
 def document_embedder(settings, workers: int = 1, cache_dir: Path | None = None, model_path: Path | None = None):
-    """The embedder ingestion uses for chunk texts, from the settings (issue 12).
+    """The embedder ingestion uses for chunk texts, from the settings.
 
     ``document_encoder=onnx`` (default): ONNX Runtime, ``onnx_batch_size`` texts
     per call, ``torch_threads // workers`` batches at once (``workers``: processes

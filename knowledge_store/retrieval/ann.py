@@ -26,6 +26,9 @@ HNSW graph (usearch; the measurements behind the choice are in docs/BENCHMARKS.m
   count, a digest of sampled vectors) and against the index file's own BLAKE2 checksum; any
   mismatch or error means the side file is ignored and the graph rebuilt.  DuckDB's own vss
   HNSW is not used for this: it keeps no crash-recovery log for a persisted index.
+- usearch is imported only when a graph is built or checked, never with this module: it loads
+  NumKong's symbols into the process's global namespace (``RTLD_GLOBAL``), after which
+  ``import onnxruntime`` (the ONNX encoders, and PyMuPDF, which imports it) crashes the process.
 """
 
 from __future__ import annotations
@@ -105,7 +108,7 @@ class AnnIndex:
 
 # ---------------------------------------------------------------------------- build
 def _new_index(dim: int, config: AnnConfig):
-    from usearch.index import Index
+    from usearch.index import Index  # noqa: PLC0415 - usearch must load after ONNX Runtime (module docstring)
 
     return Index(ndim=dim, metric="cos", dtype=config.dtype, connectivity=config.connectivity,
                  expansion_add=config.expansion_add, expansion_search=config.ef_search)
@@ -148,7 +151,7 @@ def _file_digest(path: Path) -> str:
 
 def identity(snapshot_path: Path, info, embeddings: np.ndarray, config: AnnConfig) -> dict:
     """What a cached graph must match to be used for this snapshot."""
-    import usearch
+    import usearch  # noqa: PLC0415 - usearch must load after ONNX Runtime (module docstring)
 
     stat = Path(snapshot_path).stat()
     return {

@@ -5,6 +5,8 @@ LlamaIndex extension points do the work (``HybridRetriever`` is a
 ``as_query_engine()`` is a ``RetrieverQueryEngine`` whose source nodes carry the
 citation fields).  ``RetrievalEngine.search`` runs the same pieces step by step
 so it can time each one, keep the pre- and post-rerank orders, and log them.
+LlamaIndex loads with the first search (or ``warm_up``), not with this module: the CLI and
+the API's other routes import the engine without paying for it.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from llama_index.core.schema import QueryBundle
+from threadpoolctl import threadpool_limits
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import ConfigError, IndexNotBuiltError, ModelUnavailableError, QueryValidationError
@@ -36,11 +39,11 @@ from knowledge_store.retrieval.citations import Citation, build_citations
 from knowledge_store.retrieval.evidence import QueryEvidence, lexical_evidence, mention_share, vector_evidence
 from knowledge_store.retrieval.filters import MaskCache, SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES, relevance
-from knowledge_store.retrieval.llama import hit_to_node
 from knowledge_store.retrieval.query_adapter import AdapterCache, QueryAdapter
 from knowledge_store.retrieval.query_cache import QueryEmbeddingCache
 from knowledge_store.retrieval.query_form import alpha_for_form, query_form
 from knowledge_store.retrieval.ranking import RankingPipeline
+from knowledge_store.retrieval.ranking_defaults import effective_question_alpha, effective_ranking, effective_reranker
 from knowledge_store.retrieval.reranker_registry import (
     RERANKER_REGISTRY,
     RERANKERS,
@@ -48,14 +51,24 @@ from knowledge_store.retrieval.reranker_registry import (
     RerankerUnavailable,
     available_rerankers,
 )
-from knowledge_store.retrieval.rerankers import run_reranker
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, SnapshotManager
 from knowledge_store.retrieval.types import SearchHit
-from knowledge_store.storage.query_log import redact
+from knowledge_store.storage.query_log import QueryLines, QueryLog, QueryLogRecord, redact
 from knowledge_store.storage.tuned import RankingParams
 
 _SEARCH_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="bm25")
 NO_RESULTS = "No relevant content found."
+
+
+def _rerank_steps() -> tuple[Any, Any, Any]:
+    """(``QueryBundle``, ``hit_to_node``, ``run_reranker``): the LlamaIndex side of a search, imported on first use."""
+    from llama_index.core.schema import QueryBundle  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
+
+    from knowledge_store.retrieval.llama import hit_to_node  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
+    from knowledge_store.retrieval.rerankers import run_reranker  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
+
+    return QueryBundle, hit_to_node, run_reranker
+
 
 # A caller's own way of writing the answer from the final (reranked, cut to k) hits; empty when nothing
 # relevant was found.  See ``RetrievalEngine.search``.
@@ -180,8 +193,6 @@ class RetrievalEngine:
 
     def _limit_threads(self) -> None:
         try:
-            from threadpoolctl import threadpool_limits
-
             threadpool_limits(limits=self.settings.search_threads, user_api="blas")
         except Exception:  # noqa: BLE001 - thread limits are an optimisation
             pass
@@ -246,13 +257,12 @@ class RetrievalEngine:
         if self._query_log is None:
             with self._log_lock:
                 if self._query_log is None:
-                    from knowledge_store.storage.query_log import QueryLines, QueryLog
-
                     self._query_log = QueryLog(self.settings.logs_path, lines=QueryLines.for_file(self.settings))
         return self._query_log
 
     def warm_up(self) -> None:
-        """Load the model and the snapshot now rather than on the first query."""
+        """Load the model, the snapshot and LlamaIndex now rather than on the first query."""
+        _rerank_steps()
         self.embedder.load()
         self.embedder.embed(["warm up"])
         self.snapshots.current()
@@ -356,8 +366,6 @@ class RetrievalEngine:
     def ranking_defaults(self) -> RankingParams:
         """The ranking a query gets when it does not say: settings set explicitly (environment,
         ``.env`` or code) win, then the corpus's self-tuned configuration, then the built-in defaults."""
-        from knowledge_store.retrieval.ranking_defaults import effective_ranking
-
         return effective_ranking(self.settings, self.settings.index_dir)
 
     def ranking_pipeline(self) -> RankingPipeline:
@@ -373,15 +381,11 @@ class RetrievalEngine:
 
     def question_alpha(self) -> float | None:
         """The alpha of questions that do not set one (None: the default alpha); see ``tuning.effective_question_alpha``."""
-        from knowledge_store.retrieval.ranking_defaults import effective_question_alpha
-
         return effective_question_alpha(self.settings, self.settings.index_dir)
 
     def default_reranker(self) -> str:
         """The reranker a query gets when it does not say: an explicit setting wins, then the one set in the
         console for this corpus (``tuned.json``), then the built-in ``none``; read per query, no restart."""
-        from knowledge_store.retrieval.ranking_defaults import effective_reranker
-
         return effective_reranker(self.settings, self.settings.index_dir)
 
     # ---------------------------------------------------------------- the work
@@ -472,6 +476,7 @@ class RetrievalEngine:
         if coverage == "none":
             message = NO_RESULTS
         else:
+            QueryBundle, hit_to_node, run_reranker = _rerank_steps()
             by_id = {h.chunk_id: h for h in found.hits}
             embeddings = found.snapshot.embeddings
             nodes = [hit_to_node(h, embeddings[h.row] if reranker is not None else None) for h in found.hits]
@@ -514,8 +519,6 @@ class RetrievalEngine:
     def _log(self, request: SearchRequest, pre: list[SearchHit], post: list[SearchHit], response: SearchResponse) -> str:
         """Append to the query log; never lets a logging problem fail the query."""
         try:
-            from knowledge_store.storage.query_log import QueryLogRecord
-
             record = QueryLogRecord(
                 query=request.query,
                 client=request.client,
@@ -539,16 +542,12 @@ class RetrievalEngine:
             )
             return self.query_log.append(record)
         except Exception:  # noqa: BLE001 - logging must never break retrieval
-            import uuid
-
             return uuid.uuid4().hex
 
     def _log_failure(self, request: SearchRequest, error: Exception, started: float) -> None:
         """Record a query that failed: its parameters, the error (``Type: message``, redacted by the
         query log) and how long it ran.  Never raises: the caller re-raises the original error."""
         try:
-            from knowledge_store.storage.query_log import QueryLogRecord
-
             self.query_log.append(QueryLogRecord(
                 query=request.query,
                 client=request.client,
@@ -562,7 +561,7 @@ class RetrievalEngine:
     # -------------------------------------------------------------- LlamaIndex
     def as_retriever(self, **params: Any):
         """A LlamaIndex ``BaseRetriever`` over ``search``: same ranking, reranker fallback and query log."""
-        from knowledge_store.retrieval.llama import HybridRetriever
+        from knowledge_store.retrieval.llama import HybridRetriever  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
 
         return HybridRetriever(self, **params)
 
@@ -570,9 +569,9 @@ class RetrievalEngine:
         """A LlamaIndex ``RetrieverQueryEngine``: the hybrid retriever (which runs ``search``, so the
         reranker, its timeout/fallback and the query log are the ones every other client gets) and the
         extractive synthesizer.  The response's metadata has ``retrieval_request_id`` for feedback."""
-        from llama_index.core.query_engine import RetrieverQueryEngine
+        from llama_index.core.query_engine import RetrieverQueryEngine  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
 
-        from knowledge_store.retrieval.llama import ExtractiveSynthesizer
+        from knowledge_store.retrieval.llama import ExtractiveSynthesizer  # noqa: PLC0415 - LlamaIndex, ~1.5 s
 
         retriever = self.as_retriever(**params, reranker=reranker)
         return RetrieverQueryEngine(retriever=retriever, response_synthesizer=ExtractiveSynthesizer(

@@ -23,6 +23,7 @@ from llama_index.core.response_synthesizers import BaseSynthesizer
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
+from knowledge_store.core.errors import QueryValidationError
 from knowledge_store.retrieval.answer import extractive_answer
 from knowledge_store.retrieval.citations import build_citations
 from knowledge_store.retrieval.types import SearchHit
@@ -70,8 +71,6 @@ class HybridRetriever(BaseRetriever):
         super().__init__()
         unknown = sorted(set(params) - set(SEARCH_PARAMS))
         if unknown:
-            from knowledge_store.core.errors import QueryValidationError
-
             raise QueryValidationError(unknown[0], params[unknown[0]], f"not a search parameter ({', '.join(SEARCH_PARAMS)})")
         self._engine = engine
         self._params = {k: v for k, v in params.items() if v is not None}

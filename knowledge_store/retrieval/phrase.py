@@ -9,9 +9,9 @@ the evidence neither has: the share of the query's consecutive word pairs
 or a question ~0 (questions reorder words: "how do I X" vs "to X, ...").
 
 Applied only to queries that look pasted, not asked: at least ``PHRASE_MIN_TOKENS``
-words, not ending in "?" and not opening with a question word.  Measured on the
-Debian FAQ set: 16 of 151 questions occur verbatim in some *other* page (tables
-of contents, other FAQs), and moving those pages first cost 0.01-0.02 nDCG@10;
+words, not ending in "?" and not opening with a question word.  An FAQ question
+often occurs verbatim in some *other* page (tables of contents, other FAQs), and
+on the documentation dev sets moving those pages first lowered nDCG@10;
 questions are for the fused ranking.  And only among
 the fused candidates, and only rows with a bigram share of at least
 ``PHRASE_MIN_SHARE`` move: they go first, best share first, the rest keep

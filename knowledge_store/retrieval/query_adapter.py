@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -136,8 +137,6 @@ class AdapterCache:
                 except QueryAdapterError as exc:
                     error = str(exc)
                 if error:
-                    import logging
-
                     logging.getLogger(__name__).warning("query adapter ignored: %s", error)
                 self._adapter, self.error, self._key = adapter, error, key
         return self._adapter

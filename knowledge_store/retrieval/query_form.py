@@ -5,9 +5,9 @@ Two parts of the ranking depend on it:
 - **fusion weight** (``question_alpha``): a question is a paraphrase of its answer by someone who does
   not know the answer's words ("How do I keep a hash in insertion order?" vs a section on
   ``Tie::IxHash``), so the vector side deserves more weight than for keywords, claims or pasted text,
-  whose words are the document's own.  Measured on the two documentation dev sets (FAQ questions):
-  alpha 0.8 was best on the Perl train split and within 0.001 of the best on Debian's, against 0.6-0.7
-  on SciFact's claims (docs/EVALUATION.md, "Questions, statements and a third dev set");
+  whose words are the document's own.  Measured on the documentation dev sets' FAQ questions, alpha
+  0.8 ranks them best, where SciFact's claims want 0.6-0.7 (docs/EVALUATION.md, "Questions,
+  statements and a third dev set");
 - **phrase evidence** (``phrase.py``) is for pasted passages, never questions: questions are
   repeated verbatim in tables of contents and other FAQs.
 

@@ -78,20 +78,20 @@ def _keep_fused_order(context: RerankerContext) -> None:
 
 
 def _mmr(context: RerankerContext) -> Any:
-    from knowledge_store.retrieval.rerankers import MMRReranker  # noqa: PLC0415 - LlamaIndex, ~1 s to import
+    from knowledge_store.retrieval.rerankers import MMRReranker  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
 
     return MMRReranker(lambda_mult=context.settings.mmr_lambda)
 
 
 def _feedback(context: RerankerContext) -> Any:
-    from knowledge_store.retrieval.rerankers import FeedbackReranker  # noqa: PLC0415 - LlamaIndex, ~1 s to import
+    from knowledge_store.retrieval.rerankers import FeedbackReranker  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
 
     return FeedbackReranker(feedback_source=context.feedback_rows, embed=context.embed,
                             similarity=context.settings.feedback_similarity, weight=context.settings.feedback_weight)
 
 
 def _cross_encoder(context: RerankerContext) -> Any:
-    from knowledge_store.retrieval.rerankers import CrossEncoderReranker  # noqa: PLC0415 - LlamaIndex, ~1 s
+    from knowledge_store.retrieval.rerankers import CrossEncoderReranker  # noqa: PLC0415 - LlamaIndex, ~1.5 s
 
     return CrossEncoderReranker(model_path=str(context.settings.cross_encoder_path))
 

@@ -152,7 +152,7 @@ class CrossEncoderReranker(BaseNodePostprocessor):
     def model(self):
         with self._lock:
             if self._model is None:
-                from sentence_transformers import CrossEncoder
+                from sentence_transformers import CrossEncoder  # noqa: PLC0415 - sentence-transformers, ~6 s to import
 
                 self._model = CrossEncoder(self.model_path, device="cpu", local_files_only=True)
             return self._model

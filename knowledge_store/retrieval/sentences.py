@@ -8,10 +8,9 @@ snapshot.  At query time the fused pool (a few hundred rows, never the corpus) i
 ``(1 - w) * chunk cosine + w * best sentence cosine`` for each candidate and its section lead, and
 fused again (``ranking.SentenceEvidenceStep``; ``settings.sentence_weight``).
 
-Measured on all three dev sets (docs/EVALUATION.md, 2026-11-26): weight 0.15, chosen on the train
-splits as the best worst case, gains nDCG@10 on every train split (Perl docs +0.021, Debian docs
-+0.019, SciFact +0.005) and on both documentation test splits (+0.041, +0.015; SciFact test
--0.002).  It costs a second embedding pass at ingestion (sentences are short: about as many
+The weight 0.15 is the best worst case over the train splits of the three dev sets: it raises
+nDCG@10 on every train split and on both documentation test splits (the figures are in
+docs/EVALUATION.md).  It costs a second embedding pass at ingestion (sentences are short: about as many
 word-pieces as the chunks themselves) and ~2 bytes x 384 per sentence in memory (float16).
 """
 

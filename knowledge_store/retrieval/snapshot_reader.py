@@ -16,14 +16,17 @@ rows (see docs/ARCHITECTURE.md for the measurements behind this choice).
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from knowledge_store.core.entities import DEFAULT_VOCABULARY, EntityRef, EntityVocabulary, entity_key
+from knowledge_store.retrieval import ann
 from knowledge_store.retrieval.sentences import SentenceIndex, sentence_index_from
 from knowledge_store.retrieval.types import SearchHit
 from knowledge_store.storage.index import FTS_IGNORE, SnapshotInfo, open_snapshot, read_pointer
@@ -517,8 +520,6 @@ def load_sentence_index(conn, content_hashes: list[str], dim: int) -> SentenceIn
 
 def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSnapshot:
     """Read a published snapshot into memory (vectors, postings, row metadata)."""
-    import time
-
     started = time.perf_counter()
     conn, info = open_snapshot(index_dir, info)
     table = conn.execute("SELECT embedding FROM chunks ORDER BY rowid").arrow()
@@ -656,8 +657,6 @@ class SnapshotManager:
         return snapshot
 
     def current(self) -> LoadedSnapshot:
-        import time
-
         now = time.monotonic()
         snapshot = self._snapshot
         if snapshot is not None and now - self._last_check < self.check_interval_s:
@@ -698,8 +697,6 @@ class SnapshotManager:
         return fresh
 
     def _load_in_background(self, info: SnapshotInfo, mtime: float | None) -> None:
-        import logging
-
         try:
             fresh = load_snapshot(self.index_dir, info)
         except Exception as error:  # noqa: BLE001 - the old snapshot keeps serving; the next check retries
@@ -728,17 +725,14 @@ class SnapshotManager:
 
     @staticmethod
     def _attach_ann(snapshot: LoadedSnapshot, config) -> None:
-        import logging
-
-        from knowledge_store.retrieval.ann import BuildCancelled, obtain
-
         logger = logging.getLogger(__name__)
         try:
-            ann = obtain(snapshot.path, snapshot.info, snapshot.embeddings, config, snapshot.ann_cancel)
+            # looked up on the module at each build, so a replaced ``obtain`` (tests) is the one used
+            index = ann.obtain(snapshot.path, snapshot.info, snapshot.embeddings, config, snapshot.ann_cancel)
             if not snapshot.ann_cancel.is_set():
-                snapshot.ann = ann
-                logger.info("ANN index for snapshot %s ready: %s", snapshot.info.snapshot_version, ann.describe())
-        except BuildCancelled:
+                snapshot.ann = index
+                logger.info("ANN index for snapshot %s ready: %s", snapshot.info.snapshot_version, index.describe())
+        except ann.BuildCancelled:
             pass
         except Exception as error:  # noqa: BLE001 - without the ANN the snapshot is still served (exactly)
             snapshot.ann_error = f"{type(error).__name__}: {error}"

@@ -10,20 +10,20 @@ from __future__ import annotations
 import sys
 
 from knowledge_store.config.settings import Settings
+from knowledge_store.server.mcp_server import run_stdio
 
 
 def main(argv: list[str] | None = None) -> int:
     command = (argv if argv is not None else sys.argv[1:] or ["serve"])[0]
     settings = Settings()
     if command == "mcp":
-        from knowledge_store.server.mcp_server import run_stdio  # noqa: PLC0415 - the MCP SDK, only for this command
-
         run_stdio(settings)
         return 0
     if command != "serve":
         print(f"error: unknown command {command!r}: serve or mcp", file=sys.stderr)
         return 2
-    from knowledge_store.server.app import serve  # noqa: PLC0415 - FastAPI, uvicorn and the engine, only to serve
+    # `serve` mounts the MCP endpoint too; `mcp` (stdio) needs no HTTP app
+    from knowledge_store.server.app import serve  # noqa: PLC0415 - FastAPI and the routes, ~0.5 s, only to serve
 
     scheme = "https" if settings.ssl_certfile else "http"
     print(f"Groundwork API and console on {scheme}://{settings.server_host}:{settings.server_port} "

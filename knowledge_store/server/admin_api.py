@@ -17,8 +17,16 @@ from typing import Any
 from fastapi import APIRouter
 
 from knowledge_store.config.settings import Settings
+from knowledge_store.evaluation.results_store import evaluation_summary as read_summary
 from knowledge_store.retrieval.fusion import FUSION_MODES
-from knowledge_store.retrieval.ranking_defaults import RANKING_SETTINGS, builtin_ranking
+from knowledge_store.retrieval.ranking_defaults import (
+    RANKING_SETTINGS,
+    builtin_ranking,
+    effective_ranking,
+    effective_reranker,
+    ranking_sources,
+    reranker_source,
+)
 from knowledge_store.retrieval.reranker_registry import RERANKER_REGISTRY, reranker_labels
 from knowledge_store.server import api_models as out
 from knowledge_store.server.request_models import RankingUpdate, RequestModels
@@ -35,13 +43,6 @@ from knowledge_store.storage.tuned import (
 
 def ranking_settings(settings: Settings, index_dir, available: tuple[str, ...]) -> dict[str, Any]:
     """The three console-editable defaults as the server applies them, with their stored/tuned/built-in values."""
-    from knowledge_store.retrieval.ranking_defaults import (
-        effective_ranking,
-        effective_reranker,
-        ranking_sources,
-        reranker_source,
-    )
-
     builtin = builtin_ranking(settings)
     effective = effective_ranking(settings, index_dir)
     sources = {**ranking_sources(settings, index_dir), "reranker": reranker_source(settings, index_dir)}
@@ -106,8 +107,6 @@ def evaluation_summary(state: State) -> dict[str, Any]:
     """The latest scorecard per dataset and configuration, the alpha sweeps, the helpful rate from thumbs and
     the drift of replayed queries, as the evaluation assets wrote them (``empty`` + ``hint`` before any run).
     503 while an evaluation run holds the results file for longer than 2 s."""
-    from knowledge_store.evaluation.results_store import evaluation_summary as read_summary
-
     return read_summary(state.settings.data_dir, state.engine.snapshots.index_dir)
 
 

@@ -17,6 +17,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from knowledge_store.config.settings import Settings
+from knowledge_store.retrieval.engine import RetrievalEngine
+from knowledge_store.server.access import PATH_SURFACES, WHY_PUBLIC
+from knowledge_store.server.api_models import COMMON_ERRORS
+from knowledge_store.server.app import create_app
+
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "API.md"
 METHODS = ("get", "post", "put", "patch", "delete")
 
@@ -40,10 +46,6 @@ def served_schema(embedder: Any = None) -> dict[str, Any]:
     """The OpenAPI document of an app over an empty data folder (the schema does not depend on data).
 
     ``embedder``: a loaded query embedder to reuse (tests); else the configured one is built."""
-    from knowledge_store.config.settings import Settings
-    from knowledge_store.retrieval.engine import RetrievalEngine
-    from knowledge_store.server.app import create_app
-
     with tempfile.TemporaryDirectory(prefix="gw-api-reference-") as tmp:
         settings = Settings(data_dir=Path(tmp), models_cache_dir=Settings().models_cache_dir,  # reuse the ONNX export
                             cross_encoder_path=None, llm_base_url=None, llm_model=None)
@@ -136,8 +138,6 @@ server at start-up, and a test walks this schema for them):
 def _surfaces_section(schema: dict[str, Any]) -> list[str]:
     """The table of every route and path with its surface, from the schema's ``x-surface`` and the paths
     outside the schema (``access.PATH_SURFACES``)."""
-    from knowledge_store.server.access import PATH_SURFACES, WHY_PUBLIC
-
     lines = [SURFACES_TEXT, "| route | surface | note |", "|---|---|---|"]
     for path, item in schema.get("paths", {}).items():
         for method in METHODS:
@@ -158,8 +158,6 @@ def render(schema: dict[str, Any]) -> str:
 
     The error statuses every route can answer (``COMMON_ERRORS``) are listed once; each
     endpoint lists its success and its own error statuses."""
-    from knowledge_store.server.api_models import COMMON_ERRORS
-
     common = {str(status) for status in COMMON_ERRORS}
     by_tag: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
     for path, item in schema.get("paths", {}).items():

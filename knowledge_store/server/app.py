@@ -16,6 +16,9 @@ own modules (``errors.py``, ``middleware.py``, ``ingest_jobs.py``).
 """
 
 
+import ipaddress
+
+import uvicorn
 from fastapi import FastAPI
 
 from knowledge_store.config.settings import Settings
@@ -57,7 +60,7 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
     app.openapi = lambda: _schema(app, state)  # type: ignore[method-assign]
     if mount_mcp:
         try:
-            from knowledge_store.server.mcp_server import mount_mcp as _mount
+            from knowledge_store.server.mcp_server import mount_mcp as _mount  # noqa: PLC0415 - the MCP SDK, ~0.7 s
 
             state.mcp_lifespan = _mount(app, state.engine, transport_security=mcp_transport_security(state.origin_policy))
         except ImportError:  # the MCP module is optional for the HTTP API
@@ -78,10 +81,6 @@ def _schema(app: FastAPI, state: ServerState) -> dict:
 def serve(settings: Settings | None = None, announce=print) -> None:
     """Run the API with uvicorn on the configured host/port (loopback unless allowed), with TLS when a
     certificate and key are configured; ``announce`` says where the admin token is in remote mode."""
-    import ipaddress
-
-    import uvicorn
-
     settings = settings or Settings()
     host = settings.server_host
     try:

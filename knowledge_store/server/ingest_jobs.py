@@ -19,6 +19,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from knowledge_store.config.settings import Settings
+from knowledge_store.ingest.run import run_sync
+from knowledge_store.ingest.source_actions import retry_failure
 
 JobStatus = Literal["queued", "running", "succeeded", "failed"]
 # what the job record says ran it (the Dagster assets' code path, not a Dagster run)
@@ -70,8 +72,6 @@ class IngestJobs:
 
     def submit(self, files: list[str]) -> dict[str, Any]:
         """An upload: sync the uploads source only (never a crawl of the web sources)."""
-        from knowledge_store.ingest.run import run_sync
-
         def work(progress: ProgressReport) -> dict[str, Any]:
             report = run_sync(self.settings, self.embedder, trigger="api-upload", kinds=["upload"], progress=progress)
             return {"summary": report.summary, "snapshot_version": report.publish.snapshot_version,
@@ -83,8 +83,6 @@ class IngestJobs:
     def submit_sync(self, name: str, refresh: bool = False) -> dict[str, Any]:
         """Re-sync one registered source (scan or crawl, parse, chunk, embed, publish); ``refresh`` downloads
         every page of a web source again.  The outcome carries the sync's counters and its crawl figures."""
-        from knowledge_store.ingest.run import run_sync
-
         def work(progress: ProgressReport) -> dict[str, Any]:
             report = run_sync(self.settings, self.embedder, trigger="api", names=[name], progress=progress,
                               refresh=refresh)
@@ -100,8 +98,6 @@ class IngestJobs:
 
     def submit_retry(self, failure_id: str, path: str) -> dict[str, Any]:
         """Run one failed item again (fetch the URL, parse the version, or re-scan its source)."""
-        from knowledge_store.ingest.source_actions import retry_failure
-
         def work(progress: ProgressReport) -> dict[str, Any]:
             outcome = retry_failure(self.settings, failure_id, self.embedder, progress=progress)
             return {"summary": outcome["summary"], "snapshot_version": outcome["snapshot_version"],

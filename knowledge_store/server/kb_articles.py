@@ -38,6 +38,7 @@ import duckdb
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import StoreError
+from knowledge_store.storage.store import store_connection
 
 INTENT_KEYS = ("intent", "intents", "tags", "tag", "category", "categories")
 DEVICE_KEYS = ("device", "devices", "product", "products")
@@ -105,8 +106,6 @@ def text_from_chunks(chunks: list[tuple[int | None, int | None, int, int, str]])
 
 def _from_store(settings: Settings, keys: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
     """Page texts of these document versions from the store (empty when it cannot be read now)."""
-    from knowledge_store.storage.store import store_connection
-
     if not keys or not settings.store_path.exists():
         return {}
     wanted = set(keys)

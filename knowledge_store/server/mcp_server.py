@@ -46,6 +46,7 @@ import json
 import logging
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
+from importlib.metadata import version
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
@@ -458,8 +459,6 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
 
 def _version() -> str:
     try:
-        from importlib.metadata import version
-
         return version("groundwork")
     except Exception:  # noqa: BLE001 - the version is informational
         return "0.1.0"

@@ -7,6 +7,9 @@ from pathlib import Path
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
 
+from knowledge_store.core.errors import GroundworkError
+from knowledge_store.storage.store import store_connection
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -55,9 +58,6 @@ class PagesIngestedCollector:
         self.last = 0
 
     def collect(self):
-        from knowledge_store.core.errors import GroundworkError
-        from knowledge_store.storage.store import store_connection
-
         if self.store_path.exists():
             try:
                 with store_connection(self.store_path, read_only=True, timeout_s=0.5) as conn:

@@ -71,7 +71,7 @@ class TunedConfig:
     table: list[dict[str, Any]]  # every grid point, best first
     seconds: float
     # why the choice was made: the best point's paired nDCG@10 gain over the built-in, its standard error,
-    # the gain required and whether it was adopted (``keep_decision``); None in files written before 2026-11-25
+    # the gain required and whether it was adopted (``keep_decision``); None in a file that does not record it
     decision: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -24,6 +24,10 @@ from knowledge_store.core.errors import (
     OversizeFileError,
 )
 from knowledge_store.ingest.documents import ParsedDocument
+from knowledge_store.ingest.parsers import docx as docx_parser
+from knowledge_store.ingest.parsers import html as html_parser
+from knowledge_store.ingest.parsers import markdown as markdown_parser
+from knowledge_store.ingest.parsers import text as text_parser
 from knowledge_store.ingest.parsers.detect import SUPPORTED_EXTENSIONS, detect_type
 from knowledge_store.ingest.parsers.ocr import OcrOptions
 
@@ -64,26 +68,19 @@ def _is_blank(path: Path) -> bool:
 
 
 def _parser_for(doc_type: str, ocr: OcrOptions | None = None) -> Callable[[Path], ParsedDocument]:
-    # Imported lazily so that e.g. a text-only ingestion does not pay for PyMuPDF.
+    # the parser modules' functions are looked up per call, so a replaced one (tests) is the one used
     if doc_type == "pdf":
-        from knowledge_store.ingest.parsers.pdf import parse_pdf
+        # a text-only ingestion does not pay for PyMuPDF
+        from knowledge_store.ingest.parsers.pdf import parse_pdf  # noqa: PLC0415 - PyMuPDF, ~1 s to import
 
         return partial(parse_pdf, ocr=ocr)
     if doc_type == "markdown":
-        from knowledge_store.ingest.parsers.markdown import parse_markdown
-
-        return parse_markdown
+        return markdown_parser.parse_markdown
     if doc_type == "docx":
-        from knowledge_store.ingest.parsers.docx import parse_docx
-
-        return parse_docx
+        return docx_parser.parse_docx
     if doc_type == "html":
-        from knowledge_store.ingest.parsers.html import parse_html
-
-        return parse_html
-    from knowledge_store.ingest.parsers.text import parse_text
-
-    return parse_text
+        return html_parser.parse_html
+    return text_parser.parse_text
 
 
 def _check_size(path: Path, max_bytes: int) -> None:

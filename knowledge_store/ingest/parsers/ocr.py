@@ -120,7 +120,7 @@ def locate_tessdata(options: OcrOptions) -> tuple[Path | None, str]:
         return None, f"no OCR language configured (GROUNDWORK_OCR_LANGUAGE={options.language!r})"
     candidates = _candidate_dirs(options.tessdata_dir)
     if options.tessdata_dir is None and not candidates and shutil.which("tesseract"):
-        import pymupdf
+        import pymupdf  # noqa: PLC0415 - PyMuPDF, ~1 s to import
 
         try:  # ask the installed tesseract where its data is (spawns `tesseract --list-langs`)
             candidates.append(Path(pymupdf.get_tessdata()))

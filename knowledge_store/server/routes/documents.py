@@ -12,12 +12,15 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse
 
+from knowledge_store.app.status import store_status
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import GroundworkError, StoreError
 from knowledge_store.ingest.parsers.detect import MEDIA_TYPES, media_type_of
+from knowledge_store.retrieval.snapshot_reader import document_relations as relations_of
 from knowledge_store.server import api_models as out
 from knowledge_store.server.api_models import error_responses
 from knowledge_store.server.errors import server_log
+from knowledge_store.server.kb_articles import KB_UNAVAILABLE, list_articles
 from knowledge_store.server.request_models import IsoDatetime
 from knowledge_store.server.state import CallerOf, State
 from knowledge_store.storage.query_log import redact
@@ -31,8 +34,6 @@ ORIGINAL_MEDIA_TYPES = (*dict.fromkeys(MEDIA_TYPES.values()), FALLBACK_MEDIA_TYP
 @router.get("/api/knowledge/documents", response_model=out.DocumentList)
 def documents(state: State, include_history: bool = True) -> dict[str, Any]:
     """Documents with their versions and status (from the store; from the snapshot while a sync holds it)."""
-    from knowledge_store.app.status import store_status
-
     try:
         status = store_status(state.settings.model_copy(update={"lock_timeout_s": 1.0}), include_history=include_history)
         return {"source": "store", "documents": status["documents"], "counts": status["counts"],
@@ -50,8 +51,6 @@ def document_relations(doc_id: str, state: State) -> dict[str, Any]:
     """Seed 003's relations of one document, from the published snapshot: the revisions (other files with
     the same asset id or title) it supersedes or that supersede it, and the documents it links to or is
     linked from (seeAlso), each with confidence and evidence; plus its rev_label and validity."""
-    from knowledge_store.retrieval.snapshot_reader import document_relations as relations_of
-
     snapshots = state.engine.snapshots
     found = relations_of(snapshots.current(), doc_id)
     if found is None:
@@ -106,8 +105,6 @@ def articles(request: Request, state: State,
     """Every active document as a knowledge-base article (seed 001, contract 1): full content once,
     ``metadata`` with ``intent``, ``device``, ``last_updated`` (always) and ``author``; filtered and paginated.
     Errors are 500 ``{"error": "Internal server error", "message": "Knowledge base unavailable"}``."""
-    from knowledge_store.server.kb_articles import KB_UNAVAILABLE, list_articles
-
     try:
         snapshot = state.engine.snapshots.current()
         return list_articles(state.settings, snapshot, str(request.base_url).rstrip("/"), intent=intent, device=device,

@@ -22,6 +22,7 @@ from knowledge_store.ingest.parsers.detect import EXTENSION_TYPES, detect_type
 from knowledge_store.server import api_models as out
 from knowledge_store.server.api_models import error_responses
 from knowledge_store.server.state import State
+from knowledge_store.storage.store import store_connection
 
 router = APIRouter(tags=["ingestion"])
 
@@ -112,8 +113,6 @@ def _check_content(path: Path, name: str, suffix: str) -> None:
 def _find_duplicate(settings: Settings, checksum: str) -> dict[str, Any] | None:
     """The newest active or pending document with these bytes, or None (also when the store is busy:
     a duplicate then goes through, which costs a second copy, never a lost upload)."""
-    from knowledge_store.storage.store import store_connection
-
     if not settings.store_path.exists():
         return None
     try:

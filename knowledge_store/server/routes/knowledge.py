@@ -17,10 +17,12 @@ from knowledge_store.core.errors import QueryValidationError
 from knowledge_store.ingest.parsers.detect import EXTENSION_TYPES
 from knowledge_store.retrieval.filters import SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.retrieval.ranking_defaults import ranking_sources, reranker_source
 from knowledge_store.retrieval.reranker_registry import reranker_labels
 from knowledge_store.server import api_models as out
 from knowledge_store.server.access import Caller
 from knowledge_store.server.api_models import error_responses
+from knowledge_store.server.ask import ask
 from knowledge_store.server.request_models import (
     AskBody,
     AskLocalBody,
@@ -30,6 +32,7 @@ from knowledge_store.server.request_models import (
     RequestModels,
 )
 from knowledge_store.server.state import CallerOf, State, with_body_model
+from knowledge_store.storage.tuned import load_tuned
 
 
 async def query(body: QueryBody, request: Request, state: State, caller: CallerOf) -> dict[str, Any]:
@@ -56,8 +59,6 @@ async def query(body: QueryBody, request: Request, state: State, caller: CallerO
 
 
 async def _ask(body: AskBody, request: Request, state: State, caller: Caller, **local: Any) -> dict[str, Any]:
-    from knowledge_store.server.ask import ask
-
     if body.answer not in state.ask_modes:
         raise QueryValidationError("answer", body.answer, "no LLM configured (set GROUNDWORK_LLM_BASE_URL and "
                                                           "GROUNDWORK_LLM_MODEL)")
@@ -130,9 +131,6 @@ def config(state: State) -> dict[str, Any]:
     console (PUT /api/knowledge/ranking), then the corpus's self-tuned choice (``groundwork tune``), then the
     built-in default; ``ranking_sources`` / ``reranker_source`` say which applied to each value and ``tuned``
     summarises the tuning run (null when the corpus is not tuned)."""
-    from knowledge_store.retrieval.ranking_defaults import ranking_sources, reranker_source
-    from knowledge_store.storage.tuned import load_tuned
-
     settings, engine = state.settings, state.engine
     index_dir = engine.snapshots.index_dir
     ranking = engine.ranking_defaults()

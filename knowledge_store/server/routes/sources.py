@@ -12,27 +12,33 @@ from fastapi.responses import JSONResponse
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import InvalidSourceError
+from knowledge_store.ingest.failures import open_failures
+from knowledge_store.ingest.source_actions import delete_source_now, describe_source, open_failure, update_source_now
+from knowledge_store.ingest.sources import (
+    add_source,
+    get_source,
+    list_sources,
+    register_configured_sources,
+    source_statistics,
+)
 from knowledge_store.server import api_models as out
 from knowledge_store.server.api_models import error_responses
 from knowledge_store.server.request_models import WEB_OPTION_FIELDS, SourceBody, SourceUpdateBody
 from knowledge_store.server.routes.ingestion import job_accepted
 from knowledge_store.server.state import State
+from knowledge_store.storage.store import store_connection
 
 router = APIRouter(tags=["sources"])
 
 
 def _writer(settings: Settings):
     """A store connection for registry reads and writes, waiting at most 10 s for a running sync's lock."""
-    from knowledge_store.storage.store import store_connection
-
     return store_connection(settings.store_path, timeout_s=min(settings.lock_timeout_s, 10.0))
 
 
 @router.get("/api/sources", response_model=out.SourceList)
 def sources_list(state: State, include_deleted: bool = False) -> dict[str, Any]:
     """Every source with its counts and last sync."""
-    from knowledge_store.ingest.sources import list_sources, register_configured_sources, source_statistics
-
     with _writer(state.settings) as conn:
         configured = {s.source_id for s in register_configured_sources(conn, state.settings)}
         # configured=false: a folder the settings no longer name (indexed, not synced; DELETE removes it)
@@ -48,8 +54,6 @@ def sources_list(state: State, include_deleted: bool = False) -> dict[str, Any]:
 def sources_add(body: SourceBody, request: Request, state: State):
     """Register a web site or a folder (inside a source root: ``GROUNDWORK_SOURCE_ROOTS``, else 422 naming
     ``folder``); ``visibility`` internal unless said public; ``sync: true`` starts its first sync (202 + job)."""
-    from knowledge_store.ingest.sources import add_source
-
     options = {k: getattr(body, k) for k in WEB_OPTION_FIELDS if getattr(body, k) is not None}
     if body.kind == "web" and not body.url:
         raise InvalidSourceError("url", None, "a web source needs a base URL")
@@ -71,8 +75,6 @@ def sources_add(body: SourceBody, request: Request, state: State):
 @router.get("/api/sources/{name}", response_model=out.Open, responses=error_responses(404))
 def sources_show(name: str, state: State) -> dict[str, Any]:
     """One source: options, document/page/chunk counts, last sync summary, open failures."""
-    from knowledge_store.ingest.source_actions import describe_source
-
     return json.loads(json.dumps(describe_source(state.settings, name), default=str))
 
 
@@ -80,8 +82,6 @@ def sources_show(name: str, state: State) -> dict[str, Any]:
 def sources_update(name: str, body: SourceUpdateBody, state: State) -> dict[str, Any]:
     """Change options; ``resync_needed`` says when the index no longer matches the rules.  A new ``visibility``
     applies before this returns (a snapshot is published: ``snapshot_version``)."""
-    from knowledge_store.ingest.source_actions import update_source_now
-
     changes = body.model_dump(exclude_none=True)
     if not changes:
         raise InvalidSourceError("body", {}, "nothing to update")
@@ -97,8 +97,6 @@ def sources_update(name: str, body: SourceUpdateBody, state: State) -> dict[str,
 @router.delete("/api/sources/{name}", response_model=out.SourceDeleted, responses=error_responses(404))
 def sources_delete(name: str, state: State) -> dict[str, Any]:
     """Soft-delete: the source's chunks leave the index before this returns; purged after retention."""
-    from knowledge_store.ingest.source_actions import delete_source_now
-
     result = delete_source_now(state.settings, name)
     state.engine.snapshots.refresh()  # serve the snapshot without the source from the next query on
     return result
@@ -108,8 +106,6 @@ def sources_delete(name: str, state: State) -> dict[str, Any]:
 def sources_sync(name: str, request: Request, state: State, refresh: bool = False):
     """Re-sync one source now (scan or crawl, parse, chunk, embed, publish); poll the job for progress.
     ``refresh=true`` downloads every page of a web source again (ignores lastmod and validators)."""
-    from knowledge_store.ingest.sources import get_source
-
     with _writer(state.settings) as conn:
         source = get_source(conn, name)
     if not source.enabled:
@@ -120,9 +116,6 @@ def sources_sync(name: str, request: Request, state: State, refresh: bool = Fals
 @router.get("/api/failures", response_model=out.FailureList)
 def failures_list(state: State) -> dict[str, Any]:
     """Open ingestion failures (files and URLs), newest first."""
-    from knowledge_store.ingest.failures import open_failures
-    from knowledge_store.storage.store import store_connection
-
     with store_connection(state.settings.store_path, read_only=True, timeout_s=5.0) as conn:
         return json.loads(json.dumps({"failures": open_failures(conn)}, default=str))
 
@@ -131,9 +124,6 @@ def failures_list(state: State) -> dict[str, Any]:
              responses=error_responses(404))
 def failures_retry(failure_id: str, request: Request, state: State):
     """Run one failed item again (fetch the URL, parse the version, or re-scan its source)."""
-    from knowledge_store.ingest.source_actions import open_failure
-    from knowledge_store.storage.store import store_connection
-
     with store_connection(state.settings.store_path, read_only=True, timeout_s=5.0) as conn:
         failure = open_failure(conn, failure_id)
     return job_accepted(request, state.jobs.submit_retry(failure_id, failure["path"]))
