@@ -620,11 +620,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                               if report["question_alpha"] is not None else "")
     print(f"{evaluation.dataset.name} ({args.split}, {report['queries']} queries), {config.label} ({alphas}), "
           f"fusion {config.fusion}")
-    rows = [{"model": f"base {evaluation.base_model_id}", **{metric_label(n): f"{base[n]:.{metric_spec(n).digits}f}"
-                                                            for n in columns}}] if base is not None else []
+    unavailable = evaluation.result.unavailable
+
+    def shown(figures: dict[str, float], name: str) -> str:  # n/a: not applicable; failed: see the reasons below
+        if name in figures:
+            return f"{figures[name]:.{metric_spec(name).digits}f}"
+        return "n/a" if unavailable.get(name, {}).get("status") == "not_applicable" else "failed"
+
+    rows = [{"model": f"base {evaluation.base_model_id}", **{metric_label(n): shown(base, n) for n in columns}}
+            ] if base is not None else []
     rows.append({"model": ("fine-tuned " if base is not None else "") + evaluation.model_id,
-                 **{metric_label(name): f"{m[name]:.{metric_spec(name).digits}f}" for name in columns}})
+                 **{metric_label(name): shown(m, name) for name in columns}})
     print(format_table(rows, ["model", *(metric_label(name) for name in columns)], 60))
+    for name, note in unavailable.items():
+        print(f"{metric_label(name)}: {'not applicable' if note['status'] == 'not_applicable' else 'failed'}: "
+              f"{note['reason']}")
+    if evaluation.result.judge_model:
+        print(f"answers written by the configured endpoint; judged by {evaluation.result.judge_model} "
+              f"(RAGAS {evaluation.result.ragas_version})")
     if evaluation.finetune:
         print(f"fine-tuning: {evaluation.finetune.get('reason')}")
     print(f"store: {evaluation.store} (re-used while corpus.jsonl is unchanged)")

@@ -32,6 +32,7 @@ from knowledge_store.evaluation.feedback_gold import feedback_gold_set, helpful_
 from knowledge_store.evaluation.log_replay import replay
 from knowledge_store.evaluation.metrics import METRICS, PRIMARY_METRIC, check_metric_value, metric_label, metric_spec
 from knowledge_store.evaluation.notebooks import run_notebook
+from knowledge_store.evaluation.ragas_metrics import ragas_version
 from knowledge_store.evaluation.retrieval_eval import EvalConfig, evaluate_dataset
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.ranking_defaults import effective_question_alpha
@@ -103,9 +104,12 @@ def _rounded(value: Any, name: str) -> Any:
     return round(value, metric_spec(name).digits) if isinstance(value, float) else value
 
 
-def _metric_columns(metrics: dict[str, float]) -> dict[str, Any]:
-    """``{label: rounded value}`` in the registry's column order (a markdown table's metric columns)."""
-    return {metric_label(name): _rounded(metrics.get(name), name) for name in METRICS}
+def _metric_columns(metrics: dict[str, float], unavailable: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``{label: rounded value}`` in the registry's column order (a markdown table's metric columns); a metric
+    without a value shows ``n/a`` (not applicable) or ``failed``."""
+    unavailable = unavailable or {}
+    return {metric_label(name): ({"not_applicable": "n/a"}.get(unavailable[name]["status"], "failed")
+                                 if name in unavailable else _rounded(metrics.get(name), name)) for name in METRICS}
 
 
 def _evaluation_asset(config: EvalConfig) -> dg.AssetsDefinition:
@@ -121,6 +125,7 @@ def _evaluation_asset(config: EvalConfig) -> dg.AssetsDefinition:
         base = retrieval.settings()
         # alpha None = the serving path's per-query default: the serving alpha, and its question alpha for questions
         runs: list[results_store.EvalRun] = []
+        seconds: dict[str, dict[str, float]] = {}  # dataset -> metric -> seconds it took to compute
         for folder in evaluation.folders():
             done = evaluate_dataset(folder, evaluation.split, config, ingest=False, data_root=evaluation.eval_root(),
                                     compare_base=False, candidate_pool=base.candidate_pool,
@@ -129,13 +134,29 @@ def _evaluation_asset(config: EvalConfig) -> dg.AssetsDefinition:
             runs.append(done.run_record(context.run.run_id, utcnow()))
             context.log.info(f"{done.dataset.name} {config.name}: " + ", ".join(
                 f"{name} {done.result.metrics[name]:.3f}" for name in METRICS if metric_spec(name).headline))
+            seconds[done.dataset.name] = done.result.seconds
+            for name, note in done.result.unavailable.items():
+                context.log.info(f"{done.dataset.name} {config.name}: {name} {note['status']}: {note['reason']}")
         results_store.record_eval_results(evaluation.results_path(), runs)
-        first = runs[0].metrics if runs else {}
+        first = runs[0] if runs else None
         return dg.MaterializeResult(metadata={
-            **{name: float(first.get(name, 0.0)) for name in METRICS},
+            # the first dataset's figures, one entry per metric (plotted across runs); none: null, reason below
+            **{name: (float(first.metrics[name]) if first and name in first.metrics else dg.MetadataValue.null())
+               for name in METRICS},
             "results": markdown_table([{"dataset": r.dataset, "split": r.split, "configuration": r.configuration,
                                         "alpha": r.alpha, "fusion": r.fusion, "reranker": r.reranker,
-                                        "queries": r.queries, **_metric_columns(dict(r.metrics))} for r in runs]),
+                                        "queries": r.queries, "answers": r.answer_method,
+                                        **_metric_columns(dict(r.metrics), dict(r.unavailable))} for r in runs]),
+            "unavailable": markdown_table([{"dataset": r.dataset, "metric": name, "status": note["status"],
+                                            "reason": note["reason"]} for r in runs
+                                           for name, note in r.unavailable.items()]),
+            "answer_method": str(first.answer_method) if first else "none",
+            "judge_model": str(first.judge_model) if first and first.judge_model else "none (no LLM answers)",
+            "ragas_version": str(first.ragas_version) if first and first.ragas_version else ragas_version(),
+            "ragas_seconds": round(sum(s.get(name, 0.0) for s in seconds.values() for name in METRICS
+                                       if name.startswith("ragas_") or metric_spec(name).judged), 2),
+            "metric_seconds": dg.MetadataValue.json({dataset: {name: round(value, 3) for name, value in s.items()}
+                                                     for dataset, s in seconds.items()}),
         })
 
     return _asset
@@ -178,8 +199,8 @@ def eval_scorecard(context: dg.AssetExecutionContext, evaluation: EvaluationReso
     plot_path = evaluation.eval_root() / "scorecard.png"
     if png:
         plot_path.write_bytes(png)
-    shown = [{"dataset": r["dataset"], "configuration": r["configuration"], **_metric_columns(r["metrics"])}
-             for r in rows]
+    shown = [{"dataset": r["dataset"], "configuration": r["configuration"],
+              **_metric_columns(r["metrics"], r.get("unavailable"))} for r in rows]
     scored = [r for r in rows if r["metrics"].get(PRIMARY_METRIC) is not None]
     sign = 1 if metric_spec(PRIMARY_METRIC).higher_is_better else -1
     best = max(scored, key=lambda r: sign * r["metrics"][PRIMARY_METRIC])["configuration"] if scored else None

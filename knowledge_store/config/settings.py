@@ -261,6 +261,18 @@ class EvaluationSettings(BaseModel):
         "and the two documentation dev sets once `make devset` has built them (quality is measured on more than "
         "one kind of corpus: docs/EVALUATION.md).",
     )
+    eval_llm_answers: bool = Field(True, description="With an OpenAI-compatible endpoint configured "
+                                   "(GROUNDWORK_LLM_BASE_URL and GROUNDWORK_LLM_MODEL), evaluations answer each query "
+                                   "through it, as answer=llm does, so grounding and the RAGAS faithfulness and answer "
+                                   "relevancy judge the answers such users read; false: extractive answers, whose "
+                                   "grounding is not applicable (they are verbatim), and no endpoint calls.")
+    eval_judge_model: str | None = Field(None, description="Model that judges RAGAS faithfulness and answer relevancy "
+                                         "through GROUNDWORK_LLM_BASE_URL; unset = the answering model "
+                                         "(GROUNDWORK_LLM_MODEL). Another model avoids a model grading its own "
+                                         "answers.")
+    eval_judge_embedding_model: str | None = Field(None, description="Model the endpoint's /embeddings is asked with "
+                                                   "for RAGAS answer relevancy (it compares the question with "
+                                                   "questions generated from the answer); unset = the judge model.")
 
 
 class QueryLogSettings(BaseModel):

@@ -1,7 +1,7 @@
 """Ranking metrics, as pure functions, and the registry of every metric an evaluation run records.
 
 ``METRICS`` (at the end of this module) maps each canonical metric name - ``recall@5``, ``ndcg@10``,
-``ragas_recall@5``, ``latency_p95_ms``, ... - to its ``MetricSpec`` (label, direction, how it is computed);
+``ragas_recall@5``, ``faithfulness``, ``latency_p95_ms``, ... - to its ``MetricSpec`` (label, direction, how it is computed);
 everything that stores, shows or gates a metric reads it, so adding a metric is one entry there.
 
 Conventions (the same as BEIR / pytrec_eval):
@@ -24,6 +24,14 @@ to find, so it says nothing about the system; it must not be scored at all
 
 A ``ranked`` list with a repeated id raises ValueError: it would count the
 same document twice and could push recall or nDCG above 1.
+
+**A metric that has no value** for a run says why instead of a number: its score function raises
+``MetricNotApplicable`` (grounding and the judged metrics of extractive answers, which are verbatim and
+would score 1.0 by construction) or ``MetricFailed`` (the judge endpoint failed: its error, never a 0).
+``score_outcomes`` keeps these apart from the figures (``Scores.unavailable``: status and reason), and the
+results store, the CLI, the Dagster metadata and the console show them as such.  A per-query value of
+None means that query was not scored (an answer with nothing to judge); the run's figure aggregates the
+scored ones.
 """
 
 from __future__ import annotations
@@ -31,8 +39,10 @@ from __future__ import annotations
 import math
 import re
 import statistics
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
 
 from knowledge_store.core.errors import GroundworkError
 from knowledge_store.core.metrics import (
@@ -44,8 +54,14 @@ from knowledge_store.core.metrics import (
     recall_at_k,
 )
 from knowledge_store.evaluation.grounding import grounding_score
-from knowledge_store.evaluation.ragas_metrics import ragas_recall_batch  # imports RAGAS on first use
-from knowledge_store.retrieval.answer import Answer
+from knowledge_store.evaluation.ragas_metrics import (  # each imports RAGAS on first use
+    JudgeItem,
+    RagasJudge,
+    ragas_context_precision_batch,
+    ragas_context_recall_batch,
+    ragas_recall_batch,
+)
+from knowledge_store.retrieval.answer import NO_ANSWER, Answer
 
 
 def score_query(ranked: Sequence[str], relevant: Relevant, ks: Iterable[int] = DEFAULT_KS) -> dict[str, float]:
@@ -79,6 +95,31 @@ class UnknownMetricError(MetricError):
     """A name that is neither registered in ``METRICS`` nor ``<ranking family>@<k>`` (e.g. ``recall_at_5``)."""
 
 
+UnavailableStatus = Literal["not_applicable", "failed"]
+
+
+class MetricUnavailable(MetricError):
+    """A metric with no value for this run; ``status`` says which kind, ``reason`` why."""
+
+    status: UnavailableStatus
+
+    def note(self) -> dict[str, str]:
+        """What a run records in the value's place: ``{"status", "reason"}``."""
+        return {"status": self.status, "reason": self.reason}
+
+
+class MetricNotApplicable(MetricUnavailable):
+    """The metric does not apply to these answers (e.g. grounding of extractive, verbatim answers)."""
+
+    status: UnavailableStatus = "not_applicable"
+
+
+class MetricFailed(MetricUnavailable):
+    """Computing the metric failed (the judge endpoint's error); recorded with its error, never as 0."""
+
+    status: UnavailableStatus = "failed"
+
+
 @dataclass(frozen=True)
 class QueryOutcome:
     """What the engine did with one labelled query: everything a metric may score.
@@ -92,9 +133,15 @@ class QueryOutcome:
     answer: Answer | str = ""  # the answer a user would get (extractive, from the served passages), or its text
     passages: Mapping[int, str] = field(default_factory=dict)  # the served passages by citation number
     latency_ms: float = 0.0  # search latency including one real query embedding
+    question: str = ""  # the query's text (what a judge asks about)
+    references: Mapping[str, str] = field(default_factory=dict)  # labelled doc id -> its text (text-based metrics)
+    answer_error: str | None = None  # the answering endpoint's error when the answer could not be written
 
 
-ScoreFn = Callable[[Sequence[QueryOutcome]], list[float]]
+ScoreValue = float | None  # None: this query was not scored
+
+
+ScoreFn = Callable[..., list[ScoreValue]]  # (outcomes) -> values; (outcomes, judge) for a judged metric
 AggregateFn = Callable[[Sequence[float]], float]
 
 
@@ -128,7 +175,8 @@ class MetricSpec:
     ``score`` gives one value per query (in the order given), ``aggregate`` turns them into the run's
     figure (the mean unless said otherwise).  ``headline`` metrics are shown with their change since the
     previous run (console) and drawn in the scorecard plot; ``gated`` ones fail the regression check
-    when they worsen by more than its margin.
+    when they worsen by more than its margin.  ``judged``: ``score`` also gets the run's ``RagasJudge``
+    (None when no LLM wrote the answers).
     """
 
     name: str
@@ -140,6 +188,7 @@ class MetricSpec:
     headline: bool = False
     gated: bool = False
     description: str = ""
+    judged: bool = False
 
     def public(self) -> dict[str, object]:
         """What an API client needs to show the metric (no functions)."""
@@ -174,8 +223,70 @@ def _ragas_recall_at_5(outcomes: Sequence[QueryOutcome]) -> list[float]:
     return ragas_recall_batch([(outcome.ranked[:5], list(outcome.relevant)) for outcome in outcomes], k=5)
 
 
-def _grounding(outcome: QueryOutcome) -> float:
-    return grounding_score(outcome.answer, dict(outcome.passages)).score
+def _served_and_labelled(outcome: QueryOutcome) -> tuple[list[str], list[str]]:
+    """The served passages' texts in citation order and the labelled documents' texts (those the dataset has)."""
+    served = [outcome.passages[n] for n in sorted(outcome.passages)]
+    labelled = [outcome.references[doc] for doc, grade in outcome.relevant.items()
+                if grade > 0 and outcome.references.get(doc)]
+    return served, labelled
+
+
+def _ragas_context_recall(outcomes: Sequence[QueryOutcome]) -> list[float]:
+    return ragas_context_recall_batch([_served_and_labelled(outcome) for outcome in outcomes])
+
+
+def _ragas_context_precision(outcomes: Sequence[QueryOutcome]) -> list[float]:
+    return ragas_context_precision_batch([_served_and_labelled(outcome) for outcome in outcomes])
+
+
+EXTRACTIVE = "extractive answers"
+
+
+def _extractive(outcome: QueryOutcome) -> bool:
+    return isinstance(outcome.answer, Answer) and outcome.answer.method == "extractive"
+
+
+def _answered(outcomes: Sequence[QueryOutcome], metric: str) -> None:
+    """MetricNotApplicable when every answer is extractive; MetricFailed when the endpoint wrote none of some."""
+    if all(_extractive(outcome) for outcome in outcomes):
+        raise MetricNotApplicable(metric, EXTRACTIVE)
+    failed = [outcome for outcome in outcomes if outcome.answer_error]
+    if failed:
+        raise MetricFailed(metric, f"no answer for {len(failed)} of {len(outcomes)} queries: {failed[0].answer_error}")
+
+
+def _answer_text(outcome: QueryOutcome) -> str:
+    return outcome.answer.text if isinstance(outcome.answer, Answer) else str(outcome.answer or "")
+
+
+def _grounding(outcomes: Sequence[QueryOutcome]) -> list[ScoreValue]:
+    _answered(outcomes, "grounding")
+    return [None if _extractive(outcome) else grounding_score(outcome.answer, dict(outcome.passages)).score
+            for outcome in outcomes]
+
+
+def _judged(metric: Literal["faithfulness", "answer_relevancy"]) -> ScoreFn:
+    """The judge's ``metric`` per query: not applicable to extractive answers, failed (with the first error and
+    the count) when any request failed; an answer with nothing to judge (no answer, no passage) is not scored."""
+
+    def score(outcomes: Sequence[QueryOutcome], judge: RagasJudge | None) -> list[ScoreValue]:
+        _answered(outcomes, metric)
+        if judge is None:
+            raise MetricNotApplicable(metric, "no judge: the answers were not written by the configured endpoint")
+        items = []
+        for outcome in outcomes:
+            text = _answer_text(outcome).strip()
+            served = tuple(outcome.passages[n] for n in sorted(outcome.passages))
+            judgeable = text and text != NO_ANSWER and served and outcome.question and not _extractive(outcome)
+            items.append(JudgeItem(outcome.question, text, served) if judgeable else None)
+        values = judge.score(metric, items)
+        errors = [value for value in values if isinstance(value, str)]
+        if errors:
+            raise MetricFailed(metric, f"judge {judge.model} failed on {len(errors)} of "
+                                       f"{sum(1 for item in items if item)} answers: {errors[0]}")
+        return [None if isinstance(value, str) else value for value in values]
+
+    return score
 
 
 def _latency(outcome: QueryOutcome) -> float:
@@ -188,9 +299,23 @@ METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in (
     ranking_metric("mrr", 10),
     ranking_metric("precision", 5),
     MetricSpec("ragas_recall@5", "RAGAS recall@5", True, _ragas_recall_at_5,
-               description="RAGAS IDBasedContextRecall over the top five retrieved ids (cross-checks recall@5)"),
-    MetricSpec("grounding", "Grounding", True, each_query(_grounding),
-               description="share of the extractive answer's sentences supported by the passages they cite"),
+               description="RAGAS IDBasedContextRecall over the top five retrieved ids: equals recall@5 by "
+                           "construction (a cross-check)"),
+    MetricSpec("ragas_context_recall@5", "RAGAS context recall (text)", True, _ragas_context_recall,
+               description="RAGAS NonLLMContextRecall: share of the labelled passages whose text one of the five "
+                           "served passages reproduces (Levenshtein similarity > 0.5)"),
+    MetricSpec("ragas_context_precision@5", "RAGAS context precision (text)", True, _ragas_context_precision,
+               description="RAGAS NonLLMContextPrecisionWithReference: average precision of the five served "
+                           "passages, one counting when its text matches a labelled passage (similarity >= 0.5)"),
+    MetricSpec("grounding", "Grounding", True, _grounding,
+               description="share of a generated answer's sentences supported by the passages they cite; not "
+                           "applicable to extractive answers (verbatim)"),
+    MetricSpec("faithfulness", "Faithfulness", True, _judged("faithfulness"), judged=True,
+               description="RAGAS Faithfulness of a generated answer, judged through the configured endpoint: "
+                           "share of its claims the served passages support"),
+    MetricSpec("answer_relevancy", "Answer relevancy", True, _judged("answer_relevancy"), judged=True,
+               description="RAGAS AnswerRelevancy of a generated answer, judged through the configured endpoint: "
+                           "cosine of the question with questions generated from the answer"),
     MetricSpec("latency_p50_ms", "p50 ms", False, each_query(_latency), aggregate=statistics.median, digits=1,
                description="median search latency including one query embedding"),
     MetricSpec("latency_p95_ms", "p95 ms", False, each_query(_latency), aggregate=nearest_rank_percentile(0.95),
@@ -236,15 +361,28 @@ def check_metric_value(name: str, value: object) -> float:
     return float(value)
 
 
-def score_outcomes(outcomes: Sequence[QueryOutcome],
-                   ks: Iterable[int] = ()) -> tuple[dict[str, float], list[dict[str, object]]]:
-    """Every registered metric, plus each ranking family at the depths ``ks``, over ``outcomes``.
+class Scores(NamedTuple):
+    """What ``score_outcomes`` gives: the run's figures ``{name: value}`` in column order, one row per query
+    (``{"query_id", name: value or None, ...}``), the metrics without a value (``{name: {"status",
+    "reason"}}``) and the seconds each metric took to compute."""
 
-    Returns (the run's figures ``{name: value}`` in column order, one row per query ``{"query_id", name:
-    value, ...}``).  Empty ``outcomes`` give ``({}, [])``: there is nothing to average.
+    figures: dict[str, float]
+    per_query: list[dict[str, object]]
+    unavailable: dict[str, dict[str, str]]
+    seconds: dict[str, float]
+
+
+def score_outcomes(outcomes: Sequence[QueryOutcome], ks: Iterable[int] = (),
+                   judge: RagasJudge | None = None) -> Scores:
+    """Every registered metric, plus each ranking family at the depths ``ks``, over ``outcomes``; ``judge``
+    scores the judged metrics (None: no LLM wrote the answers).
+
+    A metric that raises ``MetricUnavailable`` is listed in ``unavailable`` (and is None in every query's row),
+    as is one that scored no query at all.  Empty ``outcomes`` give empty ``Scores``: there is nothing to
+    average.
     """
     if not outcomes:
-        return {}, []
+        return Scores({}, [], {}, {})
     specs = list(METRICS.values())
     names = set(METRICS)
     for k in ks:
@@ -254,11 +392,23 @@ def score_outcomes(outcomes: Sequence[QueryOutcome],
                 names.add(f"{family}@{k}")
     per_query: list[dict[str, object]] = [{"query_id": outcome.query_id} for outcome in outcomes]
     figures: dict[str, float] = {}
+    unavailable: dict[str, dict[str, str]] = {}
+    seconds: dict[str, float] = {}
     for spec in specs:
-        values = [float(v) for v in spec.score(outcomes)]
-        if len(values) != len(outcomes):
-            raise MetricError(spec.name, f"scored {len(values)} values for {len(outcomes)} queries")
+        started = time.perf_counter()
+        try:
+            raw = spec.score(outcomes, judge) if spec.judged else spec.score(outcomes)
+        except MetricUnavailable as missing:
+            raw, unavailable[spec.name] = [None] * len(outcomes), missing.note()
+        seconds[spec.name] = time.perf_counter() - started
+        if len(raw) != len(outcomes):
+            raise MetricError(spec.name, f"scored {len(raw)} values for {len(outcomes)} queries")
+        values = [None if value is None else float(value) for value in raw]
         for row, value in zip(per_query, values):
             row[spec.name] = value
-        figures[spec.name] = float(spec.aggregate(values))
-    return figures, per_query
+        scored = [value for value in values if value is not None]
+        if scored:
+            figures[spec.name] = float(spec.aggregate(scored))
+        elif spec.name not in unavailable:
+            unavailable[spec.name] = {"status": "not_applicable", "reason": "no query could be scored"}
+    return Scores(figures, per_query, unavailable, seconds)

@@ -7,7 +7,11 @@ One DuckDB file, ``<data_dir>/eval/results.duckdb``, append-only per run:
 - ``eval_metrics``  long-form, one row per metric of such a run (``run_id, dataset, split, configuration,
   metric, value``), ``metric`` being the canonical name of ``knowledge_store.evaluation.metrics.METRICS`` - a new metric needs
   no schema change; ``scorecard`` is a view: the latest ``eval_runs`` row per dataset, split and
-  configuration;
+  configuration; a run also records how its answers were written (``answer_method``) and, when an LLM
+  judged them, the judge model and the RAGAS version;
+- ``eval_metric_notes``  one row per metric of a run that has no value: ``status`` ``not_applicable``
+  (grounding of extractive answers) or ``failed`` (the judge's error), and the ``reason`` - never a 0 in
+  ``eval_metrics``;
 - ``feedback_eval_runs`` / ``helpful_rates``  one row per ``feedback_eval`` run (gold set from thumbs, recall
   of today's engine on it) and its helpful rate per configuration (alpha, fusion, reranker);
 - ``drift_runs`` / ``drift_queries``  one row per ``query_log_drift`` run (logged queries replayed on today's
@@ -31,7 +35,7 @@ import csv
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -55,6 +59,10 @@ class EvaluatedConfiguration(Protocol):
     config: Any  # retrieval_eval.EvalConfig: name/configuration, alpha, fusion, reranker, section and lead weights
     metrics: dict[str, float]
     queries: int
+    unavailable: dict[str, dict[str, str]]  # metric -> {"status", "reason"}: no value, and why
+    answer_method: str
+    judge_model: str | None
+    ragas_version: str | None
 
 RESULTS_FILE = "results.duckdb"
 
@@ -127,7 +135,17 @@ RESULTS_MIGRATIONS: list[tuple[int, str, str]] = [
      _LONG_FORM),
     (3, "feedback_eval_runs.recall_at_5 renamed to the canonical metric name recall@5",
      'ALTER TABLE feedback_eval_runs RENAME COLUMN recall_at_5 TO "recall@5";'),
+    (4, "eval_runs records how the answers were written, the judge model and the RAGAS version; "
+        "eval_metric_notes holds the metrics a run has no value for (not applicable or failed) and why",
+     """ALTER TABLE eval_runs ADD COLUMN answer_method VARCHAR;
+        ALTER TABLE eval_runs ADD COLUMN judge_model VARCHAR;
+        ALTER TABLE eval_runs ADD COLUMN ragas_version VARCHAR;
+        CREATE TABLE eval_metric_notes (
+            run_id VARCHAR NOT NULL, dataset VARCHAR NOT NULL, split VARCHAR NOT NULL, configuration VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL, status VARCHAR NOT NULL, reason VARCHAR NOT NULL,
+            PRIMARY KEY (run_id, dataset, split, configuration, metric));"""),
 ]
+NOTE_STATUSES = ("not_applicable", "failed")
 ALPHA_SWEEP_NOTEBOOK = "alpha_sweep"
 DRIFT_CHANGED_SHOWN = 50  # changed queries listed per drift run (the counts cover all of them)
 EMPTY_HINT = ("No evaluation has run yet: run the evaluation assets in Dagster (job evaluate) or "
@@ -168,7 +186,8 @@ def _insert(conn, table: str, rows: list[dict[str, Any]]) -> None:
 @dataclass(frozen=True)
 class EvalRun:
     """One retrieval evaluation of one configuration on one dataset split: an ``eval_runs`` row and its
-    ``eval_metrics`` rows.  ``metrics`` is keyed by canonical metric names."""
+    ``eval_metrics`` rows.  ``metrics`` is keyed by canonical metric names; ``unavailable`` lists the metrics
+    with no value (``{name: {"status", "reason"}}``), recorded as ``eval_metric_notes`` rows."""
 
     run_id: str
     dataset: str
@@ -182,6 +201,10 @@ class EvalRun:
     reranker: str | None = None
     section_weight: float | None = None
     lead_weight: float | None = None
+    unavailable: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    answer_method: str | None = None
+    judge_model: str | None = None
+    ragas_version: str | None = None
 
     @classmethod
     def from_result(cls, result: EvaluatedConfiguration, *, run_id: str, dataset: str, split: str, created_at: datetime,
@@ -189,31 +212,55 @@ class EvalRun:
         """The record of an ``knowledge_store.evaluation.retrieval_eval.EvalResult``: every metric of the registry (the depth extras a
         caller asked for are its own display, not recorded), filed under ``configuration`` (default: the
         configuration's name or label)."""
-        missing = [name for name in METRICS if name not in result.metrics]
+        unavailable = dict(getattr(result, "unavailable", {}) or {})
+        missing = [name for name in METRICS if name not in result.metrics and name not in unavailable]
         if missing:
             raise MetricError(missing[0], f"registered in knowledge_store.evaluation.metrics.METRICS but the evaluation did not produce "
                                           f"it (produced: {', '.join(result.metrics)})")
         config = result.config
         return cls(run_id=run_id, dataset=dataset, split=split,
                    configuration=configuration or config.configuration, created_at=created_at,
-                   metrics={name: result.metrics[name] for name in METRICS}, queries=result.queries,
-                   alpha=config.alpha, fusion=config.fusion, reranker=config.reranker,
-                   section_weight=config.section_weight, lead_weight=config.lead_weight)
+                   metrics={name: result.metrics[name] for name in METRICS if name in result.metrics},
+                   queries=result.queries, alpha=config.alpha, fusion=config.fusion, reranker=config.reranker,
+                   section_weight=config.section_weight, lead_weight=config.lead_weight,
+                   unavailable={name: dict(unavailable[name]) for name in METRICS if name in unavailable},
+                   answer_method=getattr(result, "answer_method", None),
+                   judge_model=getattr(result, "judge_model", None),
+                   ragas_version=getattr(result, "ragas_version", None))
 
 
 _RUN_COLUMNS = ("run_id", "dataset", "split", "configuration", "created_at", "queries", "alpha", "fusion", "reranker",
-                "section_weight", "lead_weight")
+                "section_weight", "lead_weight", "answer_method", "judge_model", "ragas_version")
+
+
+def _checked_notes(run: EvalRun) -> dict[str, tuple[str, str]]:
+    """``run.unavailable`` as ``{name: (status, reason)}``; MetricError for an unknown name, a status outside
+    ``NOTE_STATUSES``, an empty reason, or a metric that has a value as well."""
+    notes = {}
+    for name, note in run.unavailable.items():
+        metric_spec(name)
+        status, reason = note.get("status"), note.get("reason")
+        if status not in NOTE_STATUSES:
+            raise MetricError(name, f"status must be one of {', '.join(NOTE_STATUSES)}, got {status!r}")
+        if not isinstance(reason, str) or not reason.strip():
+            raise MetricError(name, f"an unavailable metric needs its reason, got {reason!r}")
+        if name in run.metrics:
+            raise MetricError(name, "has a value and is listed as unavailable")
+        notes[name] = (status, reason)
+    return notes
 
 
 def record_eval_results(path: Path, runs: Sequence[EvalRun]) -> None:
     """Append retrieval-evaluation runs in one transaction: one ``eval_runs`` row each and one ``eval_metrics``
-    row per metric.  Every name must be canonical and every value a finite number (``MetricError`` naming the
-    metric otherwise, raised before anything is written)."""
-    checked = [(run, {name: check_metric_value(name, value) for name, value in run.metrics.items()}) for run in runs]
+    row per metric, and one ``eval_metric_notes`` row per metric without a value.  Every name must be canonical
+    and every value a finite number (``MetricError`` naming the metric otherwise, raised before anything is
+    written)."""
+    checked = [(run, {name: check_metric_value(name, value) for name, value in run.metrics.items()},
+                _checked_notes(run)) for run in runs]
     conn = open_results(path)
     try:
         with transaction(conn):
-            for run, metrics in checked:
+            for run, metrics, notes in checked:
                 conn.execute(f"INSERT INTO eval_runs ({', '.join(_RUN_COLUMNS)}) "
                              f"VALUES ({', '.join(['?'] * len(_RUN_COLUMNS))})",
                              [getattr(run, column) for column in _RUN_COLUMNS])
@@ -221,6 +268,10 @@ def record_eval_results(path: Path, runs: Sequence[EvalRun]) -> None:
                     conn.executemany("INSERT INTO eval_metrics VALUES (?, ?, ?, ?, ?, ?)",
                                      [[run.run_id, run.dataset, run.split, run.configuration, name, value]
                                       for name, value in metrics.items()])
+                if notes:
+                    conn.executemany("INSERT INTO eval_metric_notes VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                     [[run.run_id, run.dataset, run.split, run.configuration, name, status, reason]
+                                      for name, (status, reason) in notes.items()])
     finally:
         conn.close()
 
@@ -292,6 +343,13 @@ _SCORECARD_SQL = f"""
     SELECT ranked.*, eval_metrics.metric, eval_metrics.value FROM ranked
     LEFT JOIN eval_metrics USING (run_id, dataset, split, configuration)
     WHERE ranked.recency <= 2"""
+_NOTES_SQL = f"""
+    WITH ranked AS (SELECT run_id, dataset, split, configuration, row_number() OVER ({_BY_RECENCY}) AS recency
+                    FROM eval_runs)
+    SELECT ranked.recency, ranked.dataset, ranked.split, ranked.configuration, notes.metric, notes.status,
+           notes.reason
+    FROM ranked JOIN eval_metric_notes AS notes USING (run_id, dataset, split, configuration)
+    WHERE ranked.recency <= 2 ORDER BY notes.metric"""
 
 
 def _ordered(metrics: dict[str, float]) -> dict[str, float]:
@@ -300,8 +358,9 @@ def _ordered(metrics: dict[str, float]) -> dict[str, float]:
 
 def _scorecard(conn) -> list[dict[str, Any]]:
     """The latest run per dataset, split and configuration: its ``eval_runs`` fields, ``runs`` (how many there
-    are), ``metrics`` ({canonical name: value}, in column order) and ``previous`` (the run before it:
-    ``run_id``, ``created_at``, ``metrics``; None for a first run).  Best ``PRIMARY_METRIC`` first within each
+    are), ``metrics`` ({canonical name: value}, in column order), ``unavailable`` ({name: {status, reason}}:
+    the metrics it has no value for) and ``previous`` (the run before it: ``run_id``, ``created_at``,
+    ``metrics``, ``unavailable``; None for a first run).  Best ``PRIMARY_METRIC`` first within each
     dataset and split."""
     runs: dict[int, dict[tuple[str, str, str], dict[str, Any]]] = {1: {}, 2: {}}
     for record in _rows(conn, _SCORECARD_SQL):
@@ -310,12 +369,20 @@ def _scorecard(conn) -> list[dict[str, Any]]:
             **{k: v for k, v in record.items() if k not in ("metric", "value", "recency")}, "metrics": {}})
         if record["metric"] is not None:
             run["metrics"][record["metric"]] = record["value"]
+    notes: dict[int, dict[tuple[str, str, str], dict[str, dict[str, str]]]] = {1: {}, 2: {}}
+    if "eval_metric_notes" in _tables(conn):
+        for record in _rows(conn, _NOTES_SQL):
+            key = (record["dataset"], record["split"], record["configuration"])
+            notes[record["recency"]].setdefault(key, {})[record["metric"]] = {
+                "status": record["status"], "reason": record["reason"]}
     rows = []
     for key, run in runs[1].items():
         run["metrics"] = _ordered(run["metrics"])
+        run["unavailable"] = notes[1].get(key, {})
         before = runs[2].get(key)
         run["previous"] = None if before is None else {
-            "run_id": before["run_id"], "created_at": before["created_at"], "metrics": _ordered(before["metrics"])}
+            "run_id": before["run_id"], "created_at": before["created_at"], "metrics": _ordered(before["metrics"]),
+            "unavailable": notes[2].get(key, {})}
         rows.append(run)
 
     def order(row: dict[str, Any]) -> tuple:

@@ -28,11 +28,12 @@ from knowledge_store.core.metrics import dedupe_ranking
 from knowledge_store.core.progress import stage_progress
 from knowledge_store.evaluation.beir import BeirDataset, beir_ids_by_doc_id, beir_settings, ingest_beir, load_beir
 from knowledge_store.evaluation.metrics import QueryOutcome, metric_order, score_outcomes
+from knowledge_store.evaluation.ragas_metrics import RagasJudge
 from knowledge_store.evaluation.results_store import EvalRun
 from knowledge_store.learning.finetune import base_index
 from knowledge_store.models.embeddings import Embedder, query_embedder
 from knowledge_store.models.serving import load_record
-from knowledge_store.retrieval.answer import extractive_answer
+from knowledge_store.retrieval.answer import Answer, GenerationError, LLMAnswerer, extractive_answer
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.reranker_registry import RERANKERS
@@ -112,6 +113,11 @@ class EvalResult:
     metrics: dict[str, float]
     queries: int
     per_query: list[dict] = field(default_factory=list)
+    unavailable: dict[str, dict[str, str]] = field(default_factory=dict)  # metric -> {"status", "reason"}
+    answer_method: str = "extractive"  # how the scored answers were written: "extractive" or "llm"
+    judge_model: str | None = None  # the model that judged faithfulness and answer relevancy
+    ragas_version: str | None = None  # the RAGAS that judged them
+    seconds: dict[str, float] = field(default_factory=dict)  # metric -> seconds it took to compute
 
     @property
     def latency_p50_ms(self) -> float:
@@ -127,7 +133,8 @@ class EvalResult:
             "configuration": self.config.label, "alpha": self.config.alpha, "fusion": self.config.fusion,
             "reranker": self.config.reranker, "section_weight": self.config.section_weight,
             "lead_weight": self.config.lead_weight, **{name: self.metrics[name] for name in metric_order(self.metrics)},
-            "queries": self.queries,
+            "queries": self.queries, "unavailable": self.unavailable, "answer_method": self.answer_method,
+            "judge_model": self.judge_model, "ragas_version": self.ragas_version,
         }
 
 
@@ -136,10 +143,20 @@ def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str
     """Run every query of ``dataset`` through ``engine.search`` and score what it did with each one.
 
     This collects one ``QueryOutcome`` per query (the deduplicated document ranking, the answer a user would
-    get and its passages, the latency); which metrics are computed from them is the registry's business
-    (``knowledge_store.evaluation.metrics.score_outcomes``): every registered metric, plus each ranking family at the depths
-    ``ks``."""
+    get and its passages, the labelled documents' texts, the latency); which metrics are computed from them is
+    the registry's business (``knowledge_store.evaluation.metrics.score_outcomes``): every registered metric,
+    plus each ranking family at the depths ``ks``.
 
+    The answers are extractive, or - with an endpoint configured and ``eval_llm_answers`` on - written by the
+    endpoint's model (``LLMAnswerer``, after the search: its time is not in the latency) and judged by RAGAS
+    through it (``RagasJudge``)."""
+
+    settings = engine.settings
+    answerer = judge = None
+    if settings.llm_configured and settings.eval_llm_answers:
+        answerer = LLMAnswerer(settings.llm_base_url, settings.llm_model,
+                               settings.llm_api_key.get_secret_value() if settings.llm_api_key else None)
+        judge = RagasJudge.from_settings(settings)
     outcomes: list[QueryOutcome] = []
     counts = stage_progress("eval", "queries").start(len(dataset.queries))
     for query_id, text in dataset.queries.items():
@@ -150,13 +167,34 @@ def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str
         latency_ms = response.latency_ms["total"] - response.latency_ms["embed"] + engine_embed_ms(engine)
         # the answer a user would get (extractive, from the top 5 passages): what grounding scores
         served = response.hits[:5]
+        answer: Answer | str = ""
+        answer_error = None
+        if answerer is None:
+            answer = extractive_answer(text, served)
+        else:
+            try:
+                answer = answerer.answer(text, served)
+            except GenerationError as error:  # recorded: the answer-based metrics of this run fail with it
+                answer_error = str(error)
+        qrels = dataset.qrels[query_id]
         outcomes.append(QueryOutcome(
             query_id=query_id, ranked=dedupe_ranking(doc_map.get(h.doc_id, h.doc_id) for h in response.hits),
-            relevant=dataset.qrels[query_id], answer=extractive_answer(text, served),
-            passages={i + 1: h.text for i, h in enumerate(served)}, latency_ms=latency_ms))
+            relevant=qrels, answer=answer, passages={i + 1: h.text for i, h in enumerate(served)},
+            latency_ms=latency_ms, question=text, answer_error=answer_error,
+            references={doc: _labelled_text(dataset, doc) for doc in qrels if doc in dataset.corpus}))
     counts.finish()
-    metrics, per_query = score_outcomes(outcomes, ks)
-    return EvalResult(config, metrics, len(per_query), per_query)
+    scores = score_outcomes(outcomes, ks, judge=judge)
+    return EvalResult(config, scores.figures, len(scores.per_query), scores.per_query, unavailable=scores.unavailable,
+                      answer_method="extractive" if answerer is None else "llm",
+                      judge_model=judge.model if judge else None, ragas_version=judge.ragas_version if judge else None,
+                      seconds=scores.seconds)
+
+
+def _labelled_text(dataset: BeirDataset, doc_id: str) -> str:
+    """A labelled document's text as its chunks carry it: the body (the title lives in the front matter), or
+    the title when the body is empty (``beir.materialise_corpus`` writes it so)."""
+    doc = dataset.corpus[doc_id]
+    return doc.text.strip() or doc.title.strip()
 
 
 _EMBED_MS: dict[int, float] = {}
@@ -246,6 +284,8 @@ class DatasetEvaluation:
             "dataset": str(self.dataset.folder), "split": self.split, "queries": self.result.queries,
             "configuration": config.label, "alpha": self.alpha, "question_alpha": self.question_alpha,
             "fusion": config.fusion, "reranker": config.reranker, **self.result.metrics,
+            "unavailable": self.result.unavailable, "answer_method": self.result.answer_method,
+            "judge_model": self.result.judge_model, "ragas_version": self.result.ragas_version,
             "model_id": self.model_id, "base": self.base_metrics,
             "finetune": None if self.finetune is None else {k: self.finetune.get(k) for k in (
                 "decision", "reason", "gain", "standard_error", "pairs", "held_out", "seconds", "candidate_model_id")},

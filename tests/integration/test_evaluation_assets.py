@@ -36,7 +36,10 @@ def test_evaluation_assets_write_a_scorecard_and_gate_regressions(tmp_path, monk
     hybrid = first.asset_materializations_for_node("retrieval_eval_hybrid")[0].metadata
     assert hybrid["recall@5"].value == 1.0 and hybrid["mrr@10"].value == 1.0
     assert hybrid["ragas_recall@5"].value == hybrid["recall@5"].value  # RAGAS agrees with our recall@5
-    assert 0.0 < hybrid["grounding"].value <= 1.0
+    # extractive answers: grounding and the judged metrics are not applicable (null), with the reason
+    assert hybrid["grounding"].value is None and "extractive answers" in hybrid["unavailable"].value
+    assert hybrid["answer_method"].value == "extractive" and hybrid["ragas_version"].value == "0.4.3"
+    assert 0.0 <= hybrid["ragas_context_recall@5"].value <= 1.0 and hybrid["ragas_seconds"].value >= 0
     card = first.asset_materializations_for_node("eval_scorecard")[0].metadata
     assert card["rows"].value == len(CONFIGURATIONS)
     assert "nDCG@10" in card["scorecard"].value and "data:image/png;base64," in card["scorecard"].value
@@ -44,7 +47,11 @@ def test_evaluation_assets_write_a_scorecard_and_gate_regressions(tmp_path, monk
     conn = duckdb.connect(str(results), read_only=True)
     assert conn.execute("SELECT count(*) FROM scorecard").fetchone()[0] == len(CONFIGURATIONS)
     assert conn.execute("SELECT count(*) FROM eval_runs").fetchone()[0] == len(CONFIGURATIONS)
-    assert conn.execute("SELECT count(*) FROM eval_metrics").fetchone()[0] == len(CONFIGURATIONS) * len(METRICS)
+    not_applicable = ("grounding", "faithfulness", "answer_relevancy")
+    assert conn.execute("SELECT count(*) FROM eval_metrics").fetchone()[0] == len(CONFIGURATIONS) * (
+        len(METRICS) - len(not_applicable))
+    assert conn.execute("SELECT count(*) FROM eval_metric_notes WHERE status = 'not_applicable'").fetchone()[0] == (
+        len(CONFIGURATIONS) * len(not_applicable))
     conn.close()
     assert (tmp_path / "data" / "eval" / "scorecard.png").stat().st_size > 1000
 

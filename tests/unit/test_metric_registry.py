@@ -47,15 +47,17 @@ def test_every_metric_has_one_canonical_spelling_and_old_spellings_are_refused()
 
 
 def test_score_outcomes_gives_every_registered_metric_keyed_by_canonical_name():
-    figures, per_query = score_outcomes(outcomes(), ks=(3,))
-    assert list(figures)[:len(METRICS)] == list(METRICS)  # registry order first, then the asked depths
+    figures, per_query, unavailable, seconds = score_outcomes(outcomes(), ks=(3,))
+    # registry order first, then the asked depths; the judged metrics have no judge here (plain-text answers)
+    assert list(figures)[:len(METRICS) - 2] == [name for name in METRICS if name not in unavailable]
+    assert set(unavailable) == {"faithfulness", "answer_relevancy"} and set(seconds) >= set(METRICS)
     assert {"ndcg@3", "recall@3", "precision@3", "mrr@3"} <= set(figures)
     assert figures["recall@5"] == pytest.approx((1 + 0 + 1) / 3)
     assert figures["mrr@10"] == pytest.approx((1 + 1 / 6 + 1) / 3)
     assert figures["ragas_recall@5"] == pytest.approx(figures["recall@5"])  # RAGAS agrees on the deduped top 5
     assert figures["latency_p50_ms"] == 20.0 and figures["latency_p95_ms"] == 20.0  # nearest rank: index int(0.95 * 2)
     assert [row["query_id"] for row in per_query] == ["q1", "q2", "q3"] and per_query[1]["recall@5"] == 0.0
-    assert score_outcomes([]) == ({}, [])
+    assert score_outcomes([]) == ({}, [], {}, {})
 
 
 def test_a_metric_scoring_the_wrong_number_of_queries_is_a_metric_error(monkeypatch):

@@ -1134,7 +1134,8 @@
       var head = el("thead"), tr = el("tr");
       [["Configuration"], ["Alpha", "num"], ["Fusion"], ["Reranker"], ["Queries", "num"]].concat(
         metrics.map(function (m) { return [m.label + (m.headline ? " (change)" : ""), "num", m.description]; }),
-        [["Run"]]).forEach(function (c) {
+        [["Answers", null, "How the scored answers were written; for generated ones, the model that judged them and the RAGAS version"],
+         ["Run"]]).forEach(function (c) {
         var th = el("th", c[0], c[1]);
         th.scope = "col";
         if (c[2]) th.title = c[2];
@@ -1152,10 +1153,19 @@
         cell(row, r.reranker || "\u2014");
         cell(row, String(r.queries), "num");
         var values = r.metrics || {}, before = (r.previous && r.previous.metrics) || null;
+        var missing = r.unavailable || {};
         metrics.forEach(function (m) {
-          if (m.headline) deltaCell(row, values[m.name], before ? before[m.name] : null, m.digits, m.higher_is_better);
+          var note = missing[m.name];
+          if (note) {
+            // no value: not applicable (e.g. grounding of extractive answers) or failed (the judge's error)
+            var td = cell(row, note.status === "not_applicable" ? "n/a" : "failed", "num");
+            td.title = (note.status === "not_applicable" ? "Not applicable: " : "Failed: ") + note.reason;
+            if (note.status !== "not_applicable") td.classList.add("worse");
+          } else if (m.headline) deltaCell(row, values[m.name], before ? before[m.name] : null, m.digits, m.higher_is_better);
           else cell(row, fmt(values[m.name], m.digits), "num");
         });
+        cell(row, r.judge_model ? (r.answer_method || "llm") + ", judged by " + r.judge_model +
+          (r.ragas_version ? " (RAGAS " + r.ragas_version + ")" : "") : (r.answer_method || "\u2014"));
         cell(row, when(r.created_at));
         body.appendChild(row);
       });
