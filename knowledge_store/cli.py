@@ -984,7 +984,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--json", action="store_true", help="machine-readable output")
     query.set_defaults(func=cmd_query)
 
-    ev = sub.add_parser("eval", help="Recall@5, nDCG, MRR, P@5, RAGAS recall, grounding and latency on a BEIR-format folder")
+    ev = sub.add_parser("eval", help="Recall@5, nDCG, MRR, P@5, RAGAS recall and context recall/precision, grounding, faithfulness and answer relevancy (LLM answers) and latency on a BEIR-format folder")
     ev.add_argument("dataset", help="folder with corpus.jsonl, queries.jsonl, qrels.tsv")
     ev.add_argument("--alpha", type=float, default=None, help="fusion weight (default: settings)")
     ev.add_argument("--fusion", choices=list(FUSION_MODES), default=None, help=_FUSION_HELP)

@@ -37,10 +37,11 @@ typically has two or more of its 5–10 content terms missing and drops below
 paraphrase.  It is a lexical proxy: it cannot see negation or a wrong
 relation between words that all occur in the passage.
 
-When an OpenAI-compatible endpoint is configured, the LLM-judged RAGAS
-``Faithfulness`` metric is the one to use instead (claims extracted from the
-answer and verified against the contexts by the model); it is not implemented
-here — this module is the offline fallback.
+When an OpenAI-compatible endpoint is configured, evaluations also compute the
+LLM-judged RAGAS ``Faithfulness`` (claims extracted from the answer and verified
+against the contexts by the model, ``ragas_metrics.RagasJudge``); this module is
+the offline check beside it.  Extractive answers are verbatim, so the evaluation
+marks their grounding not applicable rather than scoring a constant 1.0.
 
 ``helpful_rate`` turns the query log's thumbs (``'up'`` / ``'down'``) into a
 rate.

@@ -136,10 +136,13 @@ RESULTS_MIGRATIONS: list[tuple[int, str, str]] = [
     (3, "feedback_eval_runs.recall_at_5 renamed to the canonical metric name recall@5",
      'ALTER TABLE feedback_eval_runs RENAME COLUMN recall_at_5 TO "recall@5";'),
     (4, "eval_runs records how the answers were written, the judge model and the RAGAS version; "
-        "eval_metric_notes holds the metrics a run has no value for (not applicable or failed) and why",
-     """ALTER TABLE eval_runs ADD COLUMN answer_method VARCHAR;
+        "eval_metric_notes holds the metrics a run has no value for (not applicable or failed) and why; the "
+        "scorecard view is made again over the wider eval_runs (a view keeps the columns it was made with)",
+     f"""ALTER TABLE eval_runs ADD COLUMN answer_method VARCHAR;
         ALTER TABLE eval_runs ADD COLUMN judge_model VARCHAR;
         ALTER TABLE eval_runs ADD COLUMN ragas_version VARCHAR;
+        DROP VIEW IF EXISTS scorecard;
+        CREATE VIEW scorecard AS SELECT * FROM eval_runs QUALIFY row_number() OVER ({_BY_RECENCY}) = 1;
         CREATE TABLE eval_metric_notes (
             run_id VARCHAR NOT NULL, dataset VARCHAR NOT NULL, split VARCHAR NOT NULL, configuration VARCHAR NOT NULL,
             metric VARCHAR NOT NULL, status VARCHAR NOT NULL, reason VARCHAR NOT NULL,

@@ -344,9 +344,13 @@ class EvaluationSummary(Open):
 
     results_path: str = Field(..., description="The evaluation results file (DuckDB) the Dagster assets write.")
     scorecard: list[dict[str, Any]] = Field(..., description="Latest result per dataset, split and configuration: "
-                                                             "the run's fields, metrics ({canonical metric name: "
-                                                             "value}) and previous (the run before it: run_id, "
-                                                             "created_at, metrics; null for a first run).")
+                                                             "the run's fields (answer_method: extractive or llm; "
+                                                             "judge_model and ragas_version when RAGAS judged the "
+                                                             "answers), metrics ({canonical metric name: value}), "
+                                                             "unavailable ({metric: {status: not_applicable or "
+                                                             "failed, reason}}: the metrics without a value and why) "
+                                                             "and previous (the run before it: run_id, created_at, "
+                                                             "metrics, unavailable; null for a first run).")
     metrics: list[dict[str, Any]] = Field(..., description="The scorecard's metric columns in order: the registry "
                                           "(knowledge_store.evaluation.metrics.METRICS), then any other metric the runs stored; each "
                                           "with name, label, higher_is_better, digits, headline (shown with its "

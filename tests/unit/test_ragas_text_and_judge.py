@@ -123,6 +123,7 @@ def test_not_applicable_is_stored_as_a_note_not_a_number(tmp_path):
     conn = duckdb.connect(str(path), read_only=True)
     values = dict(conn.execute("SELECT metric, value FROM eval_metrics").fetchall())
     notes = conn.execute("SELECT metric, status, reason FROM eval_metric_notes ORDER BY metric").fetchall()
+    assert conn.execute("SELECT answer_method, judge_model FROM scorecard").fetchall() == [("extractive", None)]
     conn.close()
     assert "grounding" not in values and values["ragas_context_recall@5"] == pytest.approx(0.5)
     assert notes == [("answer_relevancy", "not_applicable", "extractive answers"),
