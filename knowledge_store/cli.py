@@ -762,7 +762,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         return 0
     # IndexNotBuiltError and QueryAdapterError are GroundworkErrors: main() prints them on one line, exit code 2
     labels = read_labels(args.labels) if args.labels else None
-    training = adapt_corpus(settings, save=not args.dry_run, labels=labels)
+    training = adapt_corpus(settings, save=not args.dry_run, labels=labels, trigger="labels" if labels else "cli")
     if args.json:
         print(json.dumps(training.to_dict(), indent=2))
         return 0

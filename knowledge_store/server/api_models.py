@@ -281,6 +281,13 @@ class ConfigResponse(Open):
     query_adapter: dict[str, Any] | None = Field(None, description="The corpus's query adapter learned from thumbs-up "
                                                  "feedback (`groundwork adapt`): rated and held-out queries, held-out "
                                                  "nDCG@10/Recall@5 without and with it, in_use; null when none is stored.")
+    feedback_learning: dict[str, Any] | None = Field(None, description="Learning from ratings without a command: "
+                                                     "enabled (GROUNDWORK_LEARN_FROM_FEEDBACK), retrain_votes, up_votes "
+                                                     "(thumbs-up now), new_up_votes (since the last decision), "
+                                                     "until_next_retrain, check_interval_s, last_check {at, up_votes, "
+                                                     "message}, next_check_at and last_decision {decision (adopted or "
+                                                     "declined), reason, gain, standard_error, required, rated_queries, "
+                                                     "up_votes, trigger, decided_at, seconds}.")
     chunk_vectors: dict[str, Any] | None = Field(None, description="The served index's chunk vectors: model_id, "
                                                  "bare_vector_weight (share of each chunk's text embedded without its "
                                                  "header), configured_bare_vector_weight (the setting) and "

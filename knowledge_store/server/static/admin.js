@@ -1015,8 +1015,41 @@
     }
   }
 
+  /** Whether ratings retrain the query adapter, the last decision and when the next check runs
+   * (GET /api/knowledge/config: feedback_learning). */
+  function renderLearning(learning) {
+    var facts = $("learning-facts");
+    facts.textContent = "";
+    if (!learning) return;
+    fact(facts, "Retraining", learning.enabled ? "on: after every " + learning.retrain_votes + " new thumbs-up" :
+      "off (GROUNDWORK_LEARN_FROM_FEEDBACK=false): ratings are stored, nothing retrains from them");
+    if (learning.enabled) {
+      fact(facts, "Next retrain", typeof learning.until_next_retrain !== "number" ? "—" :
+        learning.until_next_retrain === 0 ? "at the next check (" + learning.new_up_votes + " new thumbs-up)" :
+        "after " + learning.until_next_retrain + " more thumbs-up (" + learning.new_up_votes + " of " +
+        learning.retrain_votes + " so far)");
+      var check = learning.last_check;
+      fact(facts, "Checks", "every " + Math.round(learning.check_interval_s / 60) + " min" + (check
+        ? "; last " + when(check.at) + " (" + check.message + "), next " + when(learning.next_check_at)
+        : "; none yet: the sensor runs while Dagster (make run) is up"));
+    }
+    var last = learning.last_decision;
+    if (!last) {
+      fact(facts, "Last decision", "none yet");
+      return;
+    }
+    fact(facts, "Last decision", words(last.decision) + ", " + when(last.decided_at) + " on " +
+      (typeof last.rated_queries === "number" ? last.rated_queries + " rated queries" : "the ratings") + " (" +
+      last.up_votes + " thumbs-up)" + (typeof last.gain === "number" ? ": paired nDCG@10 gain " + signed(last.gain) +
+      " ± " + fmt(last.standard_error) + ", needs above " + fmt(last.required) : ""));
+    fact(facts, "Why", last.reason || "");
+  }
+
   function loadModel() {
-    return getJSON("/api/knowledge/config").then(function (config) { renderModel(config.embedding_model); },
+    return getJSON("/api/knowledge/config").then(function (config) {
+      renderModel(config.embedding_model);
+      renderLearning(config.feedback_learning);
+    },
       function (error) { say($("model-status"), "Cannot read the embedding model: " + error.message, "error"); });
   }
   loaders.settings = function () { loadRanking(); loadModel(); };
