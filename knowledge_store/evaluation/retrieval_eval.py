@@ -132,15 +132,17 @@ class EvalResult:
 
 
 def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str, str], chunks: int = 40,
-             ks: tuple[int, ...] = (5, 10)) -> EvalResult:
+             ks: tuple[int, ...] = (5, 10), keep_hits: int = 0) -> EvalResult:
     """Run every query of ``dataset`` through ``engine.search`` and score what it did with each one.
 
     This collects one ``QueryOutcome`` per query (the deduplicated document ranking, the answer a user would
     get and its passages, the latency); which metrics are computed from them is the registry's business
     (``knowledge_store.evaluation.metrics.score_outcomes``): every registered metric, plus each ranking family at the depths
-    ``ks``."""
+    ``ks``.  ``keep_hits``: each query's row in ``per_query`` also lists its first this many passages
+    (``hits``: rank, document, title, section, chunk id, text) for a page that shows what each question found."""
 
     outcomes: list[QueryOutcome] = []
+    kept: list[list[dict[str, Any]]] = []
     counts = stage_progress("eval", "queries").start(len(dataset.queries))
     for query_id, text in dataset.queries.items():
         counts.advance()
@@ -154,8 +156,13 @@ def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str
             query_id=query_id, ranked=dedupe_ranking(doc_map.get(h.doc_id, h.doc_id) for h in response.hits),
             relevant=dataset.qrels[query_id], answer=extractive_answer(text, served),
             passages={i + 1: h.text for i, h in enumerate(served)}, latency_ms=latency_ms))
+        kept.append([{"rank": rank, "document": doc_map.get(h.doc_id, h.doc_id), "title": h.title, "section": h.section,
+                      "chunk_id": h.chunk_id, "text": h.text} for rank, h in enumerate(response.hits[:keep_hits], 1)])
     counts.finish()
     metrics, per_query = score_outcomes(outcomes, ks)
+    if keep_hits:
+        for row, hits in zip(per_query, kept):
+            row["hits"] = hits
     return EvalResult(config, metrics, len(per_query), per_query)
 
 

@@ -358,9 +358,15 @@ class EvaluationSummary(Open):
                                           "(knowledge_store.evaluation.metrics.METRICS), then any other metric the runs stored; each "
                                           "with name, label, higher_is_better, digits, headline (shown with its "
                                           "change), gated (checked by the regression gate) and description.")
-    alpha_sweeps: list[dict[str, Any]] = Field(..., description="Latest alpha sweep per dataset and split (the "
-                                               "alpha_sweep notebook) and the self-tuning grid of this corpus: series "
-                                               "of [alpha, score] points.")
+    alpha_sweeps: list[dict[str, Any]] = Field(..., description="Latest alpha sweep per dataset and split (an "
+                                               "evaluation run's, e.g. `groundwork eval --sample`, and the "
+                                               "alpha_sweep notebook's) and the self-tuning grid of this corpus: "
+                                               "series of [alpha, score] points.")
+    questions: list[dict[str, Any]] = Field([], description="Per dataset and split, the latest run's questions: "
+                                            "query, expected (the answering document and section), found_rank (rank "
+                                            "of the first relevant hit, null when not among the hits), scores and "
+                                            "hits (rank, document, title, section, chunk_id, relevant, "
+                                            "holds_answer); found and total count them.")
     helpful: dict[str, Any] | None = Field(..., description="The latest feedback_eval run: helpful rate from thumbs "
                                                             "overall and per configuration.")
     drift: dict[str, Any] | None = Field(..., description="The latest query_log_drift run: replayed queries, mean "
