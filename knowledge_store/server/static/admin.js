@@ -1131,6 +1131,7 @@
       " and the notebooks' output, as the evaluation runs wrote them.";
     renderScorecards(summary.scorecard || [], summary.metrics || []);
     renderSweeps(summary.alpha_sweeps || []);
+    renderQuestions(summary.questions || []);
     renderHelpful(summary.helpful);
     renderDrift(summary.drift);
   }
@@ -1313,6 +1314,50 @@
       figure.appendChild(caption);
       figure.appendChild(sweepTable(sweep));
       box.appendChild(figure);
+    });
+  }
+
+  /** Per dataset: each question, the rank its answering document was found at and its first hits. */
+  function renderQuestions(runs) {
+    var box = $("questions");
+    box.textContent = "";
+    show($("questions-panel"), runs.length > 0);
+    runs.forEach(function (run) {
+      var wrap = el("div", null, "table-scroll");
+      var table = el("table", null, "sources-table questions-table");
+      table.appendChild(el("caption", run.dataset + " (" + run.split + ") \u00b7 " + run.configuration + " \u00b7 " +
+        run.found + " of " + run.total + " found \u00b7 " + when(run.created_at)));
+      var head = el("tr");
+      ["Question", "Should find", "Found at", "First hits"].forEach(function (text) {
+        var th = el("th", text);
+        th.scope = "col";
+        head.appendChild(th);
+      });
+      var thead = el("thead");
+      thead.appendChild(head);
+      table.appendChild(thead);
+      var body = el("tbody");
+      (run.questions || []).forEach(function (q) {
+        var row = el("tr"), name = el("th", q.query);
+        name.scope = "row";
+        row.appendChild(name);
+        cell(row, q.expected || "\u2014");
+        cell(row, q.found_rank ? "#" + q.found_rank : "not found", "num");
+        var list = el("ol", null, "hit-list");
+        (q.hits || []).forEach(function (h) {
+          var item = el("li", h.title + (h.section ? " \u203a " + h.section : "") + (h.relevant ? " \u2713" : "") +
+            (h.holds_answer ? " (holds the answer)" : ""));
+          if (h.relevant) item.className = "relevant";
+          list.appendChild(item);
+        });
+        var td = el("td");
+        td.appendChild(list);
+        row.appendChild(td);
+        body.appendChild(row);
+      });
+      table.appendChild(body);
+      wrap.appendChild(table);
+      box.appendChild(wrap);
     });
   }
 
