@@ -44,6 +44,7 @@ from knowledge_store.evaluation.metrics import METRICS, metric_label, metric_spe
 from knowledge_store.evaluation.notebooks import parse_value, run_notebook
 from knowledge_store.evaluation.results_store import record_eval_results, results_path
 from knowledge_store.evaluation.retrieval_eval import evaluate_dataset
+from knowledge_store.evaluation.sample_eval import SAMPLE_DATASET, SAMPLE_SPLIT, evaluate_example_questions
 from knowledge_store.ingest.failures import open_failures
 from knowledge_store.ingest.sample_corpus import write_sample_corpus
 from knowledge_store.ingest.source_actions import delete_source_now, describe_source, retry_failure, update_source_now
@@ -603,7 +604,34 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sample_eval(args: argparse.Namespace) -> int:
+    """``groundwork eval --sample``: the example questions on the served index, recorded for the Evaluation page."""
+    done = evaluate_example_questions(_settings(args))
+    m = done.served.metrics
+    if args.json:
+        print(json.dumps({"run_id": done.run_id, "dataset": SAMPLE_DATASET, "split": SAMPLE_SPLIT,
+                          "queries": done.served.queries, "found_in_top5": done.found, "metrics": m,
+                          "sweep": [{"alpha": p.alpha, **p.metrics} for p in done.sweep],
+                          "questions": [{"query": q.query, "expected": q.expected, "found_rank": q.found_rank}
+                                        for q in done.questions],
+                          "seconds": done.seconds, "recorded_in": str(done.results_path)}, indent=2))
+        return 0
+    print(f"{SAMPLE_DATASET} ({done.served.queries} {SAMPLE_SPLIT}), served defaults: " + ", ".join(
+        f"{metric_label(name)} {m[name]:.{metric_spec(name).digits}f}" for name in METRICS if metric_spec(name).headline))
+    for q in done.questions:
+        print(f"  {'#' + str(q.found_rank) if q.found_rank else 'not in top 5':>13}  {q.query}  ->  {q.expected}")
+    best = max(done.sweep, key=lambda p: (p.metrics["ndcg@10"], -abs(p.alpha - 0.5)))
+    print(f"alpha sweep ({len(done.sweep)} points): best nDCG@10 {best.metrics['ndcg@10']:.3f} at alpha {best.alpha:g}")
+    print(f"recorded in {done.results_path} in {done.seconds:.1f} s (the console's Evaluation page shows it)")
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
+    if args.sample == bool(args.dataset):
+        raise ConfigError("eval", args.dataset, "give a BEIR folder or --sample (the sample corpus's example "
+                                                "questions), exactly one of them")
+    if args.sample:
+        return cmd_sample_eval(args)
     # every registered metric (knowledge_store.evaluation.metrics.METRICS, what the scorecard records), plus nDCG and MRR at --k
     ks = tuple(sorted({5, 10, args.k}))
     # alpha None = the engine's own per-query default: questions get the corpus's question alpha
@@ -775,7 +803,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         return 0
     # IndexNotBuiltError and QueryAdapterError are GroundworkErrors: main() prints them on one line, exit code 2
     labels = read_labels(args.labels) if args.labels else None
-    training = adapt_corpus(settings, save=not args.dry_run, labels=labels)
+    training = adapt_corpus(settings, save=not args.dry_run, labels=labels, trigger="labels" if labels else "cli")
     if args.json:
         print(json.dumps(training.to_dict(), indent=2))
         return 0
@@ -984,8 +1012,13 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--json", action="store_true", help="machine-readable output")
     query.set_defaults(func=cmd_query)
 
-    ev = sub.add_parser("eval", help="Recall@5, nDCG, MRR, P@5, RAGAS recall and context recall/precision, grounding, faithfulness and answer relevancy (LLM answers) and latency on a BEIR-format folder")
-    ev.add_argument("dataset", help="folder with corpus.jsonl, queries.jsonl, qrels.tsv")
+    ev = sub.add_parser("eval", help="Recall@5, nDCG, MRR, P@5, RAGAS recall and context recall/precision, grounding, faithfulness and answer "
+                        "relevancy (LLM answers) and latency on a BEIR-format folder, or (--sample) on the sample corpus's example questions")
+    ev.add_argument("dataset", nargs="?", help="folder with corpus.jsonl, queries.jsonl, qrels.tsv")
+    ev.add_argument("--sample", action="store_true", help="evaluate the sample corpus's example questions on the "
+                    "index as it is (seconds; a scorecard row, an alpha sweep and each question's hits for the "
+                    "console's Evaluation page)")
+    ev.add_argument("--data-dir", help="store location for --sample (default: GROUNDWORK_DATA_DIR or ./data)")
     ev.add_argument("--alpha", type=float, default=None, help="fusion weight (default: settings)")
     ev.add_argument("--fusion", choices=list(FUSION_MODES), default=None, help=_FUSION_HELP)
     ev.add_argument("--reranker", choices=list(RERANKERS), default=None, help=_RERANKER_HELP)

@@ -96,7 +96,7 @@ def build_definitions(
             build_failure_sensor([ingest_job, sync_source_job, tune_job, finetune_job, evaluate_job,
                                   query_log_retention_job]),
             build_source_registry_sensor(),
-            build_feedback_sensor(tune_job),
+            build_feedback_sensor(tune_job, settings.feedback_check_interval_s),
             build_finetune_sensor(finetune_job),
         ],
         schedules=[build_schedule(ingest_job), weekly_tuning, nightly_eval, query_log_retention_daily],

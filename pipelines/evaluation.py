@@ -25,7 +25,7 @@ from typing import Any
 import dagster as dg
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.core.errors import ConfigError
+from knowledge_store.core.errors import ConfigError, IndexNotBuiltError
 from knowledge_store.evaluation import results_store
 from knowledge_store.evaluation.beir import ingest_beir, load_beir
 from knowledge_store.evaluation.feedback_gold import feedback_gold_set, helpful_by_config
@@ -34,6 +34,7 @@ from knowledge_store.evaluation.metrics import METRICS, PRIMARY_METRIC, check_me
 from knowledge_store.evaluation.notebooks import run_notebook
 from knowledge_store.evaluation.ragas_metrics import ragas_version
 from knowledge_store.evaluation.retrieval_eval import EvalConfig, evaluate_dataset
+from knowledge_store.evaluation.sample_eval import SampleEvaluationError, evaluate_example_questions
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.ranking_defaults import effective_question_alpha
 from knowledge_store.storage.query_log import QueryLog
@@ -165,6 +166,35 @@ def _evaluation_asset(config: EvalConfig) -> dg.AssetsDefinition:
 EVAL_ASSETS = [_evaluation_asset(c) for c in CONFIGURATIONS]
 
 
+@dg.asset(group_name=GROUP, kinds={"duckdb"},
+          description="The sample corpus's example questions on the served index (seconds, no labelled set needed): "
+                      "a scorecard row, an alpha sweep and each question's hits for the console's Evaluation page.")
+def example_questions_eval(context: dg.AssetExecutionContext, retrieval: RetrievalResource) -> dg.MaterializeResult:
+    settings = retrieval.settings()
+    try:
+        done = evaluate_example_questions(settings)
+    except (SampleEvaluationError, IndexNotBuiltError) as error:
+        # another corpus is served, or none yet: nothing to evaluate, nothing made up; the labelled sets still run
+        context.log.warning(f"example questions not evaluated: {error}")
+        return dg.MaterializeResult(metadata={"evaluated": False, "reason": str(error)})
+    metrics = done.served.metrics
+    context.log.info(f"{done.found} of {done.served.queries} example questions found their document in the top 5 "
+                     f"in {done.seconds:.1f} s; " + ", ".join(f"{metric_label(name)} {metrics[name]:.3f}"
+                                                              for name in METRICS
+                                                              if metric_spec(name).headline and name in metrics))
+    return dg.MaterializeResult(metadata={
+        "evaluated": True, "run_id": done.run_id, "questions": done.served.queries, "found_in_top5": done.found,
+        **{name: float(metrics[name]) for name in METRICS if name in metrics},
+        "unavailable": markdown_table([{"metric": name, "status": note["status"], "reason": note["reason"]}
+                                       for name, note in done.served.unavailable.items()]),
+        "questions_table": markdown_table([{"question": q.query, "expected": q.expected,
+                                            "found at": q.found_rank or "not found"} for q in done.questions]),
+        "alpha_sweep": markdown_table([{"alpha": p.alpha, **{metric_label(k): round(v, 3) for k, v in p.metrics.items()}}
+                                       for p in done.sweep]),
+        "duration_s": float(done.seconds), "results_path": dg.MetadataValue.path(str(done.results_path)),
+    })
+
+
 def _plot(rows: list[dict]) -> bytes:
     """A PNG bar chart of the headline metrics (``MetricSpec.headline``) per dataset and configuration."""
     import matplotlib  # noqa: PLC0415 - matplotlib, ~0.5 s to import with pyplot
@@ -192,7 +222,7 @@ def _plot(rows: list[dict]) -> bytes:
     return buffer.getvalue()
 
 
-@dg.asset(group_name=GROUP, deps=EVAL_ASSETS, kinds={"duckdb"}, description="Latest result per dataset and configuration, as a table, markdown and a plot.")
+@dg.asset(group_name=GROUP, deps=[*EVAL_ASSETS, example_questions_eval], kinds={"duckdb"}, description="Latest result per dataset and configuration, as a table, markdown and a plot.")
 def eval_scorecard(context: dg.AssetExecutionContext, evaluation: EvaluationResource) -> dg.MaterializeResult:
     rows = results_store.read_scorecard(evaluation.results_path())
     png = _plot(rows) if rows else b""
@@ -258,7 +288,7 @@ def recall_did_not_regress(evaluation: EvaluationResource) -> dg.AssetCheckResul
     )
 
 
-EVALUATION_ASSETS = [eval_datasets, *EVAL_ASSETS, eval_scorecard]
+EVALUATION_ASSETS = [eval_datasets, *EVAL_ASSETS, eval_scorecard, example_questions_eval]
 EVALUATION_CHECKS = [recall_did_not_regress]
 
 

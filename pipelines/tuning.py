@@ -15,7 +15,12 @@ a broken sweep or a hand-edited file).
 from its thumbs-up feedback (``knowledge_store.retrieval.query_adapter``) and stores it in
 ``<index_dir>/query_adapter.npz`` when held-out rated queries rank better with it.  Too little
 feedback is a normal state of a young corpus, not a failure: the materialisation says so and
-stores nothing.
+stores nothing.  Every decision, adopted or declined, is recorded in ``<index_dir>/feedback_learning.json``
+(``knowledge_store.storage.feedback_learning``), which the console's Settings page shows.
+
+``feedback_grew`` (on by default; off with ``GROUNDWORK_LEARN_FROM_FEEDBACK=false``) requests a run of
+``query_adapter`` alone once ``GROUNDWORK_ADAPTER_RETRAIN_VOTES`` new thumbs-up have been given since the
+last decision, so ratings change rankings without a command, under the same held-out rule.
 """
 
 import base64
@@ -25,11 +30,12 @@ from pathlib import Path
 import dagster as dg
 
 from knowledge_store.core.errors import IndexNotBuiltError
-from knowledge_store.learning.adapter_training import adapt_corpus
+from knowledge_store.learning.adapter_training import adapt_corpus, retrain_threshold
 from knowledge_store.learning.tuning import PSEUDO_QUERY_KINDS, TuningError, tune_corpus
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.query_adapter import QueryAdapterError, adapter_path, read_adapter
 from knowledge_store.retrieval.ranking_defaults import ranking_sources
+from knowledge_store.storage.feedback_learning import feedback_learning_path, load_feedback_learning, record_check
 from knowledge_store.storage.query_log import QueryLog
 from knowledge_store.storage.tuned import TunedConfig, load_tuned, tuned_path
 from pipelines.ingestion import search_index
@@ -183,15 +189,18 @@ def query_adapter(context: dg.AssetExecutionContext, retrieval: RetrievalResourc
                   model: EmbeddingModelResource) -> dg.MaterializeResult:
     settings = retrieval.settings()
     path = adapter_path(settings.index_dir)
+    decision_path = feedback_learning_path(settings.index_dir)
     try:
-        training = adapt_corpus(settings, embedder=model.embedder(quantization="none", settings=settings), save=True)
+        training = adapt_corpus(settings, embedder=model.embedder(quantization="none", settings=settings), save=True,
+                                trigger=context.run.tags.get("groundwork/trigger", "dagster"))
     except IndexNotBuiltError as error:
         raise dg.Failure(description=f"cannot train a query adapter for {settings.data_dir}: {error}",
                          allow_retries=False) from error
     except QueryAdapterError as error:  # too little feedback yet: nothing stored, nothing made up
         context.log.warning(str(error))
         return dg.MaterializeResult(metadata={"adopted": False, "reason": str(error),
-                                              "adapter_path": dg.MetadataValue.path(str(path))})
+                                              "adapter_path": dg.MetadataValue.path(str(path)),
+                                              "decision_path": dg.MetadataValue.path(str(decision_path))})
     (context.log.info if training.adapter is not None else context.log.warning)(training.reason)
     rows = [{"adapter": "none", "l2": "", "nDCG@10": training.without["ndcg@10"], "Recall@5": training.without["recall@5"]}]
     rows += [{"adapter": "trained", "l2": r["l2"], "nDCG@10": r["ndcg@10"], "Recall@5": r["recall@5"]}
@@ -212,6 +221,7 @@ def query_adapter(context: dg.AssetExecutionContext, retrieval: RetrievalResourc
         "held_out_table": markdown_table(rows),
         "duration_s": float(training.seconds),
         "adapter_path": dg.MetadataValue.path(str(path)),
+        "decision_path": dg.MetadataValue.path(str(decision_path)),
     })
 
 
@@ -242,35 +252,62 @@ def up_votes(settings) -> int | None:
         log.close()
 
 
-def build_feedback_sensor(job) -> dg.SensorDefinition:
+def feedback_check(settings, cursor: str | None,
+                   in_flight: bool) -> tuple[dg.RunRequest | dg.SkipReason, str | None, int | None]:
+    """One evaluation of ``feedback_grew``: (what to do, the new cursor, the thumbs-up counted).  New thumbs-up
+    are counted from the last decision (``feedback_learning.json``: a retrain by hand resets the count too) or
+    the last request, whichever is later; a query adapter run is requested when they reach
+    ``retrain_threshold``."""
+    if not settings.learn_from_feedback:
+        return dg.SkipReason("GROUNDWORK_LEARN_FROM_FEEDBACK is false: ratings are stored, no run retrains the "
+                             "query adapter from them (`groundwork adapt` still does)"), cursor, None
+    try:
+        ups = up_votes(settings)
+        decided = (load_feedback_learning(settings.index_dir).last_decision or {}).get("up_votes")
+    except Exception as error:  # noqa: BLE001 - a busy or damaged log: try again next tick, say why
+        return dg.SkipReason(f"cannot read the query log {settings.logs_path}: {error}"), cursor, None
+    if ups is None:
+        return dg.SkipReason(f"no query log at {settings.logs_path} yet"), cursor, None
+    requested = int(cursor or 0)
+    if ups < requested:  # the log was purged or replaced: count from here
+        return dg.SkipReason(f"{ups} thumbs-up, fewer than at the last request ({requested}): counting from here"), str(ups), ups
+    last = max(requested, decided if isinstance(decided, int) and decided <= ups else 0)
+    needed = retrain_threshold(settings)
+    if ups - last < needed:
+        since = "the last decision" if last and last == decided else "the last request" if last else "the start"
+        return dg.SkipReason(f"{ups - last} new thumbs-up since {since} ({ups} in all); the query adapter is "
+                             f"retrained at {needed}"), cursor, ups
+    if in_flight:
+        return dg.SkipReason(f"{ups - last} new thumbs-up, but a tune run is in progress; will look again"), cursor, ups
+    return dg.RunRequest(run_key=f"feedback-{ups}", asset_selection=[query_adapter.key],
+                         tags={"groundwork/trigger": "feedback", "groundwork/up_votes": str(ups)}), str(ups), ups
+
+
+def build_feedback_sensor(job, interval_s: int = 300) -> dg.SensorDefinition:
     @dg.sensor(
         name="feedback_grew",
         job=job,
-        minimum_interval_seconds=300,
-        default_status=dg.DefaultSensorStatus.STOPPED,
-        description="Requests a tune run (self-tuned ranking and the query adapter learned from feedback) once "
-                    "GROUNDWORK_ADAPTER_RETRAIN_VOTES new thumbs-up have been given since its last request "
-                    "(off by default: switch it on to let feedback change rankings without a hand in between).",
+        minimum_interval_seconds=interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Retrains the query adapter (tune job, query_adapter asset) once GROUNDWORK_ADAPTER_RETRAIN_VOTES "
+                    "new thumbs-up have been given since the last decision; it is adopted only when the rated "
+                    "queries, each held out once, rank clearly better. GROUNDWORK_LEARN_FROM_FEEDBACK=false stops it.",
     )
     def feedback_grew(context: dg.SensorEvaluationContext, retrieval: RetrievalResource):
         settings = retrieval.settings()
-        try:
-            ups = up_votes(settings)
-        except Exception as error:  # noqa: BLE001 - a busy or damaged log: try again next tick, say why
-            return dg.SkipReason(f"cannot read the query log {settings.logs_path}: {error}")
-        if ups is None:
-            return dg.SkipReason(f"no query log at {settings.logs_path} yet")
-        last = int(context.cursor or 0)
-        needed = max(settings.adapter_retrain_votes, settings.adapter_min_queries)
-        if ups < last:  # the log was purged or replaced: count from here
-            context.update_cursor(str(ups))
-            return dg.SkipReason(f"{ups} thumbs-up, fewer than at the last request ({last}): counting from here")
-        if ups - last < needed:
-            return dg.SkipReason(f"{ups - last} new thumbs-up since the last request ({ups} in all); "
-                                 f"a tune run is requested at {needed}")
-        context.update_cursor(str(ups))
-        return dg.RunRequest(run_key=f"feedback-{ups}", tags={"groundwork/trigger": "feedback",
-                                                               "groundwork/up_votes": str(ups)})
+        in_flight = bool(context.instance.get_runs(filters=dg.RunsFilter(
+            job_name=TUNE_JOB_NAME,
+            statuses=[dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]), limit=1))
+        result, cursor, ups = feedback_check(settings, context.cursor, in_flight)
+        if cursor != context.cursor:
+            context.update_cursor(cursor)
+        message = (result.skip_message if isinstance(result, dg.SkipReason)
+                   else f"requested run {result.run_key} to retrain the query adapter")
+        try:  # the console shows when the sensor last looked and what it found
+            record_check(settings.index_dir, ups, message)
+        except OSError as error:
+            context.log.warning(f"cannot note the check in {settings.index_dir}: {error}")
+        return result
 
     return feedback_grew
 

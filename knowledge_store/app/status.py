@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import IndexNotBuiltError, StoreError
 from knowledge_store.ingest.failures import open_failures
 from knowledge_store.ingest.sync_runs import run_process_state
+from knowledge_store.learning.adapter_training import retrain_threshold
 from knowledge_store.models.embeddings import bare_weight_of, model_id_for
 from knowledge_store.models.serving import load_record
 from knowledge_store.retrieval.query_adapter import QueryAdapterError, adapter_path, read_adapter
 from knowledge_store.retrieval.ranking_defaults import effective_question_alpha, effective_ranking
+from knowledge_store.storage.feedback_learning import load_feedback_learning
 from knowledge_store.storage.index import read_pointer
 from knowledge_store.storage.store import store_connection
 from knowledge_store.storage.tuned import load_tuned
@@ -178,3 +180,32 @@ def ranking_status(settings: Settings) -> dict[str, object]:
             "tuned": None if tuned is None else {"created_at": tuned.created_at, "before": tuned.before,
                                                 "after": tuned.after},
             "query_adapter": adapter}
+
+
+def feedback_learning_status(settings: Settings, up_votes: int | None) -> dict[str, object]:
+    """Whether ratings retrain the query adapter by themselves, what the last decision was and when the next
+    can come: ``/api/knowledge/config``'s ``feedback_learning`` and the console's Settings page.  ``up_votes``:
+    the thumbs-up in the query log now (None: not known)."""
+    try:
+        state = load_feedback_learning(settings.index_dir)
+        error = None
+    except StoreError as failure:
+        state, error = None, str(failure)
+    last = state.last_decision if state else None
+    check = state.last_check if state else None
+    threshold = retrain_threshold(settings)
+    since = last.get("up_votes") if last else 0
+    new = None if up_votes is None else max(0, up_votes - (since if isinstance(since, int) and since <= up_votes else 0))
+    next_check = None
+    if settings.learn_from_feedback and check and check.get("at"):
+        try:
+            next_check = (datetime.fromisoformat(check["at"])
+                          + timedelta(seconds=settings.feedback_check_interval_s)).isoformat(timespec="seconds")
+        except ValueError:
+            next_check = None
+    return {
+        "enabled": settings.learn_from_feedback, "retrain_votes": threshold, "up_votes": up_votes,
+        "new_up_votes": new, "until_next_retrain": None if new is None else max(0, threshold - new),
+        "check_interval_s": settings.feedback_check_interval_s,
+        "last_check": check, "next_check_at": next_check, "last_decision": last, "error": error,
+    }

@@ -230,7 +230,9 @@ class LearningSettings(BaseModel):
 
     use_query_adapter: bool = Field(True, description="Apply the corpus's query adapter learned from thumbs-up feedback (index/query_adapter.npz, `groundwork adapt`) to every query vector. See docs/EVALUATION.md (Feedback that learns).")
     adapter_min_queries: int = Field(20, ge=2, description="`groundwork adapt` refuses to train a query adapter from fewer rated queries than this.")
-    adapter_retrain_votes: int = Field(50, ge=1, description="The Dagster sensor `feedback_grew` requests a `tune` run (ranking and query adapter) once this many new thumbs-up have been given since its last request.")
+    adapter_retrain_votes: int = Field(50, ge=1, description="The Dagster sensor `feedback_grew` retrains the query adapter once this many new thumbs-up have been given since the last decision (never fewer than adapter_min_queries): often enough that ratings change rankings, seldom enough that each decision rests on new evidence.")
+    learn_from_feedback: bool = Field(True, description="Learn from ratings without a command: the Dagster sensor `feedback_grew` retrains the query adapter after adapter_retrain_votes new thumbs-up, and it is adopted only when its cross-validated gain on the rated queries is clear (the decision, adopted or declined, is shown on the console's Settings page). false: ratings are only stored (and used by the feedback reranker); `groundwork adapt` still trains by hand.")
+    feedback_check_interval_s: int = Field(300, ge=30, description="How often the sensor `feedback_grew` counts new thumbs-up (seconds): counting is one query of the query log, the retraining it may start takes seconds to minutes.")
     finetune_embedder: bool = Field(True, description="Fine-tune the embedding model on each corpus without labels "
                                     "(pairs from its headings, titles, first sentences, link texts and thumbs-up) and "
                                     "serve the result only when held-out pseudo-queries rank clearly better (paired "

@@ -15,7 +15,9 @@ One DuckDB file, ``<data_dir>/eval/results.duckdb``, append-only per run:
 - ``feedback_eval_runs`` / ``helpful_rates``  one row per ``feedback_eval`` run (gold set from thumbs, recall
   of today's engine on it) and its helpful rate per configuration (alpha, fusion, reranker);
 - ``drift_runs`` / ``drift_queries``  one row per ``query_log_drift`` run (logged queries replayed on today's
-  index) and one per replayed query (top-5 overlap, passages added and removed).
+  index) and one per replayed query (top-5 overlap, passages added and removed);
+- ``eval_questions`` / ``eval_sweeps``  a run's questions (what each should find, the rank it was found at, its
+  first hits) and its metrics against alpha, written with the run (``groundwork eval --sample`` does).
 
 The alpha sweeps are files: the ``alpha_sweep`` notebook writes
 ``<data_dir>/notebooks/alpha_sweep-<UTC stamp>/alpha_sweep_<dataset>_<split>.csv`` (and ``.png``), and
@@ -147,13 +149,25 @@ RESULTS_MIGRATIONS: list[tuple[int, str, str]] = [
             run_id VARCHAR NOT NULL, dataset VARCHAR NOT NULL, split VARCHAR NOT NULL, configuration VARCHAR NOT NULL,
             metric VARCHAR NOT NULL, status VARCHAR NOT NULL, reason VARCHAR NOT NULL,
             PRIMARY KEY (run_id, dataset, split, configuration, metric));"""),
+    (5, "eval_questions (each question of a run: what it should find, the rank it found it at, its first hits) and "
+        "eval_sweeps (a run's metrics against alpha)",
+     """CREATE TABLE eval_questions (
+            run_id VARCHAR NOT NULL, dataset VARCHAR NOT NULL, split VARCHAR NOT NULL, configuration VARCHAR NOT NULL,
+            created_at TIMESTAMP NOT NULL, query_id VARCHAR NOT NULL, query VARCHAR NOT NULL, expected VARCHAR,
+            found_rank INTEGER, scores VARCHAR, hits VARCHAR,
+            PRIMARY KEY (run_id, dataset, split, configuration, query_id));
+        CREATE TABLE eval_sweeps (
+            run_id VARCHAR NOT NULL, dataset VARCHAR NOT NULL, split VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL,
+            fusion VARCHAR, reranker VARCHAR, alpha DOUBLE NOT NULL, metric VARCHAR NOT NULL, value DOUBLE NOT NULL,
+            PRIMARY KEY (run_id, dataset, split, alpha, metric));"""),
 ]
 NOTE_STATUSES = ("not_applicable", "failed")
 ALPHA_SWEEP_NOTEBOOK = "alpha_sweep"
 DRIFT_CHANGED_SHOWN = 50  # changed queries listed per drift run (the counts cover all of them)
-EMPTY_HINT = ("No evaluation has run yet: run the evaluation assets in Dagster (job evaluate) or "
-              "`groundwork eval <BEIR folder>`; the alpha sweep comes from the alpha_sweep notebook asset "
-              "(or `groundwork notebook alpha_sweep`).")
+EMPTY_HINT = ("No evaluation has run yet: `groundwork eval --sample` evaluates the sample corpus's example "
+              "questions in seconds (`make run` does it after ingesting); run the evaluation assets in Dagster (job "
+              "evaluate) or `groundwork eval <BEIR folder>` for a labelled set; the alpha sweep also comes from the "
+              "alpha_sweep notebook asset (or `groundwork notebook alpha_sweep`).")
 
 
 def results_path(data_dir: Path) -> Path:
@@ -232,6 +246,30 @@ class EvalRun:
                    ragas_version=getattr(result, "ragas_version", None))
 
 
+@dataclass(frozen=True)
+class QuestionHits:
+    """One question of a run as the Evaluation page lists it: what it should find (``expected``, e.g. the
+    answering document and section), the rank of the first relevant document (None: not among ``hits``), its
+    per-query metric values and its first hits (``retrieval_eval.evaluate(keep_hits=...)`` rows)."""
+
+    query_id: str
+    query: str
+    expected: str
+    found_rank: int | None
+    scores: Mapping[str, float]
+    hits: Sequence[Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One alpha of a run's sweep: the metrics its queries reached at that alpha (canonical names)."""
+
+    alpha: float
+    metrics: Mapping[str, float]
+    fusion: str | None = None
+    reranker: str | None = None
+
+
 _RUN_COLUMNS = ("run_id", "dataset", "split", "configuration", "created_at", "queries", "alpha", "fusion", "reranker",
                 "section_weight", "lead_weight", "answer_method", "judge_model", "ragas_version")
 
@@ -253,13 +291,19 @@ def _checked_notes(run: EvalRun) -> dict[str, tuple[str, str]]:
     return notes
 
 
-def record_eval_results(path: Path, runs: Sequence[EvalRun]) -> None:
+def record_eval_results(path: Path, runs: Sequence[EvalRun], questions: Sequence[QuestionHits] = (),
+                        sweep: Sequence[SweepPoint] = ()) -> None:
     """Append retrieval-evaluation runs in one transaction: one ``eval_runs`` row each and one ``eval_metrics``
     row per metric, and one ``eval_metric_notes`` row per metric without a value.  Every name must be canonical
     and every value a finite number (``MetricError`` naming the metric otherwise, raised before anything is
-    written)."""
+    written).  ``questions`` and ``sweep`` belong to the first run (its per-question hits and its metrics against
+    alpha: ``eval_questions``, ``eval_sweeps``)."""
     checked = [(run, {name: check_metric_value(name, value) for name, value in run.metrics.items()},
                 _checked_notes(run)) for run in runs]
+    points = [(point, {name: check_metric_value(name, value) for name, value in point.metrics.items()})
+              for point in sweep]
+    if (questions or sweep) and not runs:
+        raise ValueError("questions and sweep points belong to a run: none was given")
     conn = open_results(path)
     try:
         with transaction(conn):
@@ -275,6 +319,18 @@ def record_eval_results(path: Path, runs: Sequence[EvalRun]) -> None:
                     conn.executemany("INSERT INTO eval_metric_notes VALUES (?, ?, ?, ?, ?, ?, ?)",
                                      [[run.run_id, run.dataset, run.split, run.configuration, name, status, reason]
                                       for name, (status, reason) in notes.items()])
+            first = runs[0] if runs else None
+            if questions:
+                conn.executemany(
+                    "INSERT INTO eval_questions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [[first.run_id, first.dataset, first.split, first.configuration, first.created_at, q.query_id,
+                      q.query, q.expected, q.found_rank, json.dumps(dict(q.scores)), json.dumps(list(q.hits))]
+                     for q in questions])
+            if points:
+                conn.executemany(
+                    "INSERT INTO eval_sweeps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [[first.run_id, first.dataset, first.split, first.created_at, point.fusion, point.reranker,
+                      float(point.alpha), name, value] for point, metrics in points for name, value in metrics.items()])
     finally:
         conn.close()
 
@@ -439,6 +495,51 @@ def _drift(conn) -> dict[str, Any] | None:
     return run
 
 
+# the newest run per dataset and split of a per-run table
+_LATEST_RUN = "QUALIFY dense_rank() OVER (PARTITION BY dataset, split ORDER BY created_at DESC, run_id DESC) = 1"
+
+
+def _questions(conn) -> list[dict[str, Any]]:
+    """The latest run's questions per dataset and split: what each should find, the rank it was found at and
+    its first hits (``eval_questions``)."""
+    rows = _rows(conn, f"SELECT * FROM eval_questions {_LATEST_RUN} ORDER BY dataset, split, query")
+    runs: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        run = runs.setdefault((row["dataset"], row["split"]), {
+            k: row[k] for k in ("run_id", "dataset", "split", "configuration", "created_at")} | {"questions": []})
+        run["questions"].append({"query_id": row["query_id"], "query": row["query"], "expected": row["expected"],
+                                 "found_rank": row["found_rank"], "scores": json.loads(row["scores"] or "{}"),
+                                 "hits": json.loads(row["hits"] or "[]")})
+    for run in runs.values():
+        found = [q for q in run["questions"] if q["found_rank"] is not None]
+        run["found"], run["total"] = len(found), len(run["questions"])
+    return list(runs.values())
+
+
+def stored_alpha_sweeps(conn) -> list[dict[str, Any]]:
+    """The latest stored sweep per dataset and split (``eval_sweeps``), one series per metric, in the form
+    ``notebook_alpha_sweeps`` gives."""
+    rows = _rows(conn, f"SELECT * FROM eval_sweeps {_LATEST_RUN} ORDER BY dataset, split, metric, alpha")
+    sweeps: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        sweep = sweeps.setdefault((row["dataset"], row["split"]), {
+            "source": "evaluation run", "dataset": row["dataset"], "split": row["split"], "run_id": row["run_id"],
+            "created_at": row["created_at"], "table_path": None, "plot_path": None,
+            "x_label": "alpha (0 = BM25, 1 = vector)", "y_label": "score", "fusion": row["fusion"],
+            "reranker": row["reranker"], "by_metric": {}, "marks": [], "rows": []})
+        sweep["by_metric"].setdefault(row["metric"], []).append([row["alpha"], row["value"]])
+    out = []
+    for sweep in sweeps.values():
+        by_metric = sweep.pop("by_metric")
+        shown = [name for name in ("recall@5", "ndcg@10") if name in by_metric] or sorted(by_metric)[:2]
+        sweep["series"] = [{"name": metric_label(name), "points": by_metric[name]} for name in shown]
+        alphas = sorted({point[0] for points in by_metric.values() for point in points})
+        sweep["rows"] = [{"alpha": alpha, **{name: next((v for a, v in by_metric[name] if a == alpha), None)
+                                             for name in shown}} for alpha in alphas]
+        out.append(sweep)
+    return out
+
+
 _SWEEP_DIR = re.compile(rf"^{ALPHA_SWEEP_NOTEBOOK}-(\d{{8}}T\d{{6}}Z)$")
 _SWEEP_FILE = re.compile(rf"^{ALPHA_SWEEP_NOTEBOOK}_(.+)_([^_]+)\.csv$")
 _NDCG_COLUMN = re.compile(r"^ndcg@(\d+)$")
@@ -512,7 +613,9 @@ def tuning_alpha_sweep(index_dir: Path) -> dict[str, Any] | None:
 def evaluation_summary(data_dir: Path, index_dir: Path, timeout_s: float = 2.0) -> dict[str, Any]:
     """Everything the Evaluation page shows, read from what the evaluation runs wrote (read-only)."""
     path = results_path(data_dir)
-    summary: dict[str, Any] = {"results_path": str(path), "scorecard": [], "helpful": None, "drift": None}
+    summary: dict[str, Any] = {"results_path": str(path), "scorecard": [], "helpful": None, "drift": None,
+                               "questions": []}
+    stored_sweeps: list[dict[str, Any]] = []
     if path.exists():
         conn = open_duckdb(path, read_only=True, timeout_s=timeout_s)
         if schema_version(conn) < RESULTS_MIGRATIONS[-1][0]:  # written by an older version: migrate once
@@ -527,13 +630,18 @@ def evaluation_summary(data_dir: Path, index_dir: Path, timeout_s: float = 2.0) 
                 summary["helpful"] = _helpful(conn)
             if {"drift_runs", "drift_queries"} <= tables:
                 summary["drift"] = _drift(conn)
+            if "eval_questions" in tables:
+                summary["questions"] = _questions(conn)
+            if "eval_sweeps" in tables:
+                stored_sweeps = stored_alpha_sweeps(conn)
         finally:
             conn.close()
-    sweeps = notebook_alpha_sweeps(Path(data_dir) / "notebooks")
+    sweeps = stored_sweeps + notebook_alpha_sweeps(Path(data_dir) / "notebooks")
     tuning = tuning_alpha_sweep(index_dir)
     summary["alpha_sweeps"] = sweeps + ([tuning] if tuning else [])
     summary["metrics"] = shown_metrics(summary["scorecard"])
-    empty = not (summary["scorecard"] or summary["helpful"] or summary["drift"] or summary["alpha_sweeps"])
+    empty = not (summary["scorecard"] or summary["helpful"] or summary["drift"] or summary["alpha_sweeps"]
+                 or summary["questions"])
     summary["empty"] = empty
     summary["hint"] = EMPTY_HINT if empty else None
     return json.loads(json.dumps(summary, default=str))

@@ -139,18 +139,19 @@ class EvalResult:
 
 
 def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str, str], chunks: int = 40,
-             ks: tuple[int, ...] = (5, 10)) -> EvalResult:
+             ks: tuple[int, ...] = (5, 10), keep_hits: int = 0) -> EvalResult:
     """Run every query of ``dataset`` through ``engine.search`` and score what it did with each one.
 
     This collects one ``QueryOutcome`` per query (the deduplicated document ranking, the answer a user would
     get and its passages, the labelled documents' texts, the latency); which metrics are computed from them is
     the registry's business (``knowledge_store.evaluation.metrics.score_outcomes``): every registered metric,
-    plus each ranking family at the depths ``ks``.
+    plus each ranking family at the depths ``ks``.  ``keep_hits``: each query's row in ``per_query`` also lists
+    its first this many passages (``hits``: rank, document, title, section, chunk id, text) for a page that shows
+    what each question found.
 
     The answers are extractive, or - with an endpoint configured and ``eval_llm_answers`` on - written by the
     endpoint's model (``LLMAnswerer``, after the search: its time is not in the latency) and judged by RAGAS
     through it (``RagasJudge``)."""
-
     settings = engine.settings
     answerer = judge = None
     if settings.llm_configured and settings.eval_llm_answers:
@@ -158,6 +159,7 @@ def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str
                                settings.llm_api_key.get_secret_value() if settings.llm_api_key else None)
         judge = RagasJudge.from_settings(settings)
     outcomes: list[QueryOutcome] = []
+    kept: list[list[dict[str, Any]]] = []
     counts = stage_progress("eval", "queries").start(len(dataset.queries))
     for query_id, text in dataset.queries.items():
         counts.advance()
@@ -182,8 +184,13 @@ def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str
             relevant=qrels, answer=answer, passages={i + 1: h.text for i, h in enumerate(served)},
             latency_ms=latency_ms, question=text, answer_error=answer_error,
             references={doc: _labelled_text(dataset, doc) for doc in qrels if doc in dataset.corpus}))
+        kept.append([{"rank": rank, "document": doc_map.get(h.doc_id, h.doc_id), "title": h.title, "section": h.section,
+                      "chunk_id": h.chunk_id, "text": h.text} for rank, h in enumerate(response.hits[:keep_hits], 1)])
     counts.finish()
     scores = score_outcomes(outcomes, ks, judge=judge)
+    if keep_hits:
+        for row, hits in zip(scores.per_query, kept):
+            row["hits"] = hits
     return EvalResult(config, scores.figures, len(scores.per_query), scores.per_query, unavailable=scores.unavailable,
                       answer_method="extractive" if answerer is None else "llm",
                       judge_model=judge.model if judge else None, ragas_version=judge.ragas_version if judge else None,

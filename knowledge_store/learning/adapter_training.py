@@ -47,6 +47,7 @@ from knowledge_store.retrieval.query_form import alpha_for
 from knowledge_store.retrieval.ranking import TUNING_STEPS, RankingPipeline
 from knowledge_store.retrieval.ranking_defaults import effective_question_alpha, effective_ranking
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
+from knowledge_store.storage.feedback_learning import record_decision
 from knowledge_store.storage.tuned import RankingParams
 
 L2_GRID = (0.03, 0.1, 0.3)
@@ -318,13 +319,41 @@ def train_query_adapter(snapshot: LoadedSnapshot, settings, feedback: Iterable[d
 # --------------------------------------------------------------------------- the whole job
 
 
+def retrain_threshold(settings) -> int:
+    """New thumbs-up after which the sensor ``feedback_grew`` retrains: ``adapter_retrain_votes``, never fewer
+    than ``adapter_min_queries`` (fewer could not train one)."""
+    return max(settings.adapter_retrain_votes, settings.adapter_min_queries)
+
+
+def thumbs_up(rows: Iterable[dict]) -> int:
+    """How many of the feedback ``rows`` are thumbs-up (what the sensor ``feedback_grew`` counts)."""
+    return sum(1 for row in rows if str(row.get("rating")).lower() in ("up", "1", "+1", "true"))
+
+
+def decision_record(training: AdapterTraining, up_votes: int, trigger: str, snapshot_version: int) -> dict[str, Any]:
+    """What ``storage.feedback_learning`` keeps of a training run: adopted or declined, why, and the evidence."""
+    best = max(training.table, key=lambda row: (row["ndcg@10"], row["recall@5"])) if training.table else None
+    return {"decision": "adopted" if training.adapter is not None else "declined", "reason": training.reason,
+            "gain": training.decision.get("gain"), "standard_error": training.decision.get("standard_error"),
+            "required": training.decision.get("required"), "rated_queries": training.rated_queries,
+            "ndcg@10_without": training.without.get("ndcg@10"), "ndcg@10_with": best["ndcg@10"] if best else None,
+            "up_votes": up_votes, "trigger": trigger, "snapshot_version": snapshot_version,
+            "seconds": training.seconds}
+
+
 def adapt_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None, save: bool = True,
-                 labels: list[dict] | None = None) -> AdapterTraining:
+                 labels: list[dict] | None = None, trigger: str = "cli") -> AdapterTraining:
     """Train the adapter of the corpus served from ``settings.index_dir`` on its feedback (plus ``labels``, see
     ``read_labels``) and, when ``save``, store it if adopted - or remove a stored one the new measurement did
     not adopt (what is served is what the latest evidence chose).  Labels naming no indexed document are an
-    error when none match, and are counted in the result otherwise."""
+    error when none match, and are counted in the result otherwise.
+
+    When ``save``, the decision is recorded in ``feedback_learning.json`` (``storage.feedback_learning``) with
+    the thumbs-up count it was made at and ``trigger`` (who asked): adopted, declined by the held-out rule, or
+    declined because too few queries are rated yet (then the ``QueryAdapterError`` is raised after recording)."""
     with corpus_inputs(settings, embedder, feedback) as (snapshot, embedder, feedback):
+        up_votes = thumbs_up(feedback)
+        version = int(snapshot.info.snapshot_version)
         missing: list[dict] = []
         if labels:
             labelled, missing = labels_as_feedback(snapshot, labels, embedder.embed)
@@ -333,9 +362,16 @@ def adapt_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None
                 raise QueryAdapterError(f"none of the {len(labels)} labels names a document in this index (e.g. {example}); "
                                         "name documents by the relative path `groundwork` lists")
             feedback += labelled
-        training = train_query_adapter(snapshot, settings, feedback, embedder.embed,
-                                       effective_ranking(settings, settings.index_dir),
-                                       question_alpha=effective_question_alpha(settings, settings.index_dir))
+        try:
+            training = train_query_adapter(snapshot, settings, feedback, embedder.embed,
+                                           effective_ranking(settings, settings.index_dir),
+                                           question_alpha=effective_question_alpha(settings, settings.index_dir))
+        except QueryAdapterError as error:
+            if save:
+                record_decision(settings.index_dir, {
+                    "decision": "declined", "reason": f"not trained: {error}", "rated_queries": None,
+                    "up_votes": up_votes, "trigger": trigger, "snapshot_version": version})
+            raise
         training.labels_used = len(labels or []) - len(missing)
         training.labels_unmatched = [{"line": m["line"], "document": m["document"]} for m in missing]
     if save:
@@ -343,4 +379,5 @@ def adapt_corpus(settings, embedder=None, feedback: Iterable[dict] | None = None
             save_adapter(settings.index_dir, training.adapter)
         elif reset_adapter(settings.index_dir):
             training.reason += "; the previously stored adapter was removed"
+        record_decision(settings.index_dir, decision_record(training, up_votes, trigger, version))
     return training

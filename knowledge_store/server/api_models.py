@@ -281,6 +281,13 @@ class ConfigResponse(Open):
     query_adapter: dict[str, Any] | None = Field(None, description="The corpus's query adapter learned from thumbs-up "
                                                  "feedback (`groundwork adapt`): rated and held-out queries, held-out "
                                                  "nDCG@10/Recall@5 without and with it, in_use; null when none is stored.")
+    feedback_learning: dict[str, Any] | None = Field(None, description="Learning from ratings without a command: "
+                                                     "enabled (GROUNDWORK_LEARN_FROM_FEEDBACK), retrain_votes, up_votes "
+                                                     "(thumbs-up now), new_up_votes (since the last decision), "
+                                                     "until_next_retrain, check_interval_s, last_check {at, up_votes, "
+                                                     "message}, next_check_at and last_decision {decision (adopted or "
+                                                     "declined), reason, gain, standard_error, required, rated_queries, "
+                                                     "up_votes, trigger, decided_at, seconds}.")
     chunk_vectors: dict[str, Any] | None = Field(None, description="The served index's chunk vectors: model_id, "
                                                  "bare_vector_weight (share of each chunk's text embedded without its "
                                                  "header), configured_bare_vector_weight (the setting) and "
@@ -355,9 +362,15 @@ class EvaluationSummary(Open):
                                           "(knowledge_store.evaluation.metrics.METRICS), then any other metric the runs stored; each "
                                           "with name, label, higher_is_better, digits, headline (shown with its "
                                           "change), gated (checked by the regression gate) and description.")
-    alpha_sweeps: list[dict[str, Any]] = Field(..., description="Latest alpha sweep per dataset and split (the "
-                                               "alpha_sweep notebook) and the self-tuning grid of this corpus: series "
-                                               "of [alpha, score] points.")
+    alpha_sweeps: list[dict[str, Any]] = Field(..., description="Latest alpha sweep per dataset and split (an "
+                                               "evaluation run's, e.g. `groundwork eval --sample`, and the "
+                                               "alpha_sweep notebook's) and the self-tuning grid of this corpus: "
+                                               "series of [alpha, score] points.")
+    questions: list[dict[str, Any]] = Field([], description="Per dataset and split, the latest run's questions: "
+                                            "query, expected (the answering document and section), found_rank (rank "
+                                            "of the first relevant hit, null when not among the hits), scores and "
+                                            "hits (rank, document, title, section, chunk_id, relevant, "
+                                            "holds_answer); found and total count them.")
     helpful: dict[str, Any] | None = Field(..., description="The latest feedback_eval run: helpful rate from thumbs "
                                                             "overall and per configuration.")
     drift: dict[str, Any] | None = Field(..., description="The latest query_log_drift run: replayed queries, mean "

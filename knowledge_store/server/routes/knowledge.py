@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 from fastapi import APIRouter, HTTPException, Query, Request
 
-from knowledge_store.app.status import chunk_vector_status, embedding_model_status
+from knowledge_store.app.status import chunk_vector_status, embedding_model_status, feedback_learning_status
 from knowledge_store.core.errors import QueryValidationError
 from knowledge_store.ingest.parsers.detect import EXTENSION_TYPES
 from knowledge_store.retrieval.filters import SearchFilters
@@ -124,6 +124,14 @@ def query_adapter_summary(engine) -> dict[str, Any] | None:
     return adapter.summary(engine.settings.use_query_adapter)
 
 
+def thumbs_up_now(state: State) -> int | None:
+    """Thumbs-up in the query log now; None while the log cannot be read (the page still loads)."""
+    try:
+        return int(state.query_log.feedback_counts()["up"])
+    except Exception:  # noqa: BLE001 - a busy log must not fail the config read
+        return None
+
+
 def config(state: State) -> dict[str, Any]:
     """Defaults and limits clients need (the console reads them); no secrets.
 
@@ -147,6 +155,7 @@ def config(state: State) -> dict[str, Any]:
             "seconds": tuned.seconds, "in_use": engine.settings.use_tuned_ranking, "decision": tuned.decision,
         },
         "query_adapter": query_adapter_summary(engine),
+        "feedback_learning": feedback_learning_status(engine.settings, thumbs_up_now(state)),
         "chunk_vectors": chunk_vector_status(settings, index_dir),
         "embedding_model": embedding_model_status(settings),
         "default_reranker": engine.default_reranker(), "reranker_source": reranker_source(engine.settings, index_dir),

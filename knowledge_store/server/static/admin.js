@@ -1015,8 +1015,41 @@
     }
   }
 
+  /** Whether ratings retrain the query adapter, the last decision and when the next check runs
+   * (GET /api/knowledge/config: feedback_learning). */
+  function renderLearning(learning) {
+    var facts = $("learning-facts");
+    facts.textContent = "";
+    if (!learning) return;
+    fact(facts, "Retraining", learning.enabled ? "on: after every " + learning.retrain_votes + " new thumbs-up" :
+      "off (GROUNDWORK_LEARN_FROM_FEEDBACK=false): ratings are stored, nothing retrains from them");
+    if (learning.enabled) {
+      fact(facts, "Next retrain", typeof learning.until_next_retrain !== "number" ? "—" :
+        learning.until_next_retrain === 0 ? "at the next check (" + learning.new_up_votes + " new thumbs-up)" :
+        "after " + learning.until_next_retrain + " more thumbs-up (" + learning.new_up_votes + " of " +
+        learning.retrain_votes + " so far)");
+      var check = learning.last_check;
+      fact(facts, "Checks", "every " + Math.round(learning.check_interval_s / 60) + " min" + (check
+        ? "; last " + when(check.at) + " (" + check.message + "), next " + when(learning.next_check_at)
+        : "; none yet: the sensor runs while Dagster (make run) is up"));
+    }
+    var last = learning.last_decision;
+    if (!last) {
+      fact(facts, "Last decision", "none yet");
+      return;
+    }
+    fact(facts, "Last decision", words(last.decision) + ", " + when(last.decided_at) + " on " +
+      (typeof last.rated_queries === "number" ? last.rated_queries + " rated queries" : "the ratings") + " (" +
+      last.up_votes + " thumbs-up)" + (typeof last.gain === "number" ? ": paired nDCG@10 gain " + signed(last.gain) +
+      " ± " + fmt(last.standard_error) + ", needs above " + fmt(last.required) : ""));
+    fact(facts, "Why", last.reason || "");
+  }
+
   function loadModel() {
-    return getJSON("/api/knowledge/config").then(function (config) { renderModel(config.embedding_model); },
+    return getJSON("/api/knowledge/config").then(function (config) {
+      renderModel(config.embedding_model);
+      renderLearning(config.feedback_learning);
+    },
       function (error) { say($("model-status"), "Cannot read the embedding model: " + error.message, "error"); });
   }
   loaders.settings = function () { loadRanking(); loadModel(); };
@@ -1098,6 +1131,7 @@
       " and the notebooks' output, as the evaluation runs wrote them.";
     renderScorecards(summary.scorecard || [], summary.metrics || []);
     renderSweeps(summary.alpha_sweeps || []);
+    renderQuestions(summary.questions || []);
     renderHelpful(summary.helpful);
     renderDrift(summary.drift);
   }
@@ -1290,6 +1324,50 @@
       figure.appendChild(caption);
       figure.appendChild(sweepTable(sweep));
       box.appendChild(figure);
+    });
+  }
+
+  /** Per dataset: each question, the rank its answering document was found at and its first hits. */
+  function renderQuestions(runs) {
+    var box = $("questions");
+    box.textContent = "";
+    show($("questions-panel"), runs.length > 0);
+    runs.forEach(function (run) {
+      var wrap = el("div", null, "table-scroll");
+      var table = el("table", null, "sources-table questions-table");
+      table.appendChild(el("caption", run.dataset + " (" + run.split + ") \u00b7 " + run.configuration + " \u00b7 " +
+        run.found + " of " + run.total + " found \u00b7 " + when(run.created_at)));
+      var head = el("tr");
+      ["Question", "Should find", "Found at", "First hits"].forEach(function (text) {
+        var th = el("th", text);
+        th.scope = "col";
+        head.appendChild(th);
+      });
+      var thead = el("thead");
+      thead.appendChild(head);
+      table.appendChild(thead);
+      var body = el("tbody");
+      (run.questions || []).forEach(function (q) {
+        var row = el("tr"), name = el("th", q.query);
+        name.scope = "row";
+        row.appendChild(name);
+        cell(row, q.expected || "\u2014");
+        cell(row, q.found_rank ? "#" + q.found_rank : "not found", "num");
+        var list = el("ol", null, "hit-list");
+        (q.hits || []).forEach(function (h) {
+          var item = el("li", h.title + (h.section ? " \u203a " + h.section : "") + (h.relevant ? " \u2713" : "") +
+            (h.holds_answer ? " (holds the answer)" : ""));
+          if (h.relevant) item.className = "relevant";
+          list.appendChild(item);
+        });
+        var td = el("td");
+        td.appendChild(list);
+        row.appendChild(td);
+        body.appendChild(row);
+      });
+      table.appendChild(body);
+      wrap.appendChild(table);
+      box.appendChild(wrap);
     });
   }
 
