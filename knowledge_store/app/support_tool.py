@@ -25,10 +25,10 @@ every passage's relevance.  An empty message searches for the intent alone.
 Timing: ``retrieval_time_ms`` is the time the retrieval took (query formation,
 search, formatting), and 0 when it failed (the contract's fallback).  No call
 waits past the budget (``GROUNDWORK_SUPPORT_BUDGET_MS``, 100 ms), not even the
-first one of a cold process: until the engine's model and index are loaded, a
-call answers at once with no sources and the gap "model still loading; retry in
-a few seconds", and starts the engine's one background warm-up (idempotent: later
-calls do not start another).  A warm-up that failed is reported in the next
+first one of a cold process: until the engine is built and its model and index
+are loaded, a call answers at once with no sources and the gap "model still
+loading; retry in a few seconds", and starts the one background build and
+warm-up (idempotent: later calls do not start another).  A warm-up that failed is reported in the next
 call's gap (and in ``/health``) and tried again.  Call ``warm_up()`` when the
 host starts so the first requests find the model loaded.  Query vectors are
 cached by the engine (``cache_stats()``): a repeated question costs no model call.
@@ -51,8 +51,11 @@ URL_MAX = 500
 EXCERPT_MAX = 150
 
 _engine = None
-_engine_lock = threading.Lock()
+_build_lock = threading.Lock()  # held while the process-wide engine is built (its model session loads)
+_building: concurrent.futures.Future | None = None  # building and warming the engine in the background
+_building_lock = threading.Lock()
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="retrieve_knowledge")
+LOADING = "model still loading (model and index{so_far}); retry in a few seconds"
 
 
 def _empty(gap: str) -> dict[str, Any]:
@@ -61,9 +64,12 @@ def _empty(gap: str) -> dict[str, Any]:
 
 
 def get_engine(settings: Settings | None = None):
-    """The process-wide engine used by the support tool (created on first use)."""
+    """The process-wide engine used by the support tool (built on first use: this call waits for it)."""
     global _engine
-    with _engine_lock:
+    engine = _engine
+    if engine is not None:
+        return engine
+    with _build_lock:
         if _engine is None:
             _engine = RetrievalEngine(settings or Settings())
         return _engine
@@ -71,14 +77,46 @@ def get_engine(settings: Settings | None = None):
 
 def set_engine(engine) -> None:
     """Use a specific engine (tests, servers that already have one)."""
-    global _engine
-    with _engine_lock:
-        _engine = engine
+    global _engine, _building
+    with _building_lock:
+        _engine, _building = engine, None
 
 
 def warm_up() -> concurrent.futures.Future:
-    """Load the model and index in the background (the engine's one warm-up thread); the future ends with it."""
-    return get_engine().warm_up_in_background()
+    """Build the process-wide engine if there is none yet and load its model and index, all in the background
+    (one thread at a time); the future ends with the warm-up and carries its error."""
+    global _building
+    engine = _engine
+    if engine is not None:
+        return engine.warm_up_in_background()
+    with _building_lock:
+        building = _building
+        if building is None or (building.done() and building.exception() is not None):
+            building = _building = concurrent.futures.Future()
+            threading.Thread(target=_build_and_warm, args=(building,), daemon=True,
+                             name="retrieve_knowledge-engine").start()
+        return building
+
+
+def _build_and_warm(future: concurrent.futures.Future) -> None:
+    try:
+        get_engine().warm_up_in_background().result()
+    except BaseException as error:  # noqa: BLE001 - the next call reports it (see retrieve_knowledge)
+        future.set_exception(error)
+    else:
+        future.set_result(None)
+
+
+def _not_built() -> dict[str, Any]:
+    """The answer while the process-wide engine is still being built (its constructor loads the model session,
+    the first time ever also exports it): empty at once, the build started in the background; a failed build
+    is the gap and is tried again."""
+    building = _building
+    error = building.exception() if building is not None and building.done() else None
+    warm_up()
+    if error is not None:
+        return _empty(f"knowledge base unavailable: {type(error).__name__}: {error} (loading again in the background)")
+    return _empty(LOADING.format(so_far=""))
 
 
 def _not_ready(engine) -> dict[str, Any]:
@@ -89,7 +127,7 @@ def _not_ready(engine) -> dict[str, Any]:
     if status["state"] == "failed":
         return _empty(f"knowledge base unavailable: {status['error']} (loading again in the background)")
     waited = f", {status['seconds']:g} s so far" if status["state"] == "warming" and status["seconds"] else ""
-    result = _empty(f"model still loading (model and index{waited}); retry in a few seconds")
+    result = _empty(LOADING.format(so_far=waited))
     if status["error"]:
         result["gaps"].append(f"the previous attempt failed: {status['error']}")
     return result
@@ -165,12 +203,14 @@ def retrieve_knowledge(intent: str, message: str, metadata: dict[str, Any] | Non
     """Best sources for a support conversation turn, within a hard time budget; never raises."""
     started = time.perf_counter()
     try:
-        engine = get_engine()
+        if not isinstance(message, str) or not (message.strip() or (isinstance(intent, str) and intent.strip())):
+            return _empty("empty message: nothing to search for")
+        engine = _engine
+        if engine is None:
+            return _not_built()  # never wait for the engine to be built either
         settings = engine.settings
         budget = (budget_ms if budget_ms is not None else settings.support_budget_ms) / 1000.0
         floor = settings.support_floor if floor is None else floor
-        if not isinstance(message, str) or not (message.strip() or (isinstance(intent, str) and intent.strip())):
-            return _empty("empty message: nothing to search for")
         if not engine.warmed_up:
             return _not_ready(engine)  # never wait for a model load: answer now, warm up in the background
         future = _POOL.submit(_run, intent if isinstance(intent, str) else "", message,

@@ -110,6 +110,40 @@ def test_a_cold_call_answers_empty_within_the_budget_and_warms_up_in_the_backgro
     assert 0 < warm["retrieval_time_ms"] <= 2000
 
 
+def test_a_fresh_process_does_not_wait_for_the_engine_to_be_built(sample_settings, embedder, tmp_path, monkeypatch):
+    builds = []
+
+    def slow_engine(settings):
+        builds.append(settings)
+        time.sleep(2.0)  # building the engine loads the model's session (the first time ever, exports it too)
+        return RetrievalEngine(sample_settings, embedder=embedder, query_log=QueryLog(tmp_path / "log.duckdb"))
+
+    monkeypatch.setattr(support_tool, "RetrievalEngine", slow_engine)
+    support_tool.set_engine(None)  # no engine yet: the first call of a process
+    question = ("api", "How do I authenticate to the Hub REST API?", {})
+    for _ in range(2):
+        started = time.perf_counter()
+        cold = retrieve_knowledge(*question)
+        assert time.perf_counter() - started < 1.0
+        assert_empty(cold, "model still loading")
+    support_tool.warm_up().result(timeout=60)
+    assert len(builds) == 1  # one engine for every cold call
+    warm = retrieve_knowledge(*question, budget_ms=2000)
+    assert warm["sources_consulted"] and warm["gaps"] == []
+
+
+def test_an_engine_that_cannot_be_built_is_the_next_calls_gap(monkeypatch):
+    def broken(settings):
+        raise RuntimeError("model folder is unreadable")
+
+    monkeypatch.setattr(support_tool, "RetrievalEngine", broken)
+    support_tool.set_engine(None)
+    assert_empty(retrieve_knowledge("x", "how do I reset", {}), "model still loading")
+    with pytest.raises(RuntimeError):
+        support_tool.warm_up().result(timeout=30)
+    assert_empty(retrieve_knowledge("x", "how do I reset", {}), "unavailable: RuntimeError: model folder is unreadable")
+
+
 def test_the_removed_warm_up_setting_does_not_stop_start_up(monkeypatch):
     monkeypatch.setenv("GROUNDWORK_SUPPORT_WARM_UP_S", "60")
     settings = Settings()
