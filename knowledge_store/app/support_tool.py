@@ -23,13 +23,15 @@ the documents never use (``billing`` for a thermostat manual) would only lower
 every passage's relevance.  An empty message searches for the intent alone.
 
 Timing: ``retrieval_time_ms`` is the time the retrieval took (query formation,
-search, formatting), and 0 when it failed (the contract's fallback).  The first
-calls of a cold process wait for the model and index to load (up to
-``GROUNDWORK_SUPPORT_WARM_UP_S``, default 60 s; ``cold_start_ms`` says how
-long) instead of answering empty; the budget (``GROUNDWORK_SUPPORT_BUDGET_MS``)
-then applies to the retrieval itself.  Call ``warm_up()`` when the host starts
-to take that wait off the first request.  Query vectors are cached by the
-engine (``cache_stats()``): a repeated question costs no model call.
+search, formatting), and 0 when it failed (the contract's fallback).  No call
+waits past the budget (``GROUNDWORK_SUPPORT_BUDGET_MS``, 100 ms), not even the
+first one of a cold process: until the engine is built and its model and index
+are loaded, a call answers at once with no sources and the gap "model still
+loading; retry in a few seconds", and starts the one background build and
+warm-up (idempotent: later calls do not start another).  A warm-up that failed is reported in the next
+call's gap (and in ``/health``) and tried again.  Call ``warm_up()`` when the
+host starts so the first requests find the model loaded.  Query vectors are
+cached by the engine (``cache_stats()``): a repeated question costs no model call.
 """
 
 from __future__ import annotations
@@ -49,9 +51,11 @@ URL_MAX = 500
 EXCERPT_MAX = 150
 
 _engine = None
-_engine_lock = threading.Lock()
-_warming: concurrent.futures.Future | None = None
+_build_lock = threading.Lock()  # held while the process-wide engine is built (its model session loads)
+_building: concurrent.futures.Future | None = None  # building and warming the engine in the background
+_building_lock = threading.Lock()
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="retrieve_knowledge")
+LOADING = "model still loading (model and index{so_far}); retry in a few seconds"
 
 
 def _empty(gap: str) -> dict[str, Any]:
@@ -60,9 +64,12 @@ def _empty(gap: str) -> dict[str, Any]:
 
 
 def get_engine(settings: Settings | None = None):
-    """The process-wide engine used by the support tool (created on first use)."""
+    """The process-wide engine used by the support tool (built on first use: this call waits for it)."""
     global _engine
-    with _engine_lock:
+    engine = _engine
+    if engine is not None:
+        return engine
+    with _build_lock:
         if _engine is None:
             _engine = RetrievalEngine(settings or Settings())
         return _engine
@@ -70,25 +77,60 @@ def get_engine(settings: Settings | None = None):
 
 def set_engine(engine) -> None:
     """Use a specific engine (tests, servers that already have one)."""
-    global _engine, _warming
-    with _engine_lock:
-        _engine = engine
-        _warming = None
+    global _engine, _building
+    with _building_lock:
+        _engine, _building = engine, None
 
 
 def warm_up() -> concurrent.futures.Future:
-    """Load the model and index in the background; the first calls inside the budget need it."""
-    global _warming
-    with _engine_lock:
-        if _warming is None:
-            _warming = _POOL.submit(lambda: get_engine().warm_up())
-        return _warming
+    """Build the process-wide engine if there is none yet and load its model and index, all in the background
+    (one thread at a time); the future ends with the warm-up and carries its error."""
+    global _building
+    engine = _engine
+    if engine is not None:
+        return engine.warm_up_in_background()
+    with _building_lock:
+        building = _building
+        if building is None or (building.done() and building.exception() is not None):
+            building = _building = concurrent.futures.Future()
+            threading.Thread(target=_build_and_warm, args=(building,), daemon=True,
+                             name="retrieve_knowledge-engine").start()
+        return building
 
 
-def _reset_warm_up() -> None:
-    global _warming
-    with _engine_lock:
-        _warming = None
+def _build_and_warm(future: concurrent.futures.Future) -> None:
+    try:
+        get_engine().warm_up_in_background().result()
+    except BaseException as error:  # noqa: BLE001 - the next call reports it (see retrieve_knowledge)
+        future.set_exception(error)
+    else:
+        future.set_result(None)
+
+
+def _not_built() -> dict[str, Any]:
+    """The answer while the process-wide engine is still being built (its constructor loads the model session,
+    the first time ever also exports it): empty at once, the build started in the background; a failed build
+    is the gap and is tried again."""
+    building = _building
+    error = building.exception() if building is not None and building.done() else None
+    warm_up()
+    if error is not None:
+        return _empty(f"knowledge base unavailable: {type(error).__name__}: {error} (loading again in the background)")
+    return _empty(LOADING.format(so_far=""))
+
+
+def _not_ready(engine) -> dict[str, Any]:
+    """The answer while the engine is not warmed up: empty at once, with the warm-up started (or retried after
+    a failure) in the background.  A failed attempt's error is the gap, so the caller learns why."""
+    status = engine.warm_up_status()
+    engine.warm_up_in_background()
+    if status["state"] == "failed":
+        return _empty(f"knowledge base unavailable: {status['error']} (loading again in the background)")
+    waited = f", {status['seconds']:g} s so far" if status["state"] == "warming" and status["seconds"] else ""
+    result = _empty(LOADING.format(so_far=waited))
+    if status["error"]:
+        result["gaps"].append(f"the previous attempt failed: {status['error']}")
+    return result
 
 
 def cache_stats() -> dict[str, Any] | None:
@@ -161,35 +203,24 @@ def retrieve_knowledge(intent: str, message: str, metadata: dict[str, Any] | Non
     """Best sources for a support conversation turn, within a hard time budget; never raises."""
     started = time.perf_counter()
     try:
-        settings = get_engine().settings
-        budget = (budget_ms if budget_ms is not None else settings.support_budget_ms) / 1000.0
-        floor = settings.support_floor if floor is None else floor
         if not isinstance(message, str) or not (message.strip() or (isinstance(intent, str) and intent.strip())):
             return _empty("empty message: nothing to search for")
-        cold_start_ms = None
-        warming = warm_up()
-        if not warming.done():
-            # a cold process: wait for the model and index once rather than answer empty
-            try:
-                warming.exception(timeout=settings.support_warm_up_s)
-            except concurrent.futures.TimeoutError:
-                return _empty(f"knowledge base is still loading (model and index) after {settings.support_warm_up_s:g} s; "
-                              "retry in a few seconds")
-            cold_start_ms = int((time.perf_counter() - started) * 1000)
-        if warming.exception() is not None:
-            _reset_warm_up()  # try again on the next call (e.g. once an index is published)
-            return _empty(f"knowledge base unavailable: {warming.exception()}")
-        began = time.perf_counter()  # the budget covers the retrieval, not the one-time warm-up
+        engine = _engine
+        if engine is None:
+            return _not_built()  # never wait for the engine to be built either
+        settings = engine.settings
+        budget = (budget_ms if budget_ms is not None else settings.support_budget_ms) / 1000.0
+        floor = settings.support_floor if floor is None else floor
+        if not engine.warmed_up:
+            return _not_ready(engine)  # never wait for a model load: answer now, warm up in the background
         future = _POOL.submit(_run, intent if isinstance(intent, str) else "", message,
                               metadata if isinstance(metadata, dict) else {}, floor)
         try:
-            result = future.result(timeout=max(0.0, budget - (time.perf_counter() - began)))
+            result = future.result(timeout=max(0.0, budget - (time.perf_counter() - started)))
         except concurrent.futures.TimeoutError:
             future.cancel()  # still queued behind other calls: do not run it for nobody
             return _empty(f"retrieval exceeded the {budget * 1000:.0f} ms budget")
-        result["retrieval_time_ms"] = int((time.perf_counter() - began) * 1000)
-        if cold_start_ms is not None:
-            result["cold_start_ms"] = cold_start_ms
+        result["retrieval_time_ms"] = int((time.perf_counter() - started) * 1000)
         return result
     except Exception as error:  # noqa: BLE001 - the contract: never raise
         return _empty(f"retrieval failed: {type(error).__name__}: {error}")

@@ -215,9 +215,8 @@ class AnswerSettings(BaseModel):
     llm_model: str | None = Field(None)
     llm_api_key: SecretStr | None = Field(None)
     support_floor: float = Field(0.7, ge=0, le=1, description="retrieve_knowledge: minimum relevance_score of a source.")
-    support_budget_ms: int = Field(100, ge=1, description="retrieve_knowledge: hard time budget.")
-    support_warm_up_s: float = Field(60.0, ge=0, description="retrieve_knowledge: on a cold start, how long the first "
-                                     "calls wait for the model and index to load before answering (not part of the budget).")
+    support_budget_ms: int = Field(100, ge=1, description="retrieve_knowledge: hard time budget of every call, the "
+                                   "first ones of a cold process included (they answer empty while the model loads).")
 
     @property
     def llm_configured(self) -> bool:

@@ -60,12 +60,18 @@ _SEARCH_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_
 NO_RESULTS = "No relevant content found."
 
 
+# LlamaIndex's packages import each other in cycles: two threads importing it at once (the background warm-up
+# and a first query) can see a partially initialised module and fail with ImportError; one import at a time
+_LLAMA_IMPORT_LOCK = threading.Lock()
+
+
 def _rerank_steps() -> tuple[Any, Any, Any]:
     """(``QueryBundle``, ``hit_to_node``, ``run_reranker``): the LlamaIndex side of a search, imported on first use."""
-    from llama_index.core.schema import QueryBundle  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
+    with _LLAMA_IMPORT_LOCK:
+        from llama_index.core.schema import QueryBundle  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
 
-    from knowledge_store.retrieval.llama import hit_to_node  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
-    from knowledge_store.retrieval.rerankers import run_reranker  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
+        from knowledge_store.retrieval.llama import hit_to_node  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
+        from knowledge_store.retrieval.rerankers import run_reranker  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
 
     return QueryBundle, hit_to_node, run_reranker
 
@@ -167,6 +173,69 @@ def check_ranking_names(settings: Settings) -> None:
             raise ConfigError(setting, value, vocabulary.one_of())
 
 
+class WarmUpTracker:
+    """The warm-up of one engine: at most one background attempt at a time, whether one has succeeded, and the
+    last error.  Callers that must not wait (``/health``, the support tool's time budget) read it instead."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._future: concurrent.futures.Future | None = None
+        self._ready = False
+        self._error: BaseException | None = None
+        self._seconds: float | None = None
+        self._started: float | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    def start(self, warm: Callable[[], None]) -> concurrent.futures.Future:
+        with self._lock:
+            future = self._future
+            if future is not None and not (future.done() and future.exception() is not None):
+                return future  # running, or succeeded
+            if future is None and self._ready:  # warmed up in the foreground
+                future = concurrent.futures.Future()
+                future.set_result(None)
+                self._future = future
+                return future
+            future = self._future = concurrent.futures.Future()
+            self._started = time.perf_counter()
+        threading.Thread(target=self._run, args=(warm, future), daemon=True, name="engine-warm-up").start()
+        return future
+
+    @staticmethod
+    def _run(warm: Callable[[], None], future: concurrent.futures.Future) -> None:
+        try:
+            warm()  # ``RetrievalEngine.warm_up`` records its own outcome
+        except BaseException as error:  # noqa: BLE001 - handed to whoever waits on the future
+            future.set_exception(error)
+        else:
+            future.set_result(None)
+
+    def succeeded(self, seconds: float) -> None:
+        with self._lock:
+            self._ready, self._error, self._seconds = True, None, seconds
+
+    def failed(self, error: BaseException, seconds: float) -> None:
+        with self._lock:
+            self._error, self._seconds = error, seconds
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            future, error = self._future, self._error
+            warming = future is not None and not future.done()
+            if self._ready:
+                state = "ready"
+            elif warming:
+                state = "warming"
+            else:
+                state = "failed" if error is not None else "not_started"
+            seconds = time.perf_counter() - self._started if warming and self._started is not None else self._seconds
+            return {"state": state, "seconds": None if seconds is None else round(seconds, 2),
+                    "error": None if error is None or self._ready else f"{type(error).__name__}: {error}"}
+
+
 class RetrievalEngine:
     """Thread-safe; one per process.  Picks up new index snapshots without a restart."""
 
@@ -189,6 +258,7 @@ class RetrievalEngine:
         self._query_log = query_log
         self._log_lock = threading.Lock()
         self._rerankers: dict[str, Any] = {}
+        self._warm_up = WarmUpTracker()
         self._limit_threads()
 
     def _limit_threads(self) -> None:
@@ -261,11 +331,33 @@ class RetrievalEngine:
         return self._query_log
 
     def warm_up(self) -> None:
-        """Load the model, the snapshot and LlamaIndex now rather than on the first query."""
-        _rerank_steps()
-        self.embedder.load()
-        self.embedder.embed(["warm up"])
-        self.snapshots.current()
+        """Load the model, the snapshot and LlamaIndex now rather than on the first query (blocking).  The outcome
+        is recorded for ``warm_up_status``: ready after the first success, else the last error."""
+        started = time.perf_counter()
+        try:
+            _rerank_steps()
+            self.embedder.load()
+            self.embedder.embed(["warm up"])
+            self.snapshots.current()
+        except Exception as error:
+            self._warm_up.failed(error, time.perf_counter() - started)
+            raise
+        self._warm_up.succeeded(time.perf_counter() - started)
+
+    def warm_up_in_background(self) -> concurrent.futures.Future:
+        """``warm_up`` in one daemon thread, without waiting for it: idempotent while it runs or once it
+        succeeded (the same future); after a failure, a new attempt.  The future carries the error, if any."""
+        return self._warm_up.start(self.warm_up)
+
+    @property
+    def warmed_up(self) -> bool:
+        """A ``warm_up`` (in the background or not) has succeeded: queries do not wait for a model load."""
+        return self._warm_up.ready
+
+    def warm_up_status(self) -> dict[str, Any]:
+        """``state`` (not_started | warming | ready | failed), ``seconds`` (of the last finished attempt, or so far
+        while warming) and ``error`` (the last failed attempt's, kept while a new attempt runs; null once ready)."""
+        return self._warm_up.status()
 
     def available_rerankers(self) -> list[str]:
         """The rerankers this configuration can run (what clients should offer)."""

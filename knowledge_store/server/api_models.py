@@ -307,14 +307,29 @@ class ConfigResponse(Open):
 
 
 class Health(Open):
-    status: Literal["ok", "degraded"]
+    """Seed 004's ``{"status", "services", "version"}``, each non-up service's reason, and the details."""
+
+    status: Literal["healthy", "degraded", "unhealthy"] = Field(
+        ..., description="healthy: every service up (200); degraded: the model is loading or an optional part "
+                         "(store, query_log, dagster_home) is not up (200); unhealthy: no index, or the model cannot "
+                         "load (503).")
+    services: dict[str, str] = Field(
+        ..., description="store, index, model, query_log, dagster_home: each 'up' or missing | loading | not_loaded "
+                         "| failed | down | not_configured.")
+    version: str = Field(..., description="The groundwork package version.")
+    reasons: dict[str, str] = Field(..., description="Why each service that is not up is not (service -> reason).")
+    reason: str | None = Field(None, description="All reasons on one line; absent when healthy.")
     uptime_s: float
-    store: bool
+    store: bool = Field(..., description="The store file exists.")
     model_loaded: bool
+    warm_up: dict[str, Any] = Field(..., description="The engine's warm-up: state (not_started | warming | ready | "
+                                                     "failed), seconds, error.")
     remote: bool = Field(..., description="Started in remote mode (GROUNDWORK_ALLOW_REMOTE).")
     tls: bool = Field(..., description="Serving TLS itself (--ssl-certfile/--ssl-keyfile); false behind a TLS proxy.")
     admin_token_required: bool = Field(..., description="The admin surface needs the admin token.")
-    index: dict[str, Any] | None
+    index: dict[str, Any] | None = Field(..., description="The served snapshot: snapshot_version, chunks, documents, "
+                                                          "published; null without one.")
+    query_cache: dict[str, Any] | None = Field(None, description="The query-embedding cache: hits, misses, hit_rate.")
 
 
 # ------------------------------------------------------------------ console: ranking settings, evaluation

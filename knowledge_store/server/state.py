@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -128,19 +127,12 @@ def refresh_quietly(engine: RetrievalEngine) -> None:
         pass
 
 
-def _warm(engine: RetrievalEngine) -> None:
-    try:
-        engine.warm_up()
-    except Exception:  # noqa: BLE001 - /health reports what is missing
-        pass
-
-
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Warm the engine up in the background (the server answers meanwhile), run MCP's session manager when
     it is mounted, and flush the query log on the way out."""
     state: ServerState = app.state.server
-    threading.Thread(target=_warm, args=(state.engine,), daemon=True, name="warm-up").start()
+    state.engine.warm_up_in_background()  # its outcome (and error) is in /health's model service and warm_up
     if state.mcp_lifespan is not None:
         async with state.mcp_lifespan(app):
             yield

@@ -74,38 +74,80 @@ def test_the_intent_is_searched_together_with_the_message(sample_settings, embed
 
 
 class SlowStartEmbedder:
-    """The real model behind a warm-up that takes ``load_s`` (a cold process loading weights)."""
+    """The real model behind a warm-up that takes ``load_s`` (a cold process loading weights); counts warm-ups."""
 
     model_id, dim, torch_threads = "slow-start", 384, 1
 
     def __init__(self, inner, load_s: float) -> None:
-        self.inner, self.load_s = inner, load_s
+        self.inner, self.load_s, self.warm_ups = inner, load_s, 0
 
     def embed(self, texts):
         if texts == ["warm up"]:
+            self.warm_ups += 1
             time.sleep(self.load_s)
         return self.inner.embed(texts)
 
 
-def test_a_cold_start_waits_for_the_model_instead_of_answering_empty(sample_settings, embedder, tmp_path):
-    support_tool.set_engine(RetrievalEngine(sample_settings, embedder=SlowStartEmbedder(embedder, 1.0),
-                                            query_log=QueryLog(tmp_path / "log.duckdb")))
-    result = retrieve_knowledge("api", "How do I authenticate to the Hub REST API?", {}, budget_ms=2000)
-    assert result["sources_consulted"] and result["coverage"] in ("high", "medium")
-    assert result["cold_start_ms"] >= 1000 and result["retrieval_time_ms"] < 2000
-    warm = retrieve_knowledge("api", "How do I authenticate to the Hub REST API?", {}, budget_ms=2000)
-    assert warm["sources_consulted"] and "cold_start_ms" not in warm
-
-
-def test_a_cold_start_waits_at_most_the_warm_up_limit(sample_settings, embedder, tmp_path):
-    settings = sample_settings.model_copy(update={"support_warm_up_s": 0.2})
-    support_tool.set_engine(RetrievalEngine(settings, embedder=SlowStartEmbedder(embedder, 2.0),
-                                            query_log=QueryLog(tmp_path / "log.duckdb")))
+def test_a_cold_call_answers_empty_within_the_budget_and_warms_up_in_the_background(sample_settings, embedder, tmp_path):
+    model = SlowStartEmbedder(embedder, 3.0)
+    support_tool.set_engine(RetrievalEngine(sample_settings, embedder=model, query_log=QueryLog(tmp_path / "log.duckdb")))
+    question = ("api", "How do I authenticate to the Hub REST API?", {})
     started = time.perf_counter()
-    result = retrieve_knowledge("api", "How do I authenticate to the Hub REST API?", {}, budget_ms=2000)
-    assert (time.perf_counter() - started) < 1.5
-    assert_empty(result, "still loading")
-    support_tool.warm_up().result(timeout=30)  # do not leave the slow warm-up running into the next test
+    cold = retrieve_knowledge(*question)  # the settings' budget: 100 ms
+    cold_s = time.perf_counter() - started
+    print(f"cold call: {cold_s * 1000:.1f} ms")
+    assert cold_s < 1.0  # the budget, with room for a loaded 2-core machine; the model takes 3 s
+    assert_empty(cold, "model still loading")
+    assert any("retry in a few seconds" in gap for gap in cold["gaps"])
+    started = time.perf_counter()
+    again = retrieve_knowledge(*question)
+    assert time.perf_counter() - started < 1.0
+    assert_empty(again, "model still loading")
+    support_tool.warm_up().result(timeout=30)
+    assert model.warm_ups == 1  # one warm-up for every cold call
+    warm = retrieve_knowledge(*question, budget_ms=2000)
+    assert warm["sources_consulted"] and warm["coverage"] in ("high", "medium") and warm["gaps"] == []
+    assert 0 < warm["retrieval_time_ms"] <= 2000
+
+
+def test_a_fresh_process_does_not_wait_for_the_engine_to_be_built(sample_settings, embedder, tmp_path, monkeypatch):
+    builds = []
+
+    def slow_engine(settings):
+        builds.append(settings)
+        time.sleep(2.0)  # building the engine loads the model's session (the first time ever, exports it too)
+        return RetrievalEngine(sample_settings, embedder=embedder, query_log=QueryLog(tmp_path / "log.duckdb"))
+
+    monkeypatch.setattr(support_tool, "RetrievalEngine", slow_engine)
+    support_tool.set_engine(None)  # no engine yet: the first call of a process
+    question = ("api", "How do I authenticate to the Hub REST API?", {})
+    for _ in range(2):
+        started = time.perf_counter()
+        cold = retrieve_knowledge(*question)
+        assert time.perf_counter() - started < 1.0
+        assert_empty(cold, "model still loading")
+    support_tool.warm_up().result(timeout=60)
+    assert len(builds) == 1  # one engine for every cold call
+    warm = retrieve_knowledge(*question, budget_ms=2000)
+    assert warm["sources_consulted"] and warm["gaps"] == []
+
+
+def test_an_engine_that_cannot_be_built_is_the_next_calls_gap(monkeypatch):
+    def broken(settings):
+        raise RuntimeError("model folder is unreadable")
+
+    monkeypatch.setattr(support_tool, "RetrievalEngine", broken)
+    support_tool.set_engine(None)
+    assert_empty(retrieve_knowledge("x", "how do I reset", {}), "model still loading")
+    with pytest.raises(RuntimeError):
+        support_tool.warm_up().result(timeout=30)
+    assert_empty(retrieve_knowledge("x", "how do I reset", {}), "unavailable: RuntimeError: model folder is unreadable")
+
+
+def test_the_removed_warm_up_setting_does_not_stop_start_up(monkeypatch):
+    monkeypatch.setenv("GROUNDWORK_SUPPORT_WARM_UP_S", "60")
+    settings = Settings()
+    assert not hasattr(settings, "support_warm_up_s") and settings.support_budget_ms == 100
 
 
 def test_fifty_concurrent_repeated_questions_hit_the_query_embedding_cache(sample_settings, embedder, tmp_path):

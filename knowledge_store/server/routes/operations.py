@@ -1,8 +1,12 @@
-"""Operations routes: ``/health`` (200 ok, 503 degraded while no index is published) and ``/metrics``
-(Prometheus text: request counts and latency per route, query latency, feedback, the served snapshot)."""
+"""Operations routes: ``/health`` (seed 004's ``{"status", "services", "version"}``: 200 healthy or degraded,
+503 unhealthy while no index is served) and ``/metrics`` (Prometheus text: request counts and latency per route,
+query latency, feedback, the served snapshot)."""
 
 # no ``from __future__ import annotations``: FastAPI reads the parameter annotations as objects
+import importlib.metadata
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter
@@ -10,28 +14,114 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from knowledge_store.core.errors import GroundworkError
 from knowledge_store.server import api_models as out
-from knowledge_store.server.state import State
+from knowledge_store.server.state import ServerState, State
 
 router = APIRouter(tags=["operations"])
 
+UP = "up"
+# without these the server cannot answer a query: any of them not up makes it unhealthy (503)
+ESSENTIAL = ("index", "model")
 
-@router.get("/health", response_model=out.Health,
-            responses={"503": {"model": out.Health, "description": "Degraded: no index yet (reason says why)."}})
-def health(state: State) -> JSONResponse:
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("groundwork")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+VERSION = _version()
+
+
+def _model_service(state: ServerState) -> tuple[str, str | None, bool]:
+    """(state, reason, loaded) of the query embedding model, from the engine's warm-up."""
     engine = state.engine
-    body: dict[str, Any] = {"status": "ok", "uptime_s": round(time.time() - state.started_at, 1),
-                            "store": state.settings.store_path.exists(), "model_loaded": engine.embedder.loaded,
-                            "remote": state.access.remote, "tls": state.access.tls,
-                            "admin_token_required": state.access.token_required}
-    if callable(getattr(engine.embedder, "stats", None)):
-        body["query_cache"] = engine.embedder.stats()  # query-embedding cache: hits, misses, hit_rate
+    try:
+        loaded = bool(engine.embedder.loaded)
+    except GroundworkError as error:  # e.g. the served snapshot's model folder is gone
+        return "missing", str(error), False
+    if loaded:
+        return UP, None, True
+    warm_up = engine.warm_up_status()
+    if warm_up["state"] == "warming":
+        return "loading", f"the model is loading ({warm_up['seconds']:g} s so far)", False
+    if warm_up["state"] == "failed":
+        return "failed", f"warming up failed: {warm_up['error']}", False
+    return "not_loaded", "not loaded yet: it loads with the first query", False
+
+
+def _dagster_home() -> tuple[str, str | None]:
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        return "not_configured", ("DAGSTER_HOME is not set: `groundwork ingest` records its runs in a temporary "
+                                  "Dagster instance the Dagster UI does not show (the Makefile sets data/dagster_home)")
+    if not Path(home).is_dir():
+        return "missing", f"DAGSTER_HOME={home} is not a folder (`make ingest` or `make dagster` creates it)"
+    return UP, None
+
+
+def health_report(state: ServerState) -> dict[str, Any]:
+    """The body of ``/health``: seed 004's ``status``, ``services`` and ``version``, each service's reason when
+    it is not up, and the details earlier clients read (``index``, ``model_loaded``, ``store``, ...)."""
+    engine, settings = state.engine, state.settings
+    services: dict[str, str] = {}
+    reasons: dict[str, str] = {}
+
+    def record(name: str, status: str, reason: str | None) -> None:
+        services[name] = status
+        if status != UP and reason:
+            reasons[name] = reason
+
+    store = settings.store_path.exists()
+    record("store", UP if store else "missing",
+           None if store else f"no store at {settings.store_path}: run `groundwork ingest` (queries are answered "
+                              "from the published index; documents and sources need the store)")
+    index: dict[str, Any] | None = None
     try:
         snapshot = engine.snapshots.current()
-        body["index"] = {"snapshot_version": snapshot.info.snapshot_version, "chunks": int(snapshot.active.sum()),
-                         "documents": snapshot.info.document_count, "published": snapshot.info.created_at}
+        index = {"snapshot_version": snapshot.info.snapshot_version, "chunks": int(snapshot.active.sum()),
+                 "documents": snapshot.info.document_count, "published": snapshot.info.created_at}
+        record("index", UP, None)
     except GroundworkError as error:
-        body.update(status="degraded", index=None, reason=str(error))
-    return JSONResponse(status_code=200 if body["status"] == "ok" else 503, content=body)
+        record("index", "missing", str(error))
+    model_state, model_reason, model_loaded = _model_service(state)
+    record("model", model_state, model_reason)
+    log_problem = state.query_log.problem()
+    record("query_log", UP if log_problem is None else "down", log_problem)
+    record("dagster_home", *_dagster_home())
+
+    if any(services[name] != UP and not (name == "model" and services[name] in ("loading", "not_loaded"))
+           for name in ESSENTIAL):
+        status = "unhealthy"
+    elif all(value == UP for value in services.values()):
+        status = "healthy"
+    else:
+        status = "degraded"
+    body: dict[str, Any] = {
+        "status": status, "services": services, "version": VERSION, "reasons": reasons,
+        "uptime_s": round(time.time() - state.started_at, 1), "store": store, "model_loaded": model_loaded,
+        "warm_up": engine.warm_up_status(), "remote": state.access.remote, "tls": state.access.tls,
+        "admin_token_required": state.access.token_required, "index": index,
+    }
+    stats = getattr(engine.embedder, "stats", None) if services["model"] != "missing" else None
+    if callable(stats):
+        body["query_cache"] = stats()  # query-embedding cache: hits, misses, hit_rate
+    if reasons:
+        body["reason"] = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
+    return body
+
+
+@router.get("/health", response_model=out.Health,
+            responses={"503": {"model": out.Health, "description": "Unhealthy: no index is served, or the model "
+                                                               "cannot load (reasons say why)."}})
+def health(state: State) -> JSONResponse:
+    """Seed 004's health check: ``status`` is ``healthy`` (200) when every service is ``up``; ``degraded`` (200)
+    while the model loads or an optional part (store, query log, Dagster home) is not up; ``unhealthy`` (503)
+    without an index or when the model cannot load.  ``services``: ``store``, ``index``, ``model``,
+    ``query_log``, ``dagster_home``, each ``up`` or a state (``missing``, ``loading``, ``not_loaded``,
+    ``failed``, ``down``, ``not_configured``) whose reason is in ``reasons``."""
+    body = health_report(state)
+    return JSONResponse(status_code=503 if body["status"] == "unhealthy" else 200, content=body)
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

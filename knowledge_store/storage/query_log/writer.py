@@ -122,6 +122,7 @@ class QueryLogWriter:
         self._enqueued = 0
         self._processed = 0
         self._closed = False
+        self._write_error: str | None = None  # the last batch's failure, cleared by the next written batch
         self._pid = os.getpid()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = self._start_writer()
@@ -186,6 +187,20 @@ class QueryLogWriter:
             with contextlib.suppress(Exception):
                 atexit.unregister(self._atexit)
 
+    def problem(self) -> str | None:
+        """Why queries are not being logged now, or None while they are: closed, the writer thread gone, the
+        folder not writable, or the last batch failed (its records wait in the spool file)."""
+        if self._closed:
+            return f"the query log {self.path} is closed"
+        if os.getpid() == self._pid and not self._thread.is_alive():
+            return f"the query log's writer thread stopped ({self.path})"
+        folder = self.path.parent
+        if not os.access(folder if folder.exists() else folder.parent, os.W_OK):
+            return f"cannot write to {folder}"
+        if self._write_error is not None:
+            return f"writing {self.path} failed: {self._write_error}"
+        return None
+
     def __enter__(self) -> Self:
         return self
 
@@ -241,7 +256,9 @@ class QueryLogWriter:
             try:
                 if rows or self._spool_files():
                     self._write(rows)
-            except Exception:  # never let the writer die
+                    self._write_error = None
+            except Exception as error:  # never let the writer die
+                self._write_error = f"{type(error).__name__}: {error}"
                 log.warning("query log: writer failed", exc_info=True)
             with self._cond:
                 self._processed += sum(1 for item in items if item is not _STOP)
