@@ -93,7 +93,8 @@ def health_report(state: ServerState) -> dict[str, Any]:
     if any(services[name] != UP and not (name == "model" and services[name] in ("loading", "not_loaded"))
            for name in ESSENTIAL):
         status = "unhealthy"
-    elif all(value == UP for value in services.values()):
+    elif all(value == UP or (name == "dagster_home" and value == "not_configured") for name, value in services.items()):
+        # a server run without Dagster (plain `groundwork serve`) is whole: the home is optional, its reason stays
         status = "healthy"
     else:
         status = "degraded"
@@ -116,7 +117,8 @@ def health_report(state: ServerState) -> dict[str, Any]:
                                                                "cannot load (reasons say why)."}})
 def health(state: State) -> JSONResponse:
     """Seed 004's health check: ``status`` is ``healthy`` (200) when every service is ``up``; ``degraded`` (200)
-    while the model loads or an optional part (store, query log, Dagster home) is not up; ``unhealthy`` (503)
+    while the model loads or an optional part (store, query log, Dagster home) is not up - a Dagster home that is
+    not configured at all counts as up (a server runs without Dagster); ``unhealthy`` (503)
     without an index or when the model cannot load.  ``services``: ``store``, ``index``, ``model``,
     ``query_log``, ``dagster_home``, each ``up`` or a state (``missing``, ``loading``, ``not_loaded``,
     ``failed``, ``down``, ``not_configured``) whose reason is in ``reasons``."""
