@@ -5,12 +5,14 @@ the previously active version (if any) stays in the index (an OCR time-out is
 such a failure).  Pages without a text layer are OCR'd when Tesseract is
 available (``pages.ocr``/``ocr_confidence`` mark them); those still without
 text are stored (empty) and reported with a ``no_text_layer`` row saying why,
-never silently dropped.
+never silently dropped.  A transient failure (``ingest.retry``) is parsed again after
+each wait of ``GROUNDWORK_INGEST_RETRY_DELAYS_S`` before it becomes a failure row.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +29,11 @@ from knowledge_store.ingest.parsers import OcrOptions, parse_file
 from knowledge_store.ingest.parsers.ocr import missing_text_reason
 from knowledge_store.ingest.raw_documents import sha256_file
 from knowledge_store.ingest.relations import write_links
+from knowledge_store.ingest.retry import InputFacts, RetryPolicy, classify, redacted_traceback
 from knowledge_store.ingest.sync_runs import add_counts
 from knowledge_store.storage.store import store_connection, transaction, utcnow
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,8 +48,12 @@ class ParseResult:
     blocks: int = 0
     seconds: float = 0.0
     by_type: dict[str, int] = field(default_factory=dict)
-    failures: list[dict[str, str]] = field(default_factory=list)
+    failures: list[dict[str, object]] = field(default_factory=list)
     preview: list[dict[str, object]] = field(default_factory=list)
+    retried: int = 0  # versions whose first attempt failed transiently
+    recovered: int = 0  # of them, parsed on a later attempt
+    retry_attempts: int = 0  # attempts after the first, over every version
+    retry_wait_s: float = 0.0  # time spent waiting between attempts
 
     @property
     def pages_per_minute(self) -> float:
@@ -125,22 +134,49 @@ def write_parsed(conn, doc_id: str, version: int, parsed: ParsedDocument) -> Non
     write_links(conn, doc_id, version, parsed.links)
 
 
-def _store_outcome(conn, outcome: tuple, sync_run_id: str, result: ParseResult) -> None:
-    doc_id, version, path, checksum, source_id, parsed, error = outcome
+@dataclass
+class _Outcome:
+    """One version's parse, as written: the document or the error of its last attempt, and the attempts made."""
+
+    doc_id: str
+    version: int
+    label: str  # the path, or the page URL of a web page
+    checksum: str
+    source_id: str
+    parsed: ParsedDocument | None = None
+    error: IngestionError | None = None
+    attempts: int = 1
+    traceback: str | None = None
+    input: InputFacts | None = None
+
+
+def _store_outcome(conn, outcome: _Outcome, sync_run_id: str, result: ParseResult) -> None:
+    doc_id, version, path, checksum, source_id = (outcome.doc_id, outcome.version, outcome.label, outcome.checksum,
+                                                  outcome.source_id)
+    parsed, error = outcome.parsed, outcome.error
     if error is not None:
         conn.execute(
-            "UPDATE documents SET status = 'failed', parsed_at = ? WHERE doc_id = ? AND version = ?",
-            [utcnow(), doc_id, version],
+            "UPDATE documents SET status = 'failed', parsed_at = ?, parse_attempts = ? WHERE doc_id = ? AND version = ?",
+            [utcnow(), outcome.attempts, doc_id, version],
         )
+        facts = outcome.input or InputFacts(None, None)
         record_failure(
             conn, path=path, stage="parse", kind=error.kind, reason=error.reason,
             sync_run_id=sync_run_id, source_id=source_id, doc_id=doc_id, checksum=checksum,
+            attempts=outcome.attempts, failure_class=classify(error).value, traceback=outcome.traceback,
+            input_size_bytes=facts.size_bytes, input_sha256=facts.sha256,
         )
         add_counts(conn, sync_run_id, failed=1)
         result.failed += 1
-        result.failures.append({"path": path, "kind": error.kind, "reason": error.reason})
+        result.failures.append({"path": path, "kind": error.kind, "reason": error.reason,
+                                "attempts": outcome.attempts, "failure_class": classify(error).value})
         return
+    assert parsed is not None
     write_parsed(conn, doc_id, version, parsed)
+    conn.execute("UPDATE documents SET parse_attempts = ? WHERE doc_id = ? AND version = ?",
+                 [outcome.attempts, doc_id, version])
+    if outcome.attempts > 1:
+        result.recovered += 1
     missing = parsed.pages_without_text
     keep: set[str] = set()
     if missing:
@@ -167,24 +203,31 @@ def _store_outcome(conn, outcome: tuple, sync_run_id: str, result: ParseResult) 
 
 
 def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, batch_seconds: float = 2.0,
-                  progress: Sink | None = None) -> ParseResult:
+                  progress: Sink | None = None, retry: RetryPolicy | None = None) -> ParseResult:
     """Parse every pending version that has no pages yet.
 
     Parsing happens with the store closed; results are written in short
     transactions of up to ``batch_size`` documents (or ``batch_seconds`` of
     work), so a kill loses at most one batch and readers rarely wait.
+
+    A version whose parse fails transiently (``retry.classify``: an I/O error, an OCR time-out) is tried again
+    after each wait of ``retry`` (default ``GROUNDWORK_INGEST_RETRY_DELAYS_S``), in rounds: every version that
+    failed transiently in a round waits the round's delay together, so a stage waits at most the sum of the
+    delays however many files fail.  A permanent failure, or a transient one after the last wait, is written
+    with its attempts, class, redacted traceback and input size/sha256.
     """
     result = ParseResult()
     started = time.perf_counter()
     ocr = ocr_options(settings)
+    policy = retry or RetryPolicy.from_settings(settings)
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
         todo = conn.execute(
             # failures of web pages are reported under the page URL, not the cache file
             "SELECT doc_id, version, path, checksum, source_id, "
-            "CASE WHEN url LIKE 'http%' THEN url ELSE path END AS label FROM documents "
+            "CASE WHEN url LIKE 'http%' THEN url ELSE path END AS label, size_bytes FROM documents "
             "WHERE status = 'pending' AND parsed_at IS NULL ORDER BY path"
         ).fetchall()
-    buffer: list[tuple] = []
+    buffer: list[_Outcome] = []
     last_flush = time.perf_counter()
     counts = stage_progress("parse", "documents", progress).start(len(todo))
 
@@ -197,23 +240,59 @@ def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, ba
         buffer = []
         last_flush = time.perf_counter()
 
-    for doc_id, version, path, checksum, source_id, label in todo:
-        counts.advance()
-        parsed: ParsedDocument | None = None
-        error: IngestionError | None = None
+    def attempt(row: tuple, attempts: int) -> _Outcome | None:
+        """One parse of one version; None when the file changed or vanished meanwhile (the next sync sees it)."""
+        doc_id, version, path, checksum, source_id, label, size_bytes = row
+        outcome = _Outcome(doc_id, version, label, checksum, source_id, attempts=attempts)
         try:
-            parsed = parse_file(Path(path), max_bytes=settings.max_file_bytes, ocr=ocr)
+            outcome.parsed = parse_file(Path(path), max_bytes=settings.max_file_bytes, ocr=ocr)
             if sha256_file(Path(path)) != checksum:
                 result.skipped_changed += 1  # changed while we read it: the next sync records the new bytes
-                continue
+                return None
         except IngestionError as exc:
-            error = exc
+            outcome.error = exc
+            outcome.traceback = redacted_traceback(exc)
+            facts = InputFacts.of_file(path)
+            outcome.input = facts if facts.sha256 else InputFacts(size_bytes, checksum)  # unreadable: as recorded
         except FileNotFoundError:
             result.skipped_changed += 1
-            continue
-        buffer.append((doc_id, version, label, checksum, source_id, parsed, error))
+            return None
+        return outcome
+
+    def keep(outcome: _Outcome) -> None:
+        buffer.append(outcome)
         if len(buffer) >= batch_size or time.perf_counter() - last_flush > batch_seconds:
             flush()
+
+    again: list[tuple] = []
+    for row in todo:
+        counts.advance()
+        outcome = attempt(row, 1)
+        if outcome is None:
+            continue
+        if outcome.error is not None and outcome.error.transient and policy.delays:
+            again.append(row)
+            result.retried += 1
+            continue
+        keep(outcome)
+    for number, delay in enumerate(policy.delays, start=2):
+        if not again:
+            break
+        flush()  # what is done is written before the wait
+        log.info("parse: %d version(s) failed transiently; attempt %d of %d in %g s", len(again), number,
+                 policy.max_attempts, delay)
+        policy.sleep(delay)
+        result.retry_wait_s += delay
+        rows, again = again, []
+        for row in rows:
+            outcome = attempt(row, number)
+            result.retry_attempts += 1
+            if outcome is None:
+                continue
+            if outcome.error is not None and outcome.error.transient and number < policy.max_attempts:
+                again.append(row)
+                continue
+            keep(outcome)
     flush()
     counts.finish()
     result.seconds = time.perf_counter() - started
