@@ -11,6 +11,7 @@ each wait of ``GROUNDWORK_INGEST_RETRY_DELAYS_S`` before it becomes a failure ro
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -73,6 +74,7 @@ def ocr_options(settings: Settings) -> OcrOptions:
         timeout_s=settings.ocr_timeout_s,
         tessdata_dir=settings.tessdata_dir,
         confidence_pass=settings.ocr_confidence_pass,
+        low_confidence=settings.ocr_low_confidence,
     )
 
 
@@ -90,14 +92,20 @@ def write_parsed(conn, doc_id: str, version: int, parsed: ParsedDocument) -> Non
             "has_text_layer": [p.has_text_layer for p in parsed.pages],
             "ocr": [p.ocr for p in parsed.pages],
             "ocr_confidence": pa.array([p.ocr_confidence for p in parsed.pages], type=pa.float64()),
+            "ocr_regions": pa.array([p.ocr_lines for p in parsed.pages], type=pa.int32()),
+            "low_confidence_regions": pa.array(
+                [len(p.low_confidence_regions) if p.ocr_lines is not None else None for p in parsed.pages],
+                type=pa.int32()),
         }
     )
     conn.register("pages_df", pages)
     conn.execute(
-        "INSERT INTO pages (doc_id, version, page_number, text, has_text_layer, ocr, ocr_confidence) "
-        "SELECT doc_id, version, page_number, text, has_text_layer, ocr, ocr_confidence FROM pages_df"
+        "INSERT INTO pages (doc_id, version, page_number, text, has_text_layer, ocr, ocr_confidence, ocr_regions, "
+        "low_confidence_regions) SELECT doc_id, version, page_number, text, has_text_layer, ocr, ocr_confidence, "
+        "ocr_regions, low_confidence_regions FROM pages_df"
     )
     conn.unregister("pages_df")
+    low_regions = write_low_confidence_regions(conn, doc_id, version, parsed)
     if parsed.blocks:
         n_blocks = len(parsed.blocks)
         blocks = pa.table(
@@ -126,10 +134,11 @@ def write_parsed(conn, doc_id: str, version: int, parsed: ParsedDocument) -> Non
     label = revision_label(parsed.title, parsed.metadata, relative_path[0] if relative_path else "")
     conn.execute(
         "UPDATE documents SET title = ?, doc_type = ?, paginated = ?, page_count = ?, metadata = ?, parsed_at = ?, "
-        "chunker_signature = NULL, rev_label = ?, rev_label_source = ? WHERE doc_id = ? AND version = ?",
+        "chunker_signature = NULL, rev_label = ?, rev_label_source = ?, low_confidence_regions = ?, needs_review = ? "
+        "WHERE doc_id = ? AND version = ?",
         [parsed.title, parsed.doc_type, parsed.paginated, len(parsed.pages),
          json.dumps(_json_safe(parsed.metadata)), utcnow(), label.label if label else None,
-         label.source if label else "none", doc_id, version],
+         label.source if label else "none", low_regions, low_regions > 0, doc_id, version],
     )
     write_links(conn, doc_id, version, parsed.links)
 
@@ -148,6 +157,34 @@ class _Outcome:
     attempts: int = 1
     traceback: str | None = None
     input: InputFacts | None = None
+
+
+def region_span(page_text: str, text: str) -> tuple[int, int] | None:
+    """Where an OCR line's text is in the page text (the confidence pass and MuPDF's OCR read the same
+    rendering, so they agree on nearly every line); None when it is not found there."""
+    start = page_text.find(text) if text else -1
+    return (start, start + len(text)) if start >= 0 else None
+
+
+def write_low_confidence_regions(conn, doc_id: str, version: int, parsed: ParsedDocument) -> int:
+    """Replace one version's low-confidence OCR regions (``low_confidence_regions`` table); returns how many.
+
+    A region's id hashes its document, version, page and box; its span in the page text lets a chunk that
+    overlaps it be flagged (``chunk.ocr_marks``)."""
+    conn.execute("DELETE FROM low_confidence_regions WHERE doc_id = ? AND version = ?", [doc_id, version])
+    rows = []
+    for page in parsed.pages:
+        for region in page.low_confidence_regions:
+            box = f"{region.x0:.2f},{region.y0:.2f},{region.x1:.2f},{region.y1:.2f}"
+            region_id = hashlib.sha256(f"{doc_id}|{version}|{page.page_number}|{box}".encode()).hexdigest()[:24]
+            span = region_span(page.text, region.text)
+            rows.append([doc_id, version, page.page_number, region_id, region.x0, region.y0, region.x1, region.y1,
+                         region.confidence, region.words, region.text, span[0] if span else None,
+                         span[1] if span else None])
+    if rows:
+        conn.executemany("INSERT OR REPLACE INTO low_confidence_regions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         rows)
+    return len(rows)
 
 
 def _store_outcome(conn, outcome: _Outcome, sync_run_id: str, result: ParseResult) -> None:

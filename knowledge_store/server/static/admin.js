@@ -950,7 +950,25 @@
     });
   }
 
-  loaders.failures = function () { loadFailures(); };
+  // the documents list filtered to needs_review: scans with low-confidence OCR regions
+  function loadReview() {
+    var list = $("review-list");
+    return getJSON("/api/knowledge/documents?include_history=false&needs_review=true").then(function (answer) {
+      list.textContent = "";
+      var docs = (answer.documents || []).filter(function (d) { return d.status === "active"; });
+      docs.forEach(function (d) {
+        list.appendChild(el("li", (d.title || d.relative_path) + " \u2014 " + d.low_confidence_regions +
+          (d.low_confidence_regions === 1 ? " low-confidence region" : " low-confidence regions") +
+          " (" + d.relative_path + ")"));
+      });
+      if (!docs.length) list.appendChild(el("li", "None.", "meta"));
+    }, function (error) {
+      list.textContent = "";
+      list.appendChild(el("li", "Cannot list them: " + error.message, "meta"));
+    });
+  }
+
+  loaders.failures = function () { loadFailures(); loadReview(); };
 
   // ============================================================ Settings (corpus ranking defaults)
   var rankingForm = $("ranking-form"), rankingAlpha = $("ranking-alpha"), rankingAlphaValue = $("ranking-alpha-value"),
