@@ -453,7 +453,7 @@ def cmd_failures(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    status = store_status(settings, include_history=args.history)
+    status = store_status(settings, include_history=args.history, needs_review=args.needs_review)
     if args.json:
         print(json.dumps(status, indent=2, default=str))
         return 0
@@ -462,13 +462,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"data dir: {status['data_dir']}")
     print("\nsources:")
     print(format_table(status["sources"], ["name", "kind", "location", "active_documents", "last_synced_at"], 60))
-    print("\ndocuments:")
-    print(format_table(status["documents"], ["title", "relative_path", "version", "status", "doc_type", "page_count", "chunks"], 40))
+    print("\ndocuments needing review (low-confidence OCR regions):" if args.needs_review else "\ndocuments:")
+    print(format_table(status["documents"], ["title", "relative_path", "version", "status", "doc_type", "page_count", "chunks"]
+                       + (["low_confidence_regions"] if args.needs_review else []), 40))
     print(
         f"\ncounts: {counts['active_documents']} active documents, {counts['pending_versions']} pending, "
         f"{counts['superseded_versions']} superseded, {counts['deleted_documents']} deleted, "
         f"{counts['failed_versions']} failed; {counts['active_chunks']} active chunks "
-        f"({counts['all_chunks']} stored), {counts['embeddings']} embeddings"
+        f"({counts['all_chunks']} stored), {counts['embeddings']} embeddings; {counts['needs_review_documents']} "
+        f"need review ({counts['low_confidence_regions']} low-confidence OCR regions: `groundwork status --needs-review`)"
     )
     if snapshot:
         print(
@@ -988,6 +990,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
     status.add_argument("--history", action="store_true", help="include superseded and deleted versions")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--needs-review", action="store_true",
+                        help="list only documents with low-confidence OCR regions (GROUNDWORK_OCR_LOW_CONFIDENCE)")
     status.set_defaults(func=cmd_status)
 
     query = sub.add_parser("query", help="hybrid search with citations")

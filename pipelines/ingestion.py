@@ -79,7 +79,9 @@ def parsed_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreRes
     result = parse_stage(settings, _run_id(store, context), progress=DagsterLogSink(context.log))
     context.log.info(
         f"parsed {result.parsed} documents ({result.pages} pages, {result.pages_per_minute:.0f} pages/min, "
-        f"{result.pages_ocr} OCR'd in {result.ocr_seconds:.1f} s), {result.failed} failed"
+        f"{result.pages_ocr} OCR'd in {result.ocr_seconds:.1f} s), {result.failed} failed; "
+        f"{result.retried} retried after a transient failure ({result.recovered} recovered, "
+        f"{result.retry_attempts} extra attempts, {result.retry_wait_s:g} s waited)"
     )
     for failure in result.failures:
         context.log.warning(f"ingestion failure: {failure['path']}: {failure['reason']}")
@@ -92,6 +94,10 @@ def parsed_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreRes
             "pages_ocr": result.pages_ocr,
             "ocr_seconds": round(result.ocr_seconds, 2),
             "blocks": result.blocks,
+            "retried": result.retried,
+            "recovered_on_retry": result.recovered,
+            "retry_attempts": result.retry_attempts,
+            "retry_wait_s": round(result.retry_wait_s, 3),
             "duration_s": round(result.seconds, 3),
             "pages_per_minute": round(result.pages_per_minute, 1),
             "by_type": dg.MetadataValue.json(result.by_type),

@@ -29,8 +29,10 @@ def _iso(value: object) -> object:
     return value.isoformat() + "Z" if isinstance(value, datetime) else value
 
 
-def store_status(settings: Settings, include_history: bool = True) -> dict[str, object]:
-    """A JSON-ready description of the store; raises StoreError when there is no store yet."""
+def store_status(settings: Settings, include_history: bool = True, needs_review: bool = False) -> dict[str, object]:
+    """A JSON-ready description of the store; raises StoreError when there is no store yet.
+
+    ``needs_review``: list only the documents with low-confidence OCR regions (``documents.needs_review``)."""
     if not settings.store_path.exists():
         raise StoreError(f"no store at {settings.store_path}; run `groundwork ingest` first")
     with store_connection(settings.store_path, read_only=True, timeout_s=settings.lock_timeout_s) as conn:
@@ -45,13 +47,21 @@ def store_status(settings: Settings, include_history: bool = True) -> dict[str, 
         document_columns = {d[0] for d in conn.execute("SELECT * FROM documents LIMIT 0").description}
         # seed 003 (store migration 6): a store not yet migrated (opened read-only) has none of them
         revision_columns = "".join(f"d.{c}, " for c in ("rev_label", "superseded_by") if c in document_columns)
+        # store migration 11: low-confidence OCR regions (absent: nothing was flagged)
+        reviewable = "needs_review" in document_columns
+        review_columns = ("coalesce(d.needs_review, FALSE) AS needs_review, "
+                          "coalesce(d.low_confidence_regions, 0) AS low_confidence_regions, " if reviewable
+                          else "FALSE AS needs_review, 0 AS low_confidence_regions, ")
+        where = [] if include_history else ["d.status IN ('active', 'pending', 'failed')"]
+        if needs_review:
+            where.append("coalesce(d.needs_review, FALSE)" if reviewable else "FALSE")
         documents = _rows(conn.execute(
             f"""
             SELECT d.doc_id, d.version, d.status, d.title, d.relative_path, d.doc_type, d.page_count,
-                   d.checksum, d.valid_from, d.valid_to, d.supersedes, {revision_columns}
+                   d.checksum, d.valid_from, d.valid_to, d.supersedes, {revision_columns}{review_columns}
                    (SELECT count(*) FROM chunks c WHERE c.doc_id = d.doc_id AND c.version = d.version) AS chunks
             FROM documents d
-            {"" if include_history else "WHERE d.status IN ('active', 'pending', 'failed')"}
+            {("WHERE " + " AND ".join(where)) if where else ""}
             ORDER BY d.relative_path, d.version DESC
             """
         ))
@@ -68,6 +78,11 @@ def store_status(settings: Settings, include_history: bool = True) -> dict[str, 
               (SELECT count(*) FROM embeddings) AS embeddings
             """
         ))[0]
+        review = conn.execute(
+            "SELECT count(*), coalesce(sum(low_confidence_regions), 0) FROM documents "
+            "WHERE status = 'active' AND needs_review"
+        ).fetchone() if reviewable else (0, 0)
+        counts["needs_review_documents"], counts["low_confidence_regions"] = int(review[0]), int(review[1])
         run_columns = {d[0] for d in conn.execute("SELECT * FROM sync_runs LIMIT 0").description}
         process_columns = [c for c in ("pid", "hostname", "heartbeat_at") if c in run_columns]  # schema 3+
         last_run = _rows(conn.execute(

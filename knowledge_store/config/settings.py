@@ -103,6 +103,13 @@ class SourceSettings(BaseModel):
         "null removes it, a new type is added. A change re-extracts every document on the next sync.",
     )
     sensor_interval_s: int = Field(60, ge=10, description="How often the Dagster sensor looks for changed files.")
+    ingest_retry_delays_s: list[float] = Field(
+        default_factory=lambda: [10.0, 60.0, 300.0],
+        description="Waits before each retry of a document whose parse failed transiently (an I/O error, an OCR time-out "
+        "on a busy machine) and of an API ingestion job stopped by a busy store: one retry per entry, so [10, 60, 300] "
+        "makes at most 4 attempts (seed 004 FR-2.4). Permanent failures (a corrupt or unsupported file) are never "
+        "retried; [] switches retries off. JSON list, e.g. GROUNDWORK_INGEST_RETRY_DELAYS_S=[10,60,300].",
+    )
 
     @property
     def max_file_bytes(self) -> int:
@@ -355,6 +362,7 @@ class OcrSettings(BaseModel):
     ocr_timeout_s: float = Field(300.0, gt=0, description="OCR time allowed per document; past it that version fails (the previous one stays indexed).")
     ocr_confidence_pass: bool = Field(True, description="Also run the tesseract command on each OCR'd page for word confidences (beside the OCR, on another core); off = confidence unknown.")
     tessdata_dir: Path | None = Field(None, description="Tesseract language data folder; unset = TESSDATA_PREFIX, else the system's (Debian: /usr/share/tesseract-ocr/5/tessdata).")
+    ocr_low_confidence: float = Field(0.5, ge=0, le=1, description="A text line OCR read with a mean word confidence under this (0-1) is a low-confidence region: recorded per page, its document marked needs_review and its passages' citations flagged low_confidence_ocr, so a person checks the scan (seed 004 FR-2.2).")
 
 
 # (fields are listed base by base from the last: storage first, as in the sections above)
@@ -423,6 +431,13 @@ class Settings(BaseSettings, OcrSettings, WebSettings, ServerSettings, QueryLogS
         known = QUANTIZATION_RECIPES if info.field_name == "document_quantization" else EMBEDDING_BACKENDS
         if value not in known:
             raise ValueError(f"must be one of {', '.join(known)} (got {value!r})")
+        return value
+
+    @field_validator("ingest_retry_delays_s")
+    @classmethod
+    def _retry_delays(cls, value: list[float]) -> list[float]:
+        if len(value) > 10 or any(not (0 <= delay <= 3600) for delay in value):
+            raise ValueError(f"{value!r}: at most 10 waits, each between 0 and 3600 seconds")
         return value
 
     @field_validator("family_id_pattern")

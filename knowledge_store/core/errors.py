@@ -4,6 +4,7 @@ response can say exactly what was wrong, in plain words, without a traceback."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 
 class GroundworkError(Exception):
@@ -16,11 +17,26 @@ class IngestionError(GroundworkError):
     person reads."""
 
     kind = "ingestion_error"
+    # transient: the same bytes may succeed on another attempt (an I/O error, a time-out on a busy machine), so
+    # the parse stage retries them (GROUNDWORK_INGEST_RETRY_DELAYS_S); permanent ones fail on the first attempt
+    transient: ClassVar[bool] = False
 
     def __init__(self, path: str | Path, reason: str) -> None:
         self.path = str(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
+
+
+class FileReadError(IngestionError):
+    """Reading the file failed in a way another attempt can get past (an I/O error, a busy or stale network
+    file, an interrupted read); carries the OS error number."""
+
+    kind = "read_error"
+    transient = True
+
+    def __init__(self, path: str | Path, reason: str, errno: int | None = None) -> None:
+        self.errno = errno
+        super().__init__(path, reason)
 
 
 class EmptyFileError(IngestionError):
@@ -81,6 +97,7 @@ class OcrTimeoutError(IngestionError):
     """
 
     kind = "ocr_timeout"
+    transient = True  # the budget is wall time: a machine busy with other work can finish within it next time
 
     def __init__(
         self, path: str | Path, page_number: int, page_count: int, pages_done: int, seconds: float, limit_s: float

@@ -94,11 +94,40 @@ def ocr_marks(pages: list[Page], draft: ChunkDraft) -> tuple[bool, float | None]
     return True, (min(known) if len(known) == len(spanned) else None)
 
 
-def _frame(doc: dict, drafts: list[ChunkDraft], pages: list[Page]) -> pa.Table:
+RegionSpans = dict[int, list[tuple[int | None, int | None]]]  # page -> (start, end) of its low-confidence regions
+
+
+def low_region_spans(conn, doc_id: str, version: int) -> RegionSpans:
+    """The spans of one version's low-confidence OCR regions in their page texts, by page (None: not located)."""
+    spans: RegionSpans = {}
+    for page, start, end in conn.execute(
+        "SELECT page_number, char_start, char_end FROM low_confidence_regions WHERE doc_id = ? AND version = ?",
+        [doc_id, version],
+    ).fetchall():
+        spans.setdefault(page, []).append((start, end))
+    return spans
+
+
+def low_confidence_mark(spans: RegionSpans, draft: ChunkDraft) -> bool:
+    """Whether a chunk overlaps a low-confidence OCR region: a located region overlapping its text on a page it
+    spans, or a region of such a page that could not be located (the whole page is then in doubt)."""
+    for page in range(draft.page_start, draft.page_end + 1):
+        low = draft.char_start if page == draft.page_start else 0
+        high = draft.char_end if page == draft.page_end else None
+        for start, end in spans.get(page, ()):
+            if start is None or end is None:
+                return True
+            if end > low and (high is None or start < high):
+                return True
+    return False
+
+
+def _frame(doc: dict, drafts: list[ChunkDraft], pages: list[Page], spans: RegionSpans | None = None) -> pa.Table:
     now = utcnow()
     paginated = bool(doc["paginated"])
     n = len(drafts)
     marks = [ocr_marks(pages, d) for d in drafts]
+    low = [low_confidence_mark(spans or {}, d) for d in drafts]
     return pa.table(
         {
             "chunk_id": [chunk_id_for(doc["doc_id"], doc["version"], d.chunk_index, d.content_hash) for d in drafts],
@@ -122,6 +151,7 @@ def _frame(doc: dict, drafts: list[ChunkDraft], pages: list[Page]) -> pa.Table:
             "created_at": pa.array([now] * n, type=pa.timestamp("us")),
             "ocr": [ocr for ocr, _ in marks],
             "ocr_confidence": pa.array([conf for _, conf in marks], type=pa.float64()),
+            "low_confidence_ocr": low,
         }
     )
 
@@ -159,15 +189,16 @@ def chunk_parsed(settings: Settings, counter: TokenCounter, sync_run_id: str, pr
                 delete_mentions_of_chunks(conn, "doc_id = ? AND version = ?", [doc["doc_id"], doc["version"]])
                 conn.execute("DELETE FROM chunks WHERE doc_id = ? AND version = ?", [doc["doc_id"], doc["version"]])
                 if drafts:
-                    frame = _frame(doc, drafts, parsed.pages)
+                    frame = _frame(doc, drafts, parsed.pages, low_region_spans(conn, doc["doc_id"], doc["version"]))
                     conn.register("chunks_df", frame)
                     conn.execute(
                         "INSERT INTO chunks (chunk_id, doc_id, version, chunk_index, text, embed_text, title, "
                         "source_path, url, page_start, page_end, section_path, anchor, char_start, char_end, "
-                        "token_count, content_hash, block_kinds, created_at, ocr, ocr_confidence) "
+                        "token_count, content_hash, block_kinds, created_at, ocr, ocr_confidence, low_confidence_ocr) "
                         "SELECT chunk_id, doc_id, version, chunk_index, text, embed_text, title, "
                         "source_path, url, page_start, page_end, section_path::VARCHAR[], anchor, char_start, char_end, "
-                        "token_count, content_hash, block_kinds::VARCHAR[], created_at, ocr, ocr_confidence FROM chunks_df"
+                        "token_count, content_hash, block_kinds::VARCHAR[], created_at, ocr, ocr_confidence, "
+                        "low_confidence_ocr FROM chunks_df"
                     )
                     conn.unregister("chunks_df")
                 else:

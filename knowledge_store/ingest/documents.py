@@ -58,6 +58,22 @@ class Page:
     has_text_layer: bool = True
     ocr: bool = False
     ocr_confidence: float | None = None
+    ocr_lines: int | None = None  # text lines OCR read on the page (None: not OCR'd, or confidences unknown)
+    low_confidence_regions: tuple[OcrRegion, ...] = ()  # of them, those under the low-confidence threshold
+
+
+@dataclass(frozen=True)
+class OcrRegion:
+    """A text line OCR read with low confidence: its box on the page (PDF points, origin top left), the mean
+    confidence of its words (0..1), how many words and what was read."""
+
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+    confidence: float
+    words: int
+    text: str
 
 
 @dataclass(frozen=True)
@@ -150,8 +166,10 @@ class PageBuilder:
     def text(self) -> str:
         return "".join(self._parts)
 
-    def page(self, has_text_layer: bool = True, ocr: bool = False, ocr_confidence: float | None = None) -> Page:
+    def page(self, has_text_layer: bool = True, ocr: bool = False, ocr_confidence: float | None = None,
+             ocr_lines: int | None = None, low_confidence_regions: tuple[OcrRegion, ...] = ()) -> Page:
         return Page(
             page_number=self.page_number, text=self.text, has_text_layer=has_text_layer,
-            ocr=ocr, ocr_confidence=ocr_confidence,
+            ocr=ocr, ocr_confidence=ocr_confidence, ocr_lines=ocr_lines,
+            low_confidence_regions=low_confidence_regions,
         )

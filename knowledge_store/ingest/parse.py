@@ -5,12 +5,15 @@ the previously active version (if any) stays in the index (an OCR time-out is
 such a failure).  Pages without a text layer are OCR'd when Tesseract is
 available (``pages.ocr``/``ocr_confidence`` mark them); those still without
 text are stored (empty) and reported with a ``no_text_layer`` row saying why,
-never silently dropped.
+never silently dropped.  A transient failure (``ingest.retry``) is parsed again after
+each wait of ``GROUNDWORK_INGEST_RETRY_DELAYS_S`` before it becomes a failure row.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +30,11 @@ from knowledge_store.ingest.parsers import OcrOptions, parse_file
 from knowledge_store.ingest.parsers.ocr import missing_text_reason
 from knowledge_store.ingest.raw_documents import sha256_file
 from knowledge_store.ingest.relations import write_links
+from knowledge_store.ingest.retry import InputFacts, RetryPolicy, classify, redacted_traceback
 from knowledge_store.ingest.sync_runs import add_counts
 from knowledge_store.storage.store import store_connection, transaction, utcnow
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,8 +49,12 @@ class ParseResult:
     blocks: int = 0
     seconds: float = 0.0
     by_type: dict[str, int] = field(default_factory=dict)
-    failures: list[dict[str, str]] = field(default_factory=list)
+    failures: list[dict[str, object]] = field(default_factory=list)
     preview: list[dict[str, object]] = field(default_factory=list)
+    retried: int = 0  # versions whose first attempt failed transiently
+    recovered: int = 0  # of them, parsed on a later attempt
+    retry_attempts: int = 0  # attempts after the first, over every version
+    retry_wait_s: float = 0.0  # time spent waiting between attempts
 
     @property
     def pages_per_minute(self) -> float:
@@ -64,6 +74,7 @@ def ocr_options(settings: Settings) -> OcrOptions:
         timeout_s=settings.ocr_timeout_s,
         tessdata_dir=settings.tessdata_dir,
         confidence_pass=settings.ocr_confidence_pass,
+        low_confidence=settings.ocr_low_confidence,
     )
 
 
@@ -81,14 +92,20 @@ def write_parsed(conn, doc_id: str, version: int, parsed: ParsedDocument) -> Non
             "has_text_layer": [p.has_text_layer for p in parsed.pages],
             "ocr": [p.ocr for p in parsed.pages],
             "ocr_confidence": pa.array([p.ocr_confidence for p in parsed.pages], type=pa.float64()),
+            "ocr_regions": pa.array([p.ocr_lines for p in parsed.pages], type=pa.int32()),
+            "low_confidence_regions": pa.array(
+                [len(p.low_confidence_regions) if p.ocr_lines is not None else None for p in parsed.pages],
+                type=pa.int32()),
         }
     )
     conn.register("pages_df", pages)
     conn.execute(
-        "INSERT INTO pages (doc_id, version, page_number, text, has_text_layer, ocr, ocr_confidence) "
-        "SELECT doc_id, version, page_number, text, has_text_layer, ocr, ocr_confidence FROM pages_df"
+        "INSERT INTO pages (doc_id, version, page_number, text, has_text_layer, ocr, ocr_confidence, ocr_regions, "
+        "low_confidence_regions) SELECT doc_id, version, page_number, text, has_text_layer, ocr, ocr_confidence, "
+        "ocr_regions, low_confidence_regions FROM pages_df"
     )
     conn.unregister("pages_df")
+    low_regions = write_low_confidence_regions(conn, doc_id, version, parsed)
     if parsed.blocks:
         n_blocks = len(parsed.blocks)
         blocks = pa.table(
@@ -117,30 +134,86 @@ def write_parsed(conn, doc_id: str, version: int, parsed: ParsedDocument) -> Non
     label = revision_label(parsed.title, parsed.metadata, relative_path[0] if relative_path else "")
     conn.execute(
         "UPDATE documents SET title = ?, doc_type = ?, paginated = ?, page_count = ?, metadata = ?, parsed_at = ?, "
-        "chunker_signature = NULL, rev_label = ?, rev_label_source = ? WHERE doc_id = ? AND version = ?",
+        "chunker_signature = NULL, rev_label = ?, rev_label_source = ?, low_confidence_regions = ?, needs_review = ? "
+        "WHERE doc_id = ? AND version = ?",
         [parsed.title, parsed.doc_type, parsed.paginated, len(parsed.pages),
          json.dumps(_json_safe(parsed.metadata)), utcnow(), label.label if label else None,
-         label.source if label else "none", doc_id, version],
+         label.source if label else "none", low_regions, low_regions > 0, doc_id, version],
     )
     write_links(conn, doc_id, version, parsed.links)
 
 
-def _store_outcome(conn, outcome: tuple, sync_run_id: str, result: ParseResult) -> None:
-    doc_id, version, path, checksum, source_id, parsed, error = outcome
+@dataclass
+class _Outcome:
+    """One version's parse, as written: the document or the error of its last attempt, and the attempts made."""
+
+    doc_id: str
+    version: int
+    label: str  # the path, or the page URL of a web page
+    checksum: str
+    source_id: str
+    parsed: ParsedDocument | None = None
+    error: IngestionError | None = None
+    attempts: int = 1
+    traceback: str | None = None
+    input: InputFacts | None = None
+
+
+def region_span(page_text: str, text: str) -> tuple[int, int] | None:
+    """Where an OCR line's text is in the page text (the confidence pass and MuPDF's OCR read the same
+    rendering, so they agree on nearly every line); None when it is not found there."""
+    start = page_text.find(text) if text else -1
+    return (start, start + len(text)) if start >= 0 else None
+
+
+def write_low_confidence_regions(conn, doc_id: str, version: int, parsed: ParsedDocument) -> int:
+    """Replace one version's low-confidence OCR regions (``low_confidence_regions`` table); returns how many.
+
+    A region's id hashes its document, version, page and box; its span in the page text lets a chunk that
+    overlaps it be flagged (``chunk.ocr_marks``)."""
+    conn.execute("DELETE FROM low_confidence_regions WHERE doc_id = ? AND version = ?", [doc_id, version])
+    rows = []
+    for page in parsed.pages:
+        for region in page.low_confidence_regions:
+            box = f"{region.x0:.2f},{region.y0:.2f},{region.x1:.2f},{region.y1:.2f}"
+            region_id = hashlib.sha256(f"{doc_id}|{version}|{page.page_number}|{box}".encode()).hexdigest()[:24]
+            span = region_span(page.text, region.text)
+            rows.append([doc_id, version, page.page_number, region_id, region.x0, region.y0, region.x1, region.y1,
+                         region.confidence, region.words, region.text, span[0] if span else None,
+                         span[1] if span else None])
+    if rows:
+        conn.executemany("INSERT OR REPLACE INTO low_confidence_regions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         rows)
+    return len(rows)
+
+
+def _store_outcome(conn, outcome: _Outcome, sync_run_id: str, result: ParseResult) -> None:
+    doc_id, version, path, checksum, source_id = (outcome.doc_id, outcome.version, outcome.label, outcome.checksum,
+                                                  outcome.source_id)
+    parsed, error = outcome.parsed, outcome.error
     if error is not None:
         conn.execute(
-            "UPDATE documents SET status = 'failed', parsed_at = ? WHERE doc_id = ? AND version = ?",
-            [utcnow(), doc_id, version],
+            "UPDATE documents SET status = 'failed', parsed_at = ?, parse_attempts = ? WHERE doc_id = ? AND version = ?",
+            [utcnow(), outcome.attempts, doc_id, version],
         )
+        facts = outcome.input or InputFacts(None, None)
         record_failure(
             conn, path=path, stage="parse", kind=error.kind, reason=error.reason,
             sync_run_id=sync_run_id, source_id=source_id, doc_id=doc_id, checksum=checksum,
+            attempts=outcome.attempts, failure_class=classify(error).value, traceback=outcome.traceback,
+            input_size_bytes=facts.size_bytes, input_sha256=facts.sha256,
         )
         add_counts(conn, sync_run_id, failed=1)
         result.failed += 1
-        result.failures.append({"path": path, "kind": error.kind, "reason": error.reason})
+        result.failures.append({"path": path, "kind": error.kind, "reason": error.reason,
+                                "attempts": outcome.attempts, "failure_class": classify(error).value})
         return
+    assert parsed is not None
     write_parsed(conn, doc_id, version, parsed)
+    conn.execute("UPDATE documents SET parse_attempts = ? WHERE doc_id = ? AND version = ?",
+                 [outcome.attempts, doc_id, version])
+    if outcome.attempts > 1:
+        result.recovered += 1
     missing = parsed.pages_without_text
     keep: set[str] = set()
     if missing:
@@ -167,24 +240,31 @@ def _store_outcome(conn, outcome: tuple, sync_run_id: str, result: ParseResult) 
 
 
 def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, batch_seconds: float = 2.0,
-                  progress: Sink | None = None) -> ParseResult:
+                  progress: Sink | None = None, retry: RetryPolicy | None = None) -> ParseResult:
     """Parse every pending version that has no pages yet.
 
     Parsing happens with the store closed; results are written in short
     transactions of up to ``batch_size`` documents (or ``batch_seconds`` of
     work), so a kill loses at most one batch and readers rarely wait.
+
+    A version whose parse fails transiently (``retry.classify``: an I/O error, an OCR time-out) is tried again
+    after each wait of ``retry`` (default ``GROUNDWORK_INGEST_RETRY_DELAYS_S``), in rounds: every version that
+    failed transiently in a round waits the round's delay together, so a stage waits at most the sum of the
+    delays however many files fail.  A permanent failure, or a transient one after the last wait, is written
+    with its attempts, class, redacted traceback and input size/sha256.
     """
     result = ParseResult()
     started = time.perf_counter()
     ocr = ocr_options(settings)
+    policy = retry or RetryPolicy.from_settings(settings)
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
         todo = conn.execute(
             # failures of web pages are reported under the page URL, not the cache file
             "SELECT doc_id, version, path, checksum, source_id, "
-            "CASE WHEN url LIKE 'http%' THEN url ELSE path END AS label FROM documents "
+            "CASE WHEN url LIKE 'http%' THEN url ELSE path END AS label, size_bytes FROM documents "
             "WHERE status = 'pending' AND parsed_at IS NULL ORDER BY path"
         ).fetchall()
-    buffer: list[tuple] = []
+    buffer: list[_Outcome] = []
     last_flush = time.perf_counter()
     counts = stage_progress("parse", "documents", progress).start(len(todo))
 
@@ -197,23 +277,59 @@ def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, ba
         buffer = []
         last_flush = time.perf_counter()
 
-    for doc_id, version, path, checksum, source_id, label in todo:
-        counts.advance()
-        parsed: ParsedDocument | None = None
-        error: IngestionError | None = None
+    def attempt(row: tuple, attempts: int) -> _Outcome | None:
+        """One parse of one version; None when the file changed or vanished meanwhile (the next sync sees it)."""
+        doc_id, version, path, checksum, source_id, label, size_bytes = row
+        outcome = _Outcome(doc_id, version, label, checksum, source_id, attempts=attempts)
         try:
-            parsed = parse_file(Path(path), max_bytes=settings.max_file_bytes, ocr=ocr)
+            outcome.parsed = parse_file(Path(path), max_bytes=settings.max_file_bytes, ocr=ocr)
             if sha256_file(Path(path)) != checksum:
                 result.skipped_changed += 1  # changed while we read it: the next sync records the new bytes
-                continue
+                return None
         except IngestionError as exc:
-            error = exc
+            outcome.error = exc
+            outcome.traceback = redacted_traceback(exc)
+            facts = InputFacts.of_file(path)
+            outcome.input = facts if facts.sha256 else InputFacts(size_bytes, checksum)  # unreadable: as recorded
         except FileNotFoundError:
             result.skipped_changed += 1
-            continue
-        buffer.append((doc_id, version, label, checksum, source_id, parsed, error))
+            return None
+        return outcome
+
+    def keep(outcome: _Outcome) -> None:
+        buffer.append(outcome)
         if len(buffer) >= batch_size or time.perf_counter() - last_flush > batch_seconds:
             flush()
+
+    again: list[tuple] = []
+    for row in todo:
+        counts.advance()
+        outcome = attempt(row, 1)
+        if outcome is None:
+            continue
+        if outcome.error is not None and outcome.error.transient and policy.delays:
+            again.append(row)
+            result.retried += 1
+            continue
+        keep(outcome)
+    for number, delay in enumerate(policy.delays, start=2):
+        if not again:
+            break
+        flush()  # what is done is written before the wait
+        log.info("parse: %d version(s) failed transiently; attempt %d of %d in %g s", len(again), number,
+                 policy.max_attempts, delay)
+        policy.sleep(delay)
+        result.retry_wait_s += delay
+        rows, again = again, []
+        for row in rows:
+            outcome = attempt(row, number)
+            result.retry_attempts += 1
+            if outcome is None:
+                continue
+            if outcome.error is not None and outcome.error.transient and number < policy.max_attempts:
+                again.append(row)
+                continue
+            keep(outcome)
     flush()
     counts.finish()
     result.seconds = time.perf_counter() - started

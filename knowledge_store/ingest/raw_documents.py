@@ -71,6 +71,8 @@ class ScanFailure:
     identity: str
     stage: str = "scan"  # scan (files) | fetch (web)
     keeps_document: bool = True  # False: the item is known gone (HTTP 404/410): its document is removed
+    attempts: int = 1  # requests made for it (a fetch retries transient trouble itself)
+    failure_class: str = "permanent"  # retry.FailureClass: a transient fetch failure is tried again next sync
 
 
 @dataclass
@@ -399,6 +401,7 @@ def _record_scan_failures(
             conn, path=str(failure.path), stage=failure.stage, kind=failure.kind, reason=failure.reason,
             sync_run_id=sync_run_id, source_id=failure.source_id, identity=failure.identity,
             doc_id=doc_id_for(failure.source_id, failure.relative_path),
+            attempts=failure.attempts, failure_class=failure.failure_class,
         ):
             result.failed += 1
     if scanned_sources and not scan.partial:

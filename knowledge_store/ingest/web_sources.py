@@ -219,6 +219,7 @@ def outcome_from_crawl(
         outcome.failures.append(ScanFailure(
             source_id=source.source_id, path=failure.url, relative_path=failure.url, kind=failure.kind,
             reason=failure.reason, identity="", stage="fetch", keeps_document=not failure.permanent,
+            attempts=max(1, failure.attempts), failure_class="permanent" if failure.permanent else "transient",
         ))
     return outcome
 

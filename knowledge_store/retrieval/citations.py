@@ -47,6 +47,10 @@ class Citation(BaseModel):
     ocr_confidence: float | None = Field(
         None, description="Mean OCR word confidence (0-1) of the passage's least sure page; only set when ocr is true and known."
     )
+    low_confidence_ocr: bool = Field(False, description="The passage overlaps a text line OCR read with a mean word "
+                                     "confidence under GROUNDWORK_OCR_LOW_CONFIDENCE (0.5): check it against the scan.")
+    needs_review: bool = Field(False, description="The cited document has low-confidence OCR regions "
+                               "(documents.needs_review) a person should check.")
     # seed 003's citation: {doc_id, title, rev_label, section, pages[], chunk_id, source_path} and validity
     source_path: str = Field("", description="Seed 003's name for url: where the original is, at the passage "
                              "(file:// link with #page=N or #anchor; the page URL for web sources).")
@@ -107,6 +111,8 @@ def build_citation(hit: SearchHit, query: str, n: int, max_snippet_chars: int = 
         status=hit.status,
         ocr=hit.ocr,
         ocr_confidence=hit.ocr_confidence if hit.ocr else None,
+        low_confidence_ocr=hit.low_confidence_ocr,
+        needs_review=hit.needs_review,
         source_path=citation_url(hit),
         rev_label=hit.rev_label,
         valid_from=hit.valid_from,

@@ -248,6 +248,7 @@ class LoadedSnapshot:
                     text=r["text"], doc_type=r["doc_type"] or "", metadata=metadata,
                     last_updated=(updated.isoformat() + "Z") if updated is not None else None, status=r["status"],
                     content_hash=r["content_hash"], ocr=bool(r["ocr"]), ocr_confidence=r["ocr_confidence"],
+                    low_confidence_ocr=bool(r["low_confidence_ocr"]), needs_review=bool(r["needs_review"]),
                     **self._revision_fields(r),
                     entities=list(self.row_entities.get(int(row), ())), row=int(row),
                 )
@@ -396,6 +397,14 @@ def _ocr_columns(conn) -> str:
     return "FALSE AS ocr, NULL::DOUBLE AS ocr_confidence"
 
 
+def _review_columns(conn) -> str:
+    """The low-confidence OCR marks; snapshots published before regions were kept have none (nothing flagged)."""
+    columns = {row[0] for row in conn.execute("SELECT column_name FROM (DESCRIBE chunks)").fetchall()}
+    if {"low_confidence_ocr", "needs_review"} <= columns:
+        return "low_confidence_ocr, needs_review"
+    return "FALSE AS low_confidence_ocr, FALSE AS needs_review"
+
+
 REVISION_COLUMNS = ("rev_label", "valid_from", "valid_to", "superseded_by")
 
 
@@ -525,7 +534,7 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
     table = conn.execute("SELECT embedding FROM chunks ORDER BY rowid").arrow()
     records = conn.execute(
         "SELECT chunk_id, doc_id, version, title, section, section_path, page_start, page_end, url, source_path, "
-        f"source_id, text, doc_type, metadata::VARCHAR AS metadata, last_updated, status, content_hash, {_ocr_columns(conn)}, "
+        f"source_id, text, doc_type, metadata::VARCHAR AS metadata, last_updated, status, content_hash, {_ocr_columns(conn)}, {_review_columns(conn)}, "
         f"{_revision_columns(conn)} FROM chunks ORDER BY rowid"
     ).arrow()
     chunk_ids = records.column("chunk_id").to_pylist()

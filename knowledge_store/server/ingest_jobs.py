@@ -19,8 +19,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from knowledge_store.config.settings import Settings
+from knowledge_store.ingest.retry import Attempts, RetryPolicy, call_with_retries, classify, redacted_traceback
 from knowledge_store.ingest.run import run_sync
 from knowledge_store.ingest.source_actions import retry_failure
+from knowledge_store.storage.query_log import redact
 
 JobStatus = Literal["queued", "running", "succeeded", "failed"]
 # what the job record says ran it (the Dagster assets' code path, not a Dagster run)
@@ -65,6 +67,7 @@ class IngestJobs:
         self.jobs: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._run_lock = threading.Lock()
+        self.sleep: Callable[[float], None] | None = None  # the wait between a job's attempts (None: time.sleep)
 
     @property
     def embedder(self) -> Any:
@@ -131,18 +134,31 @@ class IngestJobs:
         return report
 
     def _run(self, job_id: str, work: JobWork) -> None:
+        """Run the job; a transient failure (a store held by another writer, an I/O error) runs it again after
+        each wait of ``GROUNDWORK_INGEST_RETRY_DELAYS_S`` (the record says ``attempts`` and, while it waits,
+        ``retry``); a permanent one, or the last, fails it with its class and redacted traceback."""
         with self._run_lock:
             job = self.jobs[job_id]
-            job.update(status="running", started_at=utc_now())
+            job.update(status="running", started_at=utc_now(), attempts=0)
+            attempts = Attempts()
+            policy = RetryPolicy.from_settings(self.settings, sleep=self.sleep)
+
+            def on_retry(attempt: int, delay: float, error: BaseException) -> None:
+                with self._lock:
+                    job.update(attempts=attempt, retry={"attempt": attempt + 1, "of": policy.max_attempts,
+                                                        "in_s": delay, "after": redact(f"{type(error).__name__}: {error}")})
+
             try:
-                outcome = work(self._progress(job_id))
+                outcome = call_with_retries(lambda: work(self._progress(job_id)), policy, attempts, on_retry)
                 if self.on_published is not None:
                     self.on_published()
                 with self._lock:
-                    job.update(status="succeeded", **outcome)
+                    job.update(status="succeeded", attempts=attempts.count, **outcome)
             except Exception as error:  # noqa: BLE001 - reported through the job, never raised into the server
-                job.update(status="failed", error=f"{type(error).__name__}: {error}")
+                job.update(status="failed", error=redact(f"{type(error).__name__}: {error}"), attempts=attempts.count,
+                           failure_class=classify(error).value, traceback=redacted_traceback(error))
             finally:
+                job.pop("retry", None)
                 job["finished_at"] = utc_now()
 
     def get(self, job_id: str) -> dict[str, Any] | None:

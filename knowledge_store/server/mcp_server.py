@@ -202,6 +202,8 @@ def format_results(results: list[Citation], answer: str | None = None, coverage:
         lines.append(c.snippet)
         if c.ocr:
             lines.append("(OCR'd text" + (f", word confidence {c.ocr_confidence:.2f})" if c.ocr_confidence is not None else ")"))
+        if c.low_confidence_ocr:
+            lines.append("(low-confidence OCR region: check this passage against the scan)")
         if c.entities:
             lines.append("mentions: " + ", ".join(f"{e.value} ({e.type})" for e in c.entities))
         if c.rev_label or c.valid_to:

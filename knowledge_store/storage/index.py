@@ -105,6 +105,7 @@ SNAPSHOT_CHUNKS_SQL = """
         d.metadata, coalesce(d.modified_at, d.valid_from) AS last_updated, d.status,
         d.rev_label, d.valid_from, d.valid_to, d.superseded_by,
         coalesce(c.ocr, FALSE) AS ocr, c.ocr_confidence,
+        coalesce(c.low_confidence_ocr, FALSE) AS low_confidence_ocr, coalesce(d.needs_review, FALSE) AS needs_review,
         e.embedding::FLOAT[{dim}] AS embedding
     FROM chunks c
     JOIN documents d ON d.doc_id = c.doc_id AND d.version = c.version AND d.status IN ('active', 'superseded')

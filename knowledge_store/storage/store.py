@@ -301,6 +301,43 @@ MIGRATIONS: list[Migration] = [
         # each snapshot holds one model's vectors and casts them to that model's FLOAT[n] (index.build_snapshot)
         "ALTER TABLE embeddings ALTER COLUMN embedding SET DATA TYPE FLOAT[];",
     ),
+    (
+        10,
+        "ingestion retries (seed 004 FR-2.4): a failure row's attempts, class, last traceback and input; a version's parse attempts",
+        """
+        ALTER TABLE ingestion_failures ADD COLUMN attempts INTEGER DEFAULT 1;     -- attempts made before the row was written
+        ALTER TABLE ingestion_failures ADD COLUMN failure_class VARCHAR;          -- transient | permanent (NULL: recorded before classes)
+        ALTER TABLE ingestion_failures ADD COLUMN traceback VARCHAR;              -- the last attempt's, secrets redacted
+        ALTER TABLE ingestion_failures ADD COLUMN input_size_bytes BIGINT;        -- the input's size when it could be read
+        ALTER TABLE ingestion_failures ADD COLUMN input_sha256 VARCHAR;           -- sha256 of the input's bytes
+        ALTER TABLE documents ADD COLUMN parse_attempts INTEGER;                  -- attempts the last parse of this version took
+        """,
+    ),
+    (
+        11,
+        "low-confidence OCR regions (seed 004 FR-2.2): recorded per page, counted per document (needs_review), marked on chunks",
+        """
+        CREATE TABLE low_confidence_regions (
+            doc_id         VARCHAR NOT NULL,
+            version        INTEGER NOT NULL,
+            page_number    INTEGER NOT NULL,
+            region_id      VARCHAR NOT NULL,            -- sha256(doc_id|version|page|box)[:24]
+            x0 DOUBLE NOT NULL, y0 DOUBLE NOT NULL,     -- the text line's box on the page, in PDF points
+            x1 DOUBLE NOT NULL, y1 DOUBLE NOT NULL,
+            confidence     DOUBLE NOT NULL,             -- mean word confidence of the line, 0..1
+            words          INTEGER NOT NULL,
+            text           VARCHAR NOT NULL,            -- what OCR read there
+            char_start     INTEGER,                     -- the line's span in the page text (NULL: not found in it)
+            char_end       INTEGER,
+            PRIMARY KEY (doc_id, version, page_number, region_id)
+        );
+        ALTER TABLE pages ADD COLUMN ocr_regions INTEGER;                 -- text lines OCR read (NULL: not OCR'd or unknown)
+        ALTER TABLE pages ADD COLUMN low_confidence_regions INTEGER;      -- of them, under GROUNDWORK_OCR_LOW_CONFIDENCE
+        ALTER TABLE documents ADD COLUMN low_confidence_regions INTEGER DEFAULT 0;
+        ALTER TABLE documents ADD COLUMN needs_review BOOLEAN DEFAULT FALSE;  -- it has low-confidence OCR regions
+        ALTER TABLE chunks ADD COLUMN low_confidence_ocr BOOLEAN DEFAULT FALSE;  -- the passage overlaps such a region
+        """,
+    ),
 ]
 
 

@@ -62,3 +62,35 @@ def test_a_chunk_is_ocr_if_any_page_it_spans_was_at_its_least_sure_page():
     assert ocr_marks(pages, draft(1, 2)) == (True, 0.91)
     assert ocr_marks(pages, draft(2, 3)) == (True, 0.72)
     assert ocr_marks(pages, draft(3, 4)) == (True, None)  # the unknown page might be the least sure
+
+
+def test_tsv_lines_under_the_threshold_are_low_confidence_regions():
+    from knowledge_store.ingest.chunk import low_confidence_mark
+    from knowledge_store.ingest.chunking import ChunkDraft
+    from knowledge_store.ingest.parse import region_span
+    from knowledge_store.ingest.parsers.ocr import read_tsv
+
+    header = "level\tpage_num\tblock_num\tpar_num\tline_num\tword_num\tleft\ttop\twidth\theight\tconf\ttext"
+    rows = [
+        "5\t1\t1\t1\t1\t1\t300\t300\t200\t40\t96\tPump", "5\t1\t1\t1\t1\t2\t520\t300\t300\t40\t94\tinspected",
+        "5\t1\t2\t1\t1\t1\t300\t1200\t100\t30\t31\tgasprt", "5\t1\t2\t1\t1\t2\t420\t1200\t120\t30\t44\ttorqe",
+        "5\t1\t2\t1\t1\t3\t560\t1200\t50\t30\t-1\t ",
+    ]
+    reading = read_tsv("\n".join([header, *rows]), dpi=300)
+    assert len(reading.lines) == 2
+    (low,) = reading.low(0.5)
+    assert (low.text, low.words, low.confidence) == ("gasprt torqe", 2, 0.375)
+    assert (low.x0, low.y0, low.x1, low.y1) == (72.0, 288.0, 129.6, 295.2)  # pixels at 300 dpi in points
+    assert reading.low(0.3) == ()
+    page_text = "Pump inspected\n\ngasprt torqe"
+    assert region_span(page_text, low.text) == (16, 28) and region_span(page_text, "absent") is None
+
+    def draft(start: int, end: int, page_start: int = 1, page_end: int = 1):
+        fields = {name: None for name in ChunkDraft.__dataclass_fields__}
+        fields.update(char_start=start, char_end=end, page_start=page_start, page_end=page_end)
+        return ChunkDraft(**fields)
+
+    assert low_confidence_mark({1: [(16, 28)]}, draft(0, 14)) is False
+    assert low_confidence_mark({1: [(16, 28)]}, draft(10, 20)) is True
+    assert low_confidence_mark({2: [(0, 5)]}, draft(10, 3, page_start=1, page_end=2)) is True
+    assert low_confidence_mark({1: [(None, None)]}, draft(0, 5)) is True  # not located: the page is in doubt

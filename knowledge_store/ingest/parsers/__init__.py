@@ -19,6 +19,7 @@ from pathlib import Path
 from knowledge_store.core.errors import (
     CorruptFileError,
     EmptyFileError,
+    FileReadError,
     IngestionError,
     NoTextError,
     OversizeFileError,
@@ -30,6 +31,7 @@ from knowledge_store.ingest.parsers import markdown as markdown_parser
 from knowledge_store.ingest.parsers import text as text_parser
 from knowledge_store.ingest.parsers.detect import SUPPORTED_EXTENSIONS, detect_type
 from knowledge_store.ingest.parsers.ocr import OcrOptions
+from knowledge_store.ingest.retry import TRANSIENT_ERRNOS
 
 __all__ = ["DEFAULT_MAX_BYTES", "SUPPORTED_EXTENSIONS", "OcrOptions", "detect_type", "parse_file"]
 
@@ -89,6 +91,8 @@ def _check_size(path: Path, max_bytes: int) -> None:
     except FileNotFoundError:
         raise IngestionError(path, "the file does not exist (it may have been moved or deleted)") from None
     except OSError as exc:
+        if exc.errno in TRANSIENT_ERRNOS:
+            raise FileReadError(path, f"reading the file failed: {exc.strerror or exc}", errno=exc.errno) from exc
         raise IngestionError(path, f"the file cannot be read: {exc.strerror or exc}") from None
     if not path.is_file():
         raise IngestionError(path, "this is not a regular file")
@@ -119,14 +123,17 @@ def parse_file(path: Path | str, max_bytes: int = DEFAULT_MAX_BYTES, ocr: OcrOpt
     except IngestionError:
         raise
     except OSError as exc:
-        raise IngestionError(path, f"the file cannot be read: {exc.strerror or exc}") from None
+        if exc.errno in TRANSIENT_ERRNOS:  # the device or network file system hiccuped: worth another attempt
+            raise FileReadError(path, f"reading the file failed: {exc.strerror or exc}", errno=exc.errno) from exc
+        raise IngestionError(path, f"the file cannot be read: {exc.strerror or exc}") from exc
     except RecursionError:
         raise CorruptFileError(path, "the file is nested too deeply to parse") from None
     except MemoryError:
         raise CorruptFileError(path, "the file needs more memory to parse than is available") from None
     except Exception as exc:  # any parser-library failure is a damaged file to the user
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CorruptFileError(path, f"the {doc_type} parser could not read the file: {detail[:300]}") from None
+        # chained: the failure row's traceback shows where in the parser library it broke
+        raise CorruptFileError(path, f"the {doc_type} parser could not read the file: {detail[:300]}") from exc
     if not any(block.text.strip() for block in parsed.blocks):
         if doc_type == "html" and _looks_like_script_rendered(path):
             raise NoTextError(path, "the page has no text until JavaScript runs (a single-page-app shell); Groundwork "

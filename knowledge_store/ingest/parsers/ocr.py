@@ -11,7 +11,10 @@ Why it is built this way:
   an invisible text layer and drops the word confidences; nothing in PyMuPDF
   exposes them.  So the same page is rendered at the same dpi and given to the
   ``tesseract`` command with TSV output; the page confidence is the mean of its
-  word ``conf`` values / 100.  The command runs as a child process *while*
+  word ``conf`` values / 100.  Its words are grouped into text lines; a line whose
+  mean confidence is under ``OcrOptions.low_confidence`` is a low-confidence region
+  (box in PDF points, confidence, text), kept with the page for a person to check.
+  The command runs as a child process *while*
   MuPDF's in-process OCR runs, so on two or more cores it costs little wall
   time (docs/BENCHMARKS.md).  Without the command, or with the pass switched
   off, the confidence is ``None``: unknown, never a made-up number.
@@ -41,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from knowledge_store.core.errors import OcrTimeoutError
+from knowledge_store.ingest.documents import OcrRegion
 
 if TYPE_CHECKING:  # imported lazily: building OcrOptions must not load PyMuPDF (see parsers/__init__)
     import pymupdf
@@ -73,6 +77,7 @@ class OcrOptions:
     timeout_s: float = 300.0  # OCR time per document
     tessdata_dir: Path | None = None  # None: TESSDATA_PREFIX, then the system's folder
     confidence_pass: bool = True  # run the tesseract CLI for word confidences
+    low_confidence: float = 0.5  # a text line whose mean word confidence is under this is a low-confidence region
 
     @property
     def languages(self) -> list[str]:
@@ -95,6 +100,8 @@ class PageOcr:
     confidence: float | None  # mean word confidence 0..1, None when unknown
     words: int  # words behind ``confidence``
     seconds: float
+    lines: int | None = None  # text lines the confidence pass read (None: unknown)
+    low_regions: tuple[OcrRegion, ...] = ()  # lines under ``OcrOptions.low_confidence``
 
 
 def _candidate_dirs(configured: Path | None) -> list[Path]:
@@ -171,6 +178,51 @@ def mean_word_confidence(tsv: str) -> tuple[float | None, int]:
     return (total / words / 100.0, words) if words else (None, 0)
 
 
+@dataclass(frozen=True)
+class TsvReading:
+    """What the confidence pass read from tesseract's TSV: the page's mean word confidence and its text lines."""
+
+    confidence: float | None
+    words: int
+    lines: tuple[OcrRegion, ...] = ()
+
+    def low(self, threshold: float) -> tuple[OcrRegion, ...]:
+        """The lines whose mean word confidence is under ``threshold``: the regions a person should check."""
+        return tuple(line for line in self.lines if line.confidence < threshold)
+
+
+def read_tsv(tsv: str, dpi: int) -> TsvReading:
+    """The page's mean word confidence (``mean_word_confidence``) and each text line (tesseract's block,
+    paragraph and line numbers) with the mean confidence of its words and its box, in PDF points (pixels at
+    ``dpi`` * 72 / dpi).  Rows that are not recognised words (conf -1, no text) are left out."""
+    confidence, words = mean_word_confidence(tsv)
+    scale = 72.0 / dpi
+    grouped: dict[tuple[str, str, str, str], list[tuple[float, int, int, int, int, str]]] = {}
+    for line in tsv.splitlines()[1:]:
+        cols = line.split("\t")
+        if len(cols) < 12 or cols[0] != "5" or not cols[11].strip():
+            continue
+        try:
+            conf = float(cols[10])
+            left, top, width, height = (int(cols[i]) for i in (6, 7, 8, 9))
+        except ValueError:
+            continue
+        if conf < 0:
+            continue
+        grouped.setdefault((cols[1], cols[2], cols[3], cols[4]), []).append(
+            (min(conf, 100.0) / 100.0, left, top, left + width, top + height, cols[11].strip()))
+    lines = tuple(
+        OcrRegion(
+            x0=round(min(w[1] for w in group) * scale, 2), y0=round(min(w[2] for w in group) * scale, 2),
+            x1=round(max(w[3] for w in group) * scale, 2), y1=round(max(w[4] for w in group) * scale, 2),
+            confidence=round(sum(w[0] for w in group) / len(group), 4), words=len(group),
+            text=" ".join(w[5] for w in group),
+        )
+        for group in grouped.values()
+    )
+    return TsvReading(confidence, words, lines)
+
+
 class _ConfidencePass:
     """The tesseract CLI reading the page image in a child process, beside MuPDF's OCR."""
 
@@ -191,24 +243,24 @@ class _ConfidencePass:
             self._dir.cleanup()
             raise
 
-    def result(self, timeout_s: float) -> tuple[float | None, int]:
-        """(confidence, words) waiting at most ``timeout_s``; (None, 0) when the child is killed or fails."""
+    def result(self, timeout_s: float, dpi: int) -> TsvReading | None:
+        """What the TSV says, waiting at most ``timeout_s``; None when the child is killed or fails."""
         try:
             _, stderr = self._proc.communicate(timeout=max(timeout_s, 0.0))
         except subprocess.TimeoutExpired:
             log.warning("tesseract confidence pass stopped: the document's OCR time budget is spent")
             self.cancel()
-            return None, 0
+            return None
         try:  # a failed confidence pass costs the confidence, never the page's text
             if self._proc.returncode != 0:
                 log.warning("tesseract confidence pass failed (%s): %s", self._proc.returncode,
                             stderr.decode(errors="replace").strip()[:300])
-                return None, 0
+                return None
             tsv = Path(f"{self._out}.tsv").read_text(encoding="utf-8", errors="replace")
-            return mean_word_confidence(tsv)
+            return read_tsv(tsv, dpi)
         except OSError as exc:
             log.warning("tesseract confidence pass output unreadable: %s", exc)
-            return None, 0
+            return None
         finally:
             self._dir.cleanup()
 
@@ -237,6 +289,7 @@ class DocumentOcr:
     pages_done: list[int] = field(default_factory=list)
     confidences: list[tuple[float, int]] = field(default_factory=list)  # (page mean, words)
     failed_pages: dict[int, str] = field(default_factory=dict)
+    low_regions: dict[int, int] = field(default_factory=dict)  # page -> low-confidence lines on it
 
     @classmethod
     def start(cls, path: Path, options: OcrOptions, page_count: int) -> "DocumentOcr":
@@ -278,10 +331,10 @@ class DocumentOcr:
                 flags=flags, language=self.options.language, dpi=self.options.dpi, full=True,
                 tessdata=str(self.engine.tessdata),
             )
-            confidence, words = None, 0
+            reading = None
             if confidence_pass is not None:
                 remaining = self.options.timeout_s - (self.seconds + time.monotonic() - started)
-                confidence, words = confidence_pass.result(remaining)
+                reading = confidence_pass.result(remaining, self.options.dpi)
                 confidence_pass = None
         except Exception as exc:  # noqa: BLE001 - one page MuPDF cannot OCR must not cost the document
             self.seconds += time.monotonic() - started
@@ -293,13 +346,18 @@ class DocumentOcr:
                 confidence_pass.cancel()
         elapsed = time.monotonic() - started
         self.seconds += elapsed
-        return PageOcr(textpage=textpage, confidence=confidence, words=words, seconds=elapsed)
+        if reading is None:
+            return PageOcr(textpage=textpage, confidence=None, words=0, seconds=elapsed)
+        return PageOcr(textpage=textpage, confidence=reading.confidence, words=reading.words, seconds=elapsed,
+                       lines=len(reading.lines), low_regions=reading.low(self.options.low_confidence))
 
     def record(self, page_number: int, result: PageOcr) -> None:
         """Count a page whose OCR produced text."""
         self.pages_done.append(page_number)
         if result.confidence is not None:
             self.confidences.append((result.confidence, result.words))
+        if result.low_regions:
+            self.low_regions[page_number] = len(result.low_regions)
 
     @property
     def mean_confidence(self) -> float | None:
@@ -320,6 +378,9 @@ class DocumentOcr:
         }
         if self.unavailable:
             meta["ocr_unavailable"] = self.unavailable
+        if self.low_regions:  # pages a person should check (seed 004 FR-2.2), threshold with them
+            meta["ocr_low_confidence_regions"] = {str(k): v for k, v in self.low_regions.items()}
+            meta["ocr_low_confidence_threshold"] = self.options.low_confidence
         if self.failed_pages:
             meta["ocr_failed_pages"] = {str(k): v for k, v in self.failed_pages.items()}
         return meta

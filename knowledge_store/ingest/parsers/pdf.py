@@ -135,6 +135,8 @@ class _RawPage:
     items: list[_Item] = field(default_factory=list)
     ocr: bool = False  # the lines come from OCR
     ocr_confidence: float | None = None
+    ocr_lines: int | None = None
+    low_regions: tuple = ()  # OcrRegion lines under the low-confidence threshold
 
     @property
     def needs_ocr(self) -> bool:
@@ -245,6 +247,8 @@ def ocr_into(page: pymupdf.Page, raw: _RawPage, ocr: DocumentOcr) -> None:
         raw.blocks = blocks
         raw.ocr = True
         raw.ocr_confidence = result.confidence
+        raw.ocr_lines = result.lines
+        raw.low_regions = result.low_regions
         ocr.record(raw.number, result)
 
 
@@ -756,6 +760,8 @@ def _assemble(pages: list[_RawPage], events: dict[int, list[_Event]]) -> tuple[l
                 has_text_layer=(has_text and not page.ocr) or not page.has_visuals,
                 ocr=ocr,
                 ocr_confidence=page.ocr_confidence if ocr else None,
+                ocr_lines=page.ocr_lines if ocr else None,
+                low_confidence_regions=page.low_regions if ocr else (),
             )
         )
         blocks.extend(builder.blocks)

@@ -32,15 +32,19 @@ ORIGINAL_MEDIA_TYPES = (*dict.fromkeys(MEDIA_TYPES.values()), FALLBACK_MEDIA_TYP
 
 
 @router.get("/api/knowledge/documents", response_model=out.DocumentList)
-def documents(state: State, include_history: bool = True) -> dict[str, Any]:
-    """Documents with their versions and status (from the store; from the snapshot while a sync holds it)."""
+def documents(state: State, include_history: bool = True, needs_review: bool = False) -> dict[str, Any]:
+    """Documents with their versions and status (from the store; from the snapshot while a sync holds it).
+    ``needs_review=true``: only those with low-confidence OCR regions (``low_confidence_regions`` counts them)."""
     try:
-        status = store_status(state.settings.model_copy(update={"lock_timeout_s": 1.0}), include_history=include_history)
+        status = store_status(state.settings.model_copy(update={"lock_timeout_s": 1.0}), include_history=include_history,
+                              needs_review=needs_review)
         return {"source": "store", "documents": status["documents"], "counts": status["counts"],
                 "index_snapshot": status["index_snapshot"]}
     except StoreError as error:
         snapshot = state.engine.snapshots.current()
         docs = [{k: v for k, v in d.items()} for d in snapshot.documents]
+        if needs_review:  # the snapshot's documents carry no review marks: say so rather than list them all
+            docs = []
         return {"source": "snapshot", "note": str(error), "documents": docs,
                 "index_snapshot": {"snapshot_version": snapshot.info.snapshot_version}}
 

@@ -115,7 +115,11 @@ def sources_sync(name: str, request: Request, state: State, refresh: bool = Fals
 
 @router.get("/api/failures", response_model=out.FailureList)
 def failures_list(state: State) -> dict[str, Any]:
-    """Open ingestion failures (files and URLs), newest first."""
+    """Open ingestion failures (files and URLs), newest first.  Each row: ``failure_id, source_id, path`` (the file
+    or URL), ``stage, kind, reason, first_seen_at, last_seen_at``, ``attempts`` (made before giving up: transient
+    failures are retried after each wait of ``GROUNDWORK_INGEST_RETRY_DELAYS_S``), ``failure_class``
+    (transient | permanent), ``traceback`` (the last attempt's, secrets redacted), ``input_size_bytes`` and
+    ``input_sha256`` (null when unknown, e.g. for a URL that was never fetched)."""
     with store_connection(state.settings.store_path, read_only=True, timeout_s=5.0) as conn:
         return json.loads(json.dumps({"failures": open_failures(conn)}, default=str))
 

@@ -886,6 +886,7 @@
       var reason = cell(row, "");
       reason.appendChild(el("span", f.kind, "badge"));
       reason.appendChild(document.createTextNode(" " + f.reason));
+      reason.appendChild(failureFacts(f));
       cell(row, when(f.last_seen_at));
       var action = el("td", null, "actions");
       var retry = el("button", "Retry", "secondary small retry-button");
@@ -896,6 +897,24 @@
       row.appendChild(action);
       failuresBody.appendChild(row);
     });
+  }
+
+  // attempts and class, the input (size, sha256) and the last attempt's traceback (redacted by the server)
+  function failureFacts(f) {
+    var box = el("div", null, "meta failure-facts");
+    var facts = [];
+    if (f.attempts) facts.push(f.attempts + (f.attempts === 1 ? " attempt" : " attempts"));
+    if (f.failure_class) facts.push(f.failure_class === "transient" ? "transient (retried)" : "permanent (not retried)");
+    if (f.input_size_bytes !== null && f.input_size_bytes !== undefined) facts.push(f.input_size_bytes + " bytes");
+    if (f.input_sha256) facts.push("sha256 " + f.input_sha256);
+    box.appendChild(el("span", facts.join(" \u00b7 ")));
+    if (f.traceback) {
+      var details = el("details", null, "failure-traceback");
+      details.appendChild(el("summary", "Traceback"));
+      details.appendChild(el("pre", f.traceback));
+      box.appendChild(details);
+    }
+    return box;
   }
 
   function retryFailure(failure) {
@@ -931,7 +950,25 @@
     });
   }
 
-  loaders.failures = function () { loadFailures(); };
+  // the documents list filtered to needs_review: scans with low-confidence OCR regions
+  function loadReview() {
+    var list = $("review-list");
+    return getJSON("/api/knowledge/documents?include_history=false&needs_review=true").then(function (answer) {
+      list.textContent = "";
+      var docs = (answer.documents || []).filter(function (d) { return d.status === "active"; });
+      docs.forEach(function (d) {
+        list.appendChild(el("li", (d.title || d.relative_path) + " \u2014 " + d.low_confidence_regions +
+          (d.low_confidence_regions === 1 ? " low-confidence region" : " low-confidence regions") +
+          " (" + d.relative_path + ")"));
+      });
+      if (!docs.length) list.appendChild(el("li", "None.", "meta"));
+    }, function (error) {
+      list.textContent = "";
+      list.appendChild(el("li", "Cannot list them: " + error.message, "meta"));
+    });
+  }
+
+  loaders.failures = function () { loadFailures(); loadReview(); };
 
   // ============================================================ Settings (corpus ranking defaults)
   var rankingForm = $("ranking-form"), rankingAlpha = $("ranking-alpha"), rankingAlphaValue = $("ranking-alpha-value"),

@@ -53,6 +53,14 @@ _KV_SECRET = re.compile(
     """,
     re.VERBOSE | re.IGNORECASE,
 )
+# credentials in a URL (scheme://user:password@host): the password goes, the user and host stay
+_URL_CREDENTIALS = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]+:)" + _PLACEHOLDER_AHEAD + r"[^\s/@]+@")
+# an Authorization / Proxy-Authorization header in any form (Basic, Token, Digest, a bare key), quoted or not
+_AUTH_HEADER = re.compile(
+    r"""(?P<head>\b(?:proxy-)?authorization["']?\s*[:=]\s*["']?)(?!(?:[A-Za-z][A-Za-z-]*\s+)?\[(?:SECRET|REDACTED)\])"""
+    + r"""(?:(?P<scheme>[A-Za-z][A-Za-z-]*)\s+)?""" + _PLACEHOLDER_AHEAD + r"""[^\s"',;}\]]+""",
+    re.IGNORECASE,
+)
 _EMAIL = re.compile(r"(?<![\w.+-])(?P<local>[A-Za-z0-9._%+-]+)@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
 _LONG_TOKEN = re.compile(r"(?<![A-Za-z0-9+/=_\-\[])[A-Za-z0-9+/_\-]{32,}={0,2}(?![A-Za-z0-9+/=_\-])")
 _HEX = re.compile(r"[0-9a-fA-F]+")
@@ -102,13 +110,17 @@ def redact(text: str) -> str:
     seed 004's form) and secrets with ``[SECRET]``.
 
     Idempotent: ``redact(redact(x)) == redact(x)``.  Key names of key/value
-    secrets (``password=``, ``api_key:`` …) and the word ``Bearer`` are kept.
+    secrets (``password=``, ``api_key:`` …), the word ``Bearer``, an Authorization header's scheme and the
+    user name of credentials in a URL are kept.
     """
     if not text:
         return text
     if not isinstance(text, str):
         text = str(text)
     text = _PEM_BLOCK.sub(SECRET_PLACEHOLDER, text)
+    text = _URL_CREDENTIALS.sub(lambda m: f"{m.group('head')}{SECRET_PLACEHOLDER}@", text)
+    text = _AUTH_HEADER.sub(
+        lambda m: m.group("head") + (f"{m.group('scheme')} " if m.group("scheme") else "") + SECRET_PLACEHOLDER, text)
     text = _JWT.sub(SECRET_PLACEHOLDER, text)
     text = _SPECIFIC_SECRETS.sub(SECRET_PLACEHOLDER, text)
     text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{SECRET_PLACEHOLDER}", text)
