@@ -88,12 +88,18 @@ class InputFacts:
             return cls(None, None)
 
 
+def wait(seconds: float) -> None:
+    """The real wait between attempts: a module function, so a test replaces it here and not ``time.sleep``
+    for every thread of the process."""
+    time.sleep(seconds)
+
+
 @dataclass
 class RetryPolicy:
     """Waits before each retry (``delays``: one retry per entry) and the sleep that waits them (tests inject one)."""
 
     delays: Sequence[float]
-    sleep: Callable[[float], None] = field(default=lambda seconds: time.sleep(seconds))
+    sleep: Callable[[float], None] = field(default=lambda seconds: wait(seconds))
 
     @property
     def max_attempts(self) -> int:

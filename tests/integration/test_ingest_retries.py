@@ -39,7 +39,7 @@ def write_docs(folder: Path) -> None:
 def waits(monkeypatch) -> list[float]:
     """Every wait between attempts, in order (the sleep records instead of sleeping)."""
     recorded: list[float] = []
-    monkeypatch.setattr(retry_module.time, "sleep", recorded.append)
+    monkeypatch.setattr(retry_module, "wait", recorded.append)
     return recorded
 
 
