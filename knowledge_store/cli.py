@@ -515,6 +515,13 @@ def cmd_status(args: argparse.Namespace) -> int:
               + (f" (paired gain {decision['gain']:+.3f} ± {decision['standard_error']:.3f}, {adapter.get('folds')}-fold)"
                  if "gain" in decision else "")
               + ("" if adapter["in_use"] else " (not in use: GROUNDWORK_USE_QUERY_ADAPTER is false)"))
+    learning = status["feedback_learning"]
+    decision = learning["last_decision"]
+    print("learning from feedback: " + (
+        f"on (the query adapter is retrained every {learning['retrain_votes']} new thumbs-up, checked every "
+        f"{learning['check_interval_s']:g} s)" if learning["enabled"] else "off (GROUNDWORK_LEARN_FROM_FEEDBACK=false)")
+        + (f"; last decision {decision.get('decided_at', '')}: {decision.get('decision', '')} - {decision.get('reason', '')}"
+           if decision else "; no decision yet"))
     if status["last_sync"]:
         last = status["last_sync"]
         if last.get("interrupted_reason"):

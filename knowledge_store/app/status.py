@@ -127,6 +127,7 @@ def store_status(settings: Settings, include_history: bool = True, needs_review:
         "ranking": ranking_status(settings),
         "chunk_vectors": chunk_vector_status(settings, settings.index_dir),
         "embedding_model": embedding_model_status(settings),
+        "feedback_learning": feedback_learning_status(settings, up_votes=None),
     }
 
 

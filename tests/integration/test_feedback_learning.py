@@ -119,6 +119,11 @@ def test_thumbs_up_through_the_api_retrain_the_adapter_and_the_decision_is_shown
             assert learning["last_decision"] == decision
             assert learning["new_up_votes"] == 0 and learning["until_next_retrain"] == 20
 
+            # `groundwork status` says the same
+            from knowledge_store.app.status import store_status
+            shown = store_status(settings)["feedback_learning"]
+            assert shown["enabled"] is True and shown["last_decision"] == decision
+
             # nothing new since the decision: no second run
             context = dg.build_sensor_context(instance=instance, cursor=context.cursor, resources=resources)
             again = sensor(context)
