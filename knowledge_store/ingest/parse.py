@@ -6,6 +6,14 @@ such a failure).  Pages without a text layer are OCR'd when Tesseract is
 available (``pages.ocr``/``ocr_confidence`` mark them); those still without
 text are stored (empty) and reported with a ``no_text_layer`` row saying why,
 never silently dropped.
+
+Two kinds of document parse but are not indexed, each with a row saying why:
+
+- a Markdown file of a folder source (or the uploads) with fewer words than ``min_markdown_words``
+  (``too_short``: a warning, counted as *skipped*, not failed);
+- an HTML page of a web source with ``render_js`` off that has fewer than ``web_js_min_words`` words of
+  content but loads scripts (``needs_js_rendering``): its content is built by JavaScript, and indexing
+  the empty shell would hide that; the reason says to turn ``render_js`` on for the source.
 """
 
 from __future__ import annotations
@@ -18,16 +26,17 @@ from pathlib import Path
 import pyarrow as pa
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.core.errors import IngestionError
+from knowledge_store.core.errors import IngestionError, NeedsJsRenderingError, NoTextError, TooShortError
 from knowledge_store.core.progress import Sink, stage_progress
 from knowledge_store.core.revisions import revision_label
 from knowledge_store.ingest.documents import ParsedDocument
 from knowledge_store.ingest.failures import failure_id, record_failure, resolve_failures
-from knowledge_store.ingest.parsers import OcrOptions, parse_file
+from knowledge_store.ingest.parsers import OcrOptions, detect_type, parse_file
 from knowledge_store.ingest.parsers.ocr import missing_text_reason
+from knowledge_store.ingest.parsers.text import count_words
 from knowledge_store.ingest.raw_documents import sha256_file
 from knowledge_store.ingest.relations import write_links
-from knowledge_store.ingest.sync_runs import add_counts
+from knowledge_store.ingest.sync_runs import add_counts, add_details
 from knowledge_store.storage.store import store_connection, transaction, utcnow
 
 
@@ -44,6 +53,7 @@ class ParseResult:
     seconds: float = 0.0
     by_type: dict[str, int] = field(default_factory=dict)
     failures: list[dict[str, str]] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)  # parsed but left out on purpose (too_short)
     preview: list[dict[str, object]] = field(default_factory=list)
 
     @property
@@ -136,9 +146,13 @@ def _store_outcome(conn, outcome: tuple, sync_run_id: str, result: ParseResult) 
             conn, path=path, stage="parse", kind=error.kind, reason=error.reason,
             sync_run_id=sync_run_id, source_id=source_id, doc_id=doc_id, checksum=checksum,
         )
+        row = {"path": path, "kind": error.kind, "reason": error.reason}
+        if isinstance(error, TooShortError):
+            result.skipped.append(row)
+            return
         add_counts(conn, sync_run_id, failed=1)
         result.failed += 1
-        result.failures.append({"path": path, "kind": error.kind, "reason": error.reason})
+        result.failures.append(row)
         return
     write_parsed(conn, doc_id, version, parsed)
     missing = parsed.pages_without_text
@@ -184,6 +198,11 @@ def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, ba
             "CASE WHEN url LIKE 'http%' THEN url ELSE path END AS label FROM documents "
             "WHERE status = 'pending' AND parsed_at IS NULL ORDER BY path"
         ).fetchall()
+        # web sources reading pages as served (render_js off): name -> checked for script-built pages
+        unrendered = dict(conn.execute(
+            "SELECT source_id, name FROM sources WHERE kind = 'web' "
+            "AND NOT coalesce(TRY_CAST(json_extract(config, '$.render_js') AS BOOLEAN), FALSE)"
+        ).fetchall())
     buffer: list[tuple] = []
     last_flush = time.perf_counter()
     counts = stage_progress("parse", "documents", progress).start(len(todo))
@@ -202,12 +221,22 @@ def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, ba
         parsed: ParsedDocument | None = None
         error: IngestionError | None = None
         try:
-            parsed = parse_file(Path(path), max_bytes=settings.max_file_bytes, ocr=ocr)
+            no_text: NoTextError | None = None
+            try:
+                parsed = parse_file(Path(path), max_bytes=settings.max_file_bytes, ocr=ocr)
+            except NoTextError as exc:
+                if source_id not in unrendered:
+                    raise
+                no_text = exc  # unless the page is a script-built one (needs_js_rendering)
             if sha256_file(Path(path)) != checksum:
                 result.skipped_changed += 1  # changed while we read it: the next sync records the new bytes
                 continue
+            left_out = _left_out(settings, Path(path), label, parsed, unrendered.get(source_id)) or no_text
+            if left_out is not None:
+                raise left_out
         except IngestionError as exc:
             error = exc
+            parsed = None
         except FileNotFoundError:
             result.skipped_changed += 1
             continue
@@ -215,6 +244,39 @@ def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, ba
         if len(buffer) >= batch_size or time.perf_counter() - last_flush > batch_seconds:
             flush()
     flush()
+    if result.skipped:
+        kinds: dict[str, int] = {}
+        for row in result.skipped:
+            kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
+        with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+            add_details(conn, sync_run_id, "skipped", kinds)
     counts.finish()
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _content_words(parsed: ParsedDocument | None) -> int:
+    return sum(count_words(block.text) for block in parsed.blocks) if parsed is not None else 0
+
+
+def _loads_scripts(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return b"<script" in handle.read(4 * 1024 * 1024).lower()
+
+
+def _left_out(settings: Settings, path: Path, label: str, parsed: ParsedDocument | None,
+              unrendered_source: str | None) -> IngestionError | None:
+    """Why a document that parsed (or, for a web page read as served, had no text) must not be indexed:
+    a Markdown stub (``too_short``) or a page built by JavaScript (``needs_js_rendering``); None to index it."""
+    if unrendered_source is not None:
+        if settings.web_js_min_words and (parsed.doc_type if parsed is not None else detect_type(path)) == "html":
+            words = _content_words(parsed)
+            if words < settings.web_js_min_words and _loads_scripts(path):
+                return NeedsJsRenderingError(label, words, unrendered_source)
+        return None
+    if parsed is not None and parsed.doc_type == "markdown" and settings.min_markdown_words \
+            and not label.startswith(("http://", "https://")):
+        words = _content_words(parsed)
+        if words < settings.min_markdown_words:
+            return TooShortError(label, words, settings.min_markdown_words)
+    return None
