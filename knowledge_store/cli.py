@@ -202,6 +202,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         run = get_sync_run(conn, outcome.run_id)
     status = store_status(settings, include_history=False)
     failures = [f for f in status["ingestion_failures"]]
+    skipped_kinds = (run.get("details") or {}).get("skipped") or {}
     report = {
         "success": True,
         "dagster_run_id": outcome.run_id,
@@ -214,6 +215,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         "stages": stage_metadata,
         "checks": checks,
         "open_failures": failures,
+        # files this run parsed but left out on purpose (kind -> count; too_short: a Markdown stub), and the open
+        # rows of those kinds
+        "skipped": skipped_kinds,
+        "skipped_files": [f for f in failures if f["kind"] in skipped_kinds],
     }
     if args.json:
         print(json.dumps(report, indent=2, default=str))
