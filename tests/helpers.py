@@ -23,6 +23,9 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 TIMEOUT_MS = 30_000
+# appended to a tiny Markdown fixture so it passes GROUNDWORK_MIN_MARKDOWN_WORDS (50): the same words in every such
+# file, so they rank nothing above anything else
+MARKDOWN_FILLER = "\n\n" + "This page is kept in the plant handbook for the maintenance crew on every shift. " * 5
 
 
 def free_port() -> int:
