@@ -390,11 +390,11 @@ def symlink_layout(tmp_path: Path) -> tuple[Path, Path]:
     """A source folder with a real document, an outside folder with a secret, and links."""
     docs = tmp_path / "docs"
     (docs / "guides").mkdir(parents=True)
-    (docs / "guides" / "install.md").write_text("# Install\n\nMount the hub on the wall.\n")
+    (docs / "guides" / "install.md").write_text("# Install\n\nMount the hub on the wall.\n" + MARKDOWN_FILLER)
     outside = tmp_path / "outside"
     (outside / "private").mkdir(parents=True)
     (outside / "secret.txt").write_text("root:x:0:0:root:/root:/bin/bash\n")
-    (outside / "private" / "keys.md").write_text("# Keys\n\nnot for the index\n")
+    (outside / "private" / "keys.md").write_text("# Keys\n\nnot for the index\n" + MARKDOWN_FILLER)
     (docs / "passwd.txt").symlink_to(outside / "secret.txt")          # file link leaving the folder
     (docs / "more").symlink_to(outside / "private", target_is_directory=True)  # folder link leaving it
     (docs / "setup.md").symlink_to(docs / "guides" / "install.md")    # file link inside: kept
