@@ -215,7 +215,7 @@ def seed_profile(args, queries: list[str]) -> int:
     rate = args.users * args.user_rps
     runs: list[dict] = []
     evals = sorted((ROOT / "data" / "eval").glob("scifact-*/store/index"))
-    source = evals[0] if evals else ROOT / "data" / "index"
+    source = args.source_index or (evals[0] if evals else ROOT / "data" / "index")
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) / "data"
         build_synthetic(source, data_dir / "index", args.size)
@@ -275,6 +275,9 @@ def main() -> int:
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--profile", choices=["closed", "seed"], default="closed")
+    parser.add_argument("--source-index", type=Path, default=None,
+                        help="seed profile: the published index whose chunks are replicated (default: the SciFact "
+                             "evaluation store under data/eval, else data/index)")
     parser.add_argument("--users", type=int, default=100, help="seed profile: users")
     parser.add_argument("--user-rps", type=float, default=10.0, help="seed profile: queries per second per user")
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2])

@@ -1,7 +1,7 @@
 """The ``groundwork`` command.
 
     groundwork ingest [--sources DIR ...] [--data-dir DIR] [--json]
-    groundwork sources add NAME --url URL [--depth N] [--include RE] [--exclude RE] | --folder DIR
+    groundwork sources add NAME --url URL [--depth N] [--include RE] [--exclude RE] [--render-js] | --folder DIR
     groundwork sources list|show|update|delete NAME
     groundwork sync NAME [--json]
     groundwork failures [retry FAILURE_ID]
@@ -51,6 +51,7 @@ from knowledge_store.ingest.source_actions import delete_source_now, describe_so
 from knowledge_store.ingest.sources import (
     VISIBILITIES,
     add_source,
+    check_renderer,
     get_source,
     list_sources,
     register_configured_sources,
@@ -202,6 +203,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         run = get_sync_run(conn, outcome.run_id)
     status = store_status(settings, include_history=False)
     failures = [f for f in status["ingestion_failures"]]
+    skipped_kinds = (run.get("details") or {}).get("skipped") or {}
     report = {
         "success": True,
         "dagster_run_id": outcome.run_id,
@@ -214,6 +216,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         "stages": stage_metadata,
         "checks": checks,
         "open_failures": failures,
+        # files this run parsed but left out on purpose (kind -> count; too_short: a Markdown stub), and the open
+        # rows of those kinds
+        "skipped": skipped_kinds,
+        "skipped_files": [f for f in failures if f["kind"] in skipped_kinds],
     }
     if args.json:
         print(json.dumps(report, indent=2, default=str))
@@ -242,7 +248,8 @@ def _web_options(args: argparse.Namespace) -> dict[str, object]:
             options[key] = getattr(args, key)
         if getattr(args, f"clear_{key}", False):
             options[key] = []
-    for flag, key in (("robots", "respect_robots"), ("llms_txt", "use_llms_txt"), ("sitemap", "use_sitemap")):
+    for flag, key in (("robots", "respect_robots"), ("llms_txt", "use_llms_txt"), ("sitemap", "use_sitemap"),
+                      ("render_js", "render_js")):
         value = getattr(args, flag, None)
         if value is not None:
             options[key] = value
@@ -294,6 +301,7 @@ def cmd_sources(args: argparse.Namespace) -> int:
         if args.folder and options:
             print(f"error: crawl options ({', '.join(sorted(options))}) apply to --url sources only", file=sys.stderr)
             return 2
+        check_renderer(settings, options)
         with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
             source = add_source(conn, args.name, "web" if args.url else "folder", args.url or args.folder, options,
                                 enabled=not args.disabled, visibility=args.visibility)
@@ -937,10 +945,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--ignore-robots", dest="robots", action="store_false", default=None, help="do not obey robots.txt")
         p.add_argument("--no-llms-txt", dest="llms_txt", action="store_false", default=None, help="skip llms.txt / llms-full.txt")
         p.add_argument("--no-sitemap", dest="sitemap", action="store_false", default=None, help="skip sitemap.xml")
+        p.add_argument("--render-js", dest="render_js", action="store_true", default=None,
+                       help="render HTML pages in headless Chromium first (sites built by JavaScript; "
+                            "GROUNDWORK_CHROMIUM_PATH, default /usr/bin/chromium)")
         if update:
             p.add_argument("--respect-robots", dest="robots", action="store_true", default=None)
             p.add_argument("--use-llms-txt", dest="llms_txt", action="store_true", default=None)
             p.add_argument("--use-sitemap", dest="sitemap", action="store_true", default=None)
+            p.add_argument("--no-render-js", dest="render_js", action="store_false", default=None,
+                           help="read pages as served, without running their scripts")
             p.add_argument("--clear-include", action="store_true", help="drop every include rule")
             p.add_argument("--clear-exclude", action="store_true", help="drop every exclude rule")
 

@@ -85,6 +85,8 @@ def parsed_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreRes
     )
     for failure in result.failures:
         context.log.warning(f"ingestion failure: {failure['path']}: {failure['reason']}")
+    for skipped in result.skipped:
+        context.log.warning(f"not indexed ({skipped['kind']}): {skipped['path']}: {skipped['reason']}")
     return dg.MaterializeResult(
         metadata={
             "documents_parsed": result.parsed,
@@ -102,6 +104,8 @@ def parsed_documents(context: dg.AssetExecutionContext, store: KnowledgeStoreRes
             "pages_per_minute": round(result.pages_per_minute, 1),
             "by_type": dg.MetadataValue.json(result.by_type),
             "failure_rows": markdown_table(result.failures),
+            "skipped": len(result.skipped),
+            "skipped_rows": markdown_table(result.skipped),
             "preview": markdown_table(result.preview),
         }
     )

@@ -23,6 +23,9 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 TIMEOUT_MS = 30_000
+# appended to a tiny Markdown fixture so it passes GROUNDWORK_MIN_MARKDOWN_WORDS (50): the same words in every such
+# file, so they rank nothing above anything else
+MARKDOWN_FILLER = "\n\n" + "This page is kept in the plant handbook for the maintenance crew on every shift. " * 5
 
 
 def free_port() -> int:
@@ -387,11 +390,11 @@ def symlink_layout(tmp_path: Path) -> tuple[Path, Path]:
     """A source folder with a real document, an outside folder with a secret, and links."""
     docs = tmp_path / "docs"
     (docs / "guides").mkdir(parents=True)
-    (docs / "guides" / "install.md").write_text("# Install\n\nMount the hub on the wall.\n")
+    (docs / "guides" / "install.md").write_text("# Install\n\nMount the hub on the wall.\n" + MARKDOWN_FILLER)
     outside = tmp_path / "outside"
     (outside / "private").mkdir(parents=True)
     (outside / "secret.txt").write_text("root:x:0:0:root:/root:/bin/bash\n")
-    (outside / "private" / "keys.md").write_text("# Keys\n\nnot for the index\n")
+    (outside / "private" / "keys.md").write_text("# Keys\n\nnot for the index\n" + MARKDOWN_FILLER)
     (docs / "passwd.txt").symlink_to(outside / "secret.txt")          # file link leaving the folder
     (docs / "more").symlink_to(outside / "private", target_is_directory=True)  # folder link leaving it
     (docs / "setup.md").symlink_to(docs / "guides" / "install.md")    # file link inside: kept

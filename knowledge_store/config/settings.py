@@ -13,7 +13,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -110,6 +110,7 @@ class SourceSettings(BaseModel):
         "makes at most 4 attempts (seed 004 FR-2.4). Permanent failures (a corrupt or unsupported file) are never "
         "retried; [] switches retries off. JSON list, e.g. GROUNDWORK_INGEST_RETRY_DELAYS_S=[10,60,300].",
     )
+    min_markdown_words: int = Field(50, ge=0, description="Markdown files with fewer words than this (front matter, link targets and markup not counted) are not indexed: a stub or placeholder page only adds noise to search results. Each one gets a too_short warning row naming its word count; 0 indexes every Markdown file.")
 
     @property
     def max_file_bytes(self) -> int:
@@ -351,6 +352,10 @@ class WebSettings(BaseModel):
     web_max_backoff_s: float = Field(60.0, ge=0, description="Longest wait between retries; a Retry-After asking for more ends the retries (transient failure, kept for the next sync).")
     web_revalidate_days: float = Field(7.0, ge=0, description="A page skipped by sitemap <lastmod> this long is requested again (conditionally: 304 is cheap), so a lagging sitemap cannot hide a change longer.")
     web_progress_interval_s: float = Field(2.0, ge=0, description="How often crawl progress is reported to logs and job status.")
+    chromium_path: Path = Field(Path("/usr/bin/chromium"), description="The Chromium executable that renders the pages of web sources with render_js on (Debian's chromium package, driven by Playwright; no browser is ever downloaded). Missing: those sources fail with an error naming this setting.")
+    web_render_timeout_s: float = Field(30.0, gt=0, description="Time one page may take to render in Chromium (navigation plus the wait condition); past it the scripts are stopped, the DOM as it stands is kept and the page counts as a render timeout, so one hanging page cannot stall a crawl.")
+    web_render_wait: Literal["load", "domcontentloaded", "networkidle"] = Field("networkidle", description="When a rendered page is read: networkidle (no request for 0.5 s) also catches content fetched by scripts after load; load or domcontentloaded are faster for pages that build their content from bundled scripts alone.")
+    web_js_min_words: int = Field(20, ge=0, description="A fetched HTML page with fewer words of content than this that loads scripts, from a web source with render_js off, is not indexed as a near-empty document but reported as needs_js_rendering: its content is built by JavaScript. 0 turns the check off.")
 
 
 class OcrSettings(BaseModel):

@@ -89,6 +89,39 @@ class NoTextError(IngestionError):
     kind = "no_text"
 
 
+class TooShortError(IngestionError):
+    """A Markdown file has fewer words than ``GROUNDWORK_MIN_MARKDOWN_WORDS``: left out of the index on purpose
+    (a stub adds noise to search), reported as a warning row carrying its word count and the threshold."""
+
+    kind = "too_short"
+
+    def __init__(self, path: str | Path, words: int, minimum: int) -> None:
+        self.words = words
+        self.minimum = minimum
+        super().__init__(
+            path,
+            f"the Markdown file has {words} word(s), under the {minimum}-word minimum, so it is not indexed; "
+            "add content, or lower GROUNDWORK_MIN_MARKDOWN_WORDS (0 indexes every Markdown file)",
+        )
+
+
+class NeedsJsRenderingError(IngestionError):
+    """A fetched HTML page has (almost) no content but loads scripts: its text is built by JavaScript.
+    Not indexed as an empty document; the reason says to turn on ``render_js`` for its source."""
+
+    kind = "needs_js_rendering"
+
+    def __init__(self, path: str | Path, words: int, source: str) -> None:
+        self.words = words
+        self.source = source
+        super().__init__(
+            path,
+            f"the page has {words} word(s) of content but loads scripts: its content is rendered by JavaScript. "
+            f"Enable render_js for source {source!r} (`groundwork sources update {source} --render-js`, the "
+            f"Sources page, or PATCH /api/sources/{source} with render_js: true) and sync it again",
+        )
+
+
 class OcrTimeoutError(IngestionError):
     """OCR of one document used up its time budget (``GROUNDWORK_OCR_TIMEOUT_S``).
 
@@ -176,6 +209,15 @@ class ConfigError(GroundworkError):
         self.setting = setting
         self.value = value
         super().__init__(f"{setting}={value!r}: {reason}")
+
+
+class ChromiumNotFoundError(ConfigError):
+    """Rendering pages (a web source with ``render_js``) needs a Chromium executable that is not there."""
+
+    def __init__(self, path: object) -> None:
+        self.path = path
+        super().__init__("GROUNDWORK_CHROMIUM_PATH", str(path), "no Chromium executable there; render_js needs one "
+                         "(Debian: apt-get install chromium), or point GROUNDWORK_CHROMIUM_PATH at it")
 
 
 class EntityPatternError(ConfigError):

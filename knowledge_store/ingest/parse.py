@@ -7,6 +7,14 @@ available (``pages.ocr``/``ocr_confidence`` mark them); those still without
 text are stored (empty) and reported with a ``no_text_layer`` row saying why,
 never silently dropped.  A transient failure (``ingest.retry``) is parsed again after
 each wait of ``GROUNDWORK_INGEST_RETRY_DELAYS_S`` before it becomes a failure row.
+
+Two kinds of document parse but are not indexed, each with a row saying why:
+
+- a Markdown file of a folder source (or the uploads) with fewer words than ``min_markdown_words``
+  (``too_short``: a warning, counted as *skipped*, not failed);
+- an HTML page of a web source with ``render_js`` off that has fewer than ``web_js_min_words`` words of
+  content but loads scripts (``needs_js_rendering``): its content is built by JavaScript, and indexing
+  the empty shell would hide that; the reason says to turn ``render_js`` on for the source.
 """
 
 from __future__ import annotations
@@ -21,17 +29,18 @@ from pathlib import Path
 import pyarrow as pa
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.core.errors import IngestionError
+from knowledge_store.core.errors import IngestionError, NeedsJsRenderingError, NoTextError, TooShortError
 from knowledge_store.core.progress import Sink, stage_progress
 from knowledge_store.core.revisions import revision_label
 from knowledge_store.ingest.documents import ParsedDocument
 from knowledge_store.ingest.failures import failure_id, record_failure, resolve_failures
-from knowledge_store.ingest.parsers import OcrOptions, parse_file
+from knowledge_store.ingest.parsers import OcrOptions, detect_type, parse_file
 from knowledge_store.ingest.parsers.ocr import missing_text_reason
+from knowledge_store.ingest.parsers.text import count_words
 from knowledge_store.ingest.raw_documents import sha256_file
 from knowledge_store.ingest.relations import write_links
 from knowledge_store.ingest.retry import InputFacts, RetryPolicy, classify, redacted_traceback
-from knowledge_store.ingest.sync_runs import add_counts
+from knowledge_store.ingest.sync_runs import add_counts, add_details
 from knowledge_store.storage.store import store_connection, transaction, utcnow
 
 log = logging.getLogger(__name__)
@@ -50,6 +59,7 @@ class ParseResult:
     seconds: float = 0.0
     by_type: dict[str, int] = field(default_factory=dict)
     failures: list[dict[str, object]] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)  # parsed but left out on purpose (too_short)
     preview: list[dict[str, object]] = field(default_factory=list)
     retried: int = 0  # versions whose first attempt failed transiently
     recovered: int = 0  # of them, parsed on a later attempt
@@ -203,10 +213,13 @@ def _store_outcome(conn, outcome: _Outcome, sync_run_id: str, result: ParseResul
             attempts=outcome.attempts, failure_class=classify(error).value, traceback=outcome.traceback,
             input_size_bytes=facts.size_bytes, input_sha256=facts.sha256,
         )
+        row = {"path": path, "kind": error.kind, "reason": error.reason}
+        if isinstance(error, TooShortError):
+            result.skipped.append(row)
+            return
         add_counts(conn, sync_run_id, failed=1)
         result.failed += 1
-        result.failures.append({"path": path, "kind": error.kind, "reason": error.reason,
-                                "attempts": outcome.attempts, "failure_class": classify(error).value})
+        result.failures.append({**row, "attempts": outcome.attempts, "failure_class": classify(error).value})
         return
     assert parsed is not None
     write_parsed(conn, doc_id, version, parsed)
@@ -264,6 +277,11 @@ def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, ba
             "CASE WHEN url LIKE 'http%' THEN url ELSE path END AS label, size_bytes FROM documents "
             "WHERE status = 'pending' AND parsed_at IS NULL ORDER BY path"
         ).fetchall()
+        # web sources reading pages as served (render_js off): name -> checked for script-built pages
+        unrendered = dict(conn.execute(
+            "SELECT source_id, name FROM sources WHERE kind = 'web' "
+            "AND NOT coalesce(TRY_CAST(json_extract(config, '$.render_js') AS BOOLEAN), FALSE)"
+        ).fetchall())
     buffer: list[_Outcome] = []
     last_flush = time.perf_counter()
     counts = stage_progress("parse", "documents", progress).start(len(todo))
@@ -282,11 +300,22 @@ def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, ba
         doc_id, version, path, checksum, source_id, label, size_bytes = row
         outcome = _Outcome(doc_id, version, label, checksum, source_id, attempts=attempts)
         try:
-            outcome.parsed = parse_file(Path(path), max_bytes=settings.max_file_bytes, ocr=ocr)
+            no_text: NoTextError | None = None
+            try:
+                outcome.parsed = parse_file(Path(path), max_bytes=settings.max_file_bytes, ocr=ocr)
+            except NoTextError as exc:
+                if source_id not in unrendered:
+                    raise
+                no_text = exc  # unless the page is a script-built one (needs_js_rendering)
             if sha256_file(Path(path)) != checksum:
                 result.skipped_changed += 1  # changed while we read it: the next sync records the new bytes
                 return None
+            left_out = _left_out(settings, Path(path), label, outcome.parsed, unrendered.get(source_id)) or no_text
+            if left_out is not None:
+                outcome.parsed = None
+                raise left_out
         except IngestionError as exc:
+            outcome.parsed = None
             outcome.error = exc
             outcome.traceback = redacted_traceback(exc)
             facts = InputFacts.of_file(path)
@@ -331,6 +360,39 @@ def parse_pending(settings: Settings, sync_run_id: str, batch_size: int = 64, ba
                 continue
             keep(outcome)
     flush()
+    if result.skipped:
+        kinds: dict[str, int] = {}
+        for row in result.skipped:
+            kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
+        with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
+            add_details(conn, sync_run_id, "skipped", kinds)
     counts.finish()
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _content_words(parsed: ParsedDocument | None) -> int:
+    return sum(count_words(block.text) for block in parsed.blocks) if parsed is not None else 0
+
+
+def _loads_scripts(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return b"<script" in handle.read(4 * 1024 * 1024).lower()
+
+
+def _left_out(settings: Settings, path: Path, label: str, parsed: ParsedDocument | None,
+              unrendered_source: str | None) -> IngestionError | None:
+    """Why a document that parsed (or, for a web page read as served, had no text) must not be indexed:
+    a Markdown stub (``too_short``) or a page built by JavaScript (``needs_js_rendering``); None to index it."""
+    if unrendered_source is not None:
+        if settings.web_js_min_words and (parsed.doc_type if parsed is not None else detect_type(path)) == "html":
+            words = _content_words(parsed)
+            if words < settings.web_js_min_words and _loads_scripts(path):
+                return NeedsJsRenderingError(label, words, unrendered_source)
+        return None
+    if parsed is not None and parsed.doc_type == "markdown" and settings.min_markdown_words \
+            and not label.startswith(("http://", "https://")):
+        words = _content_words(parsed)
+        if words < settings.min_markdown_words:
+            return TooShortError(label, words, settings.min_markdown_words)
+    return None

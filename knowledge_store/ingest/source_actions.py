@@ -19,6 +19,7 @@ from knowledge_store.ingest.publish import publish_index
 from knowledge_store.ingest.run import process_pending, run_sync
 from knowledge_store.ingest.sources import (
     Source,
+    check_renderer,
     delete_source,
     get_source,
     register_configured_sources,
@@ -90,6 +91,7 @@ def update_source_now(settings: Settings, name: str, changes: dict[str, Any]) ->
     """Apply ``changes`` (``sources.update_source``); a change of visibility publishes a snapshot at once, so
     an internal source leaves the public surface before the call returns.  Returns (source, changed keys,
     resync needed, the snapshot version published or None)."""
+    check_renderer(settings, changes)
     with store_connection(settings.store_path, timeout_s=min(settings.lock_timeout_s, 10.0)) as conn:
         source, changed, resync = update_source(conn, name, changes)
         run_id = start_sync_run(conn, None, "source-visibility", scope=[source.name]) if "visibility" in changed else None

@@ -30,8 +30,14 @@ from urllib.parse import urlsplit
 import duckdb
 
 from knowledge_store.config.settings import Settings
-from knowledge_store.core.errors import InvalidSourceError, SourceExistsError, SourceNotFoundError
+from knowledge_store.core.errors import (
+    ChromiumNotFoundError,
+    InvalidSourceError,
+    SourceExistsError,
+    SourceNotFoundError,
+)
 from knowledge_store.ingest.entities import delete_mentions_of_chunks
+from knowledge_store.ingest.web.render import check_chromium
 from knowledge_store.storage.store import transaction, utcnow
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -48,13 +54,17 @@ WEB_DEFAULTS: dict[str, Any] = {
     "use_llms_txt": True,
     "use_sitemap": True,
     "llms_full_max_mb": 10.0,
+    # render HTML pages in headless Chromium before reading them (pages built by JavaScript); off: such a
+    # page is reported as needs_js_rendering instead of being indexed empty.  Sources stored before this
+    # option existed read as off (the stored config is merged over these defaults).
+    "render_js": False,
 }
 # Who may read a source's documents: ``public`` = anyone who can reach the server's public surface (the
 # docs-site widget, anonymous ask/query), ``internal`` = admin callers only (docs/API.md, "Who may call what").
 VISIBILITIES = ("public", "internal")
 DEFAULT_VISIBILITY = "internal"
 RESYNC_KEYS = {"depth", "include", "exclude", "respect_robots", "max_pages", "use_llms_txt", "use_sitemap",
-               "llms_full_max_mb", "location"}
+               "llms_full_max_mb", "location", "render_js"}
 
 
 @dataclass(frozen=True)
@@ -167,10 +177,20 @@ def check_web_config(config: dict[str, Any], base: dict[str, Any] | None = None)
         if number < low or isinstance(merged[key], bool):
             raise InvalidSourceError(key, merged[key], f"must be >= {low}")
         merged[key] = number
-    for key in ("respect_robots", "use_llms_txt", "use_sitemap"):
+    for key in ("respect_robots", "use_llms_txt", "use_sitemap", "render_js"):
         if not isinstance(merged[key], bool):
             raise InvalidSourceError(key, merged[key], "must be true or false")
     return merged
+
+
+def check_renderer(settings: Settings, options: dict[str, Any]) -> None:
+    """Turning ``render_js`` on needs the Chromium of ``GROUNDWORK_CHROMIUM_PATH``: say so when the option is set,
+    not at the next sync."""
+    if options.get("render_js") is True:
+        try:
+            check_chromium(settings.chromium_path)
+        except ChromiumNotFoundError as error:
+            raise InvalidSourceError("render_js", True, str(error)) from None
 
 
 def check_visibility(value: object) -> str:
@@ -320,6 +340,11 @@ def update_source(
             [new_name or source.name, source.enabled if enabled is None else enabled, json.dumps(config), utcnow(),
              resync, visibility or source.visibility, source.source_id],
         )
+        if "render_js" in changed:
+            # the cached bodies were read the other way: forget the validators and sitemap dates, so the next
+            # sync downloads every page again instead of answering "unchanged" from a 304 or <lastmod>
+            conn.execute("UPDATE web_pages SET etag = NULL, last_modified = NULL, lastmod = NULL WHERE source_id = ?",
+                         [source.source_id])
     return get_source(conn, new_name or source.name), changed, resync
 
 

@@ -182,6 +182,19 @@ def add_counts(conn: duckdb.DuckDBPyConnection, sync_run_id: str, **deltas: int)
                  [*deltas.values(), utcnow(), sync_run_id])
 
 
+def add_details(conn: duckdb.DuckDBPyConnection, sync_run_id: str, key: str, counts: dict[str, int]) -> None:
+    """Add ``counts`` to the run's ``details[key]`` (e.g. skipped documents per kind), summing with what is there."""
+    row = conn.execute("SELECT details FROM sync_runs WHERE sync_run_id = ?", [sync_run_id]).fetchone()
+    if row is None:
+        return
+    details = json.loads(row[0]) if isinstance(row[0], str) else (row[0] or {})
+    merged = dict(details.get(key) or {})
+    for name, count in counts.items():
+        merged[name] = int(merged.get(name, 0)) + int(count)
+    details[key] = merged
+    conn.execute("UPDATE sync_runs SET details = ? WHERE sync_run_id = ?", [json.dumps(details, default=str), sync_run_id])
+
+
 def summary_line(row: dict[str, object]) -> str:
     details = row.get("details")
     if isinstance(details, str):
@@ -189,6 +202,8 @@ def summary_line(row: dict[str, object]) -> str:
     resumed = (details or {}).get("resumed") if isinstance(details, dict) else None
     revisions = (details or {}).get("revisions") if isinstance(details, dict) else None
     revisions = revisions if isinstance(revisions, dict) else {}
+    skipped = (details or {}).get("skipped") if isinstance(details, dict) else None
+    skipped = skipped if isinstance(skipped, dict) else {}
     # files that left (or re-entered) the index because of another file: a newer revision (ingest/relations.py)
     moves = [f"{revisions[key]} {words}" for key, words in (("superseded", "superseded by a newer revision"),
                                                             ("reactivated", "active again (newer revision gone)"))
@@ -199,6 +214,9 @@ def summary_line(row: dict[str, object]) -> str:
         f"{row.get('excluded') or 0} excluded, {row.get('failed') or 0} failed"
         + (f" ({resumed} resumed from an interrupted sync)" if resumed else "")
         + (f"; {', '.join(moves)}" if moves else "")
+        # parsed but left out on purpose (a Markdown stub: too_short), each with a warning row
+        + (f"; {sum(skipped.values())} skipped ({', '.join(f'{n} {kind}' for kind, n in sorted(skipped.items()))})"
+           if skipped else "")
     )
 
 

@@ -99,6 +99,10 @@ def crawl_config_for(source: Source, settings: Settings) -> CrawlConfig:
         max_backoff_s=settings.web_max_backoff_s,
         # a Dagster run and an API sync crawling at once share each host's request budget
         politeness_dir=str(settings.data_dir / "web" / ".hosts"),
+        render_js=bool(options["render_js"]),
+        render_timeout_s=settings.web_render_timeout_s,
+        render_wait=settings.web_render_wait,
+        chromium_path=str(settings.chromium_path),
     )
 
 

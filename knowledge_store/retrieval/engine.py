@@ -60,14 +60,15 @@ _SEARCH_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_
 NO_RESULTS = "No relevant content found."
 
 
-# LlamaIndex's packages import each other in cycles: two threads importing it at once (the background warm-up
-# and a first query) can see a partially initialised module and fail with ImportError; one import at a time
-_LLAMA_IMPORT_LOCK = threading.Lock()
+# LlamaIndex's package imports itself in a circle: two threads importing it at once (the server's warm-up and
+# a first query) leave it half-initialised in one of them (ImportError there, KeyError in the other), so every
+# deferred import of it in the engine takes this lock (re-entrant, so code run under it may take it again).
+LLAMA_INDEX_IMPORT_LOCK = threading.RLock()
 
 
 def _rerank_steps() -> tuple[Any, Any, Any]:
     """(``QueryBundle``, ``hit_to_node``, ``run_reranker``): the LlamaIndex side of a search, imported on first use."""
-    with _LLAMA_IMPORT_LOCK:
+    with LLAMA_INDEX_IMPORT_LOCK:
         from llama_index.core.schema import QueryBundle  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
 
         from knowledge_store.retrieval.llama import hit_to_node  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
@@ -373,7 +374,8 @@ class RetrievalEngine:
             return self._rerankers[name]
         if not spec.available(self.settings):
             raise RerankerUnavailable(name, f"{spec.unavailable_reason()}; available here: {', '.join(self.available_rerankers())}")
-        reranker = spec.build(RerankerContext(self.settings, self.feedback_rows, lambda texts: self.embedder.embed(texts)))
+        with LLAMA_INDEX_IMPORT_LOCK:  # a reranker's module imports LlamaIndex
+            reranker = spec.build(RerankerContext(self.settings, self.feedback_rows, lambda texts: self.embedder.embed(texts)))
         if reranker is not None:
             self._rerankers[name] = reranker
         return reranker
@@ -653,7 +655,8 @@ class RetrievalEngine:
     # -------------------------------------------------------------- LlamaIndex
     def as_retriever(self, **params: Any):
         """A LlamaIndex ``BaseRetriever`` over ``search``: same ranking, reranker fallback and query log."""
-        from knowledge_store.retrieval.llama import HybridRetriever  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
+        with LLAMA_INDEX_IMPORT_LOCK:
+            from knowledge_store.retrieval.llama import HybridRetriever  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
 
         return HybridRetriever(self, **params)
 
@@ -661,9 +664,10 @@ class RetrievalEngine:
         """A LlamaIndex ``RetrieverQueryEngine``: the hybrid retriever (which runs ``search``, so the
         reranker, its timeout/fallback and the query log are the ones every other client gets) and the
         extractive synthesizer.  The response's metadata has ``retrieval_request_id`` for feedback."""
-        from llama_index.core.query_engine import RetrieverQueryEngine  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
+        with LLAMA_INDEX_IMPORT_LOCK:
+            from llama_index.core.query_engine import RetrieverQueryEngine  # noqa: PLC0415 - LlamaIndex, ~1.5 s
 
-        from knowledge_store.retrieval.llama import ExtractiveSynthesizer  # noqa: PLC0415 - LlamaIndex, ~1.5 s
+            from knowledge_store.retrieval.llama import ExtractiveSynthesizer  # noqa: PLC0415 - LlamaIndex, ~1.5 s
 
         retriever = self.as_retriever(**params, reranker=reranker)
         return RetrieverQueryEngine(retriever=retriever, response_synthesizer=ExtractiveSynthesizer(

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.ingest.retry import Attempts, RetryPolicy, call_with_retries, classify, redacted_traceback
@@ -48,6 +48,10 @@ class Job(BaseModel):
     error: str | None
     snapshot_version: int | None
     progress: dict[str, Any]
+    skipped: list[dict[str, str]] | None = Field(None, description="Sync and upload jobs: documents parsed but left "
+                                                  "out on purpose, each {path, kind, reason} with its row on "
+                                                  "/api/failures (kind too_short: a Markdown file under "
+                                                  "GROUNDWORK_MIN_MARKDOWN_WORDS words).")
 
 
 def utc_now() -> str:
@@ -79,7 +83,7 @@ class IngestJobs:
             report = run_sync(self.settings, self.embedder, trigger="api-upload", kinds=["upload"], progress=progress)
             return {"summary": report.summary, "snapshot_version": report.publish.snapshot_version,
                     "documents_indexed": report.publish.document_count, "chunks_indexed": report.publish.chunk_count,
-                    "checks": [check.to_dict() for check in report.checks]}
+                    "checks": [check.to_dict() for check in report.checks], "skipped": report.parse.skipped}
 
         return self.submit_task("upload", work, files=files)
 
@@ -95,7 +99,9 @@ class IngestJobs:
                     "excluded": raw.excluded, "failed": raw.failed + report.parse.failed,
                     "crawl": {k: v for k, v in raw.crawls.get(name, {}).items() if k != "excluded_preview"} or None,
                     "documents_indexed": report.publish.document_count, "chunks_indexed": report.publish.chunk_count,
-                    "checks": [check.to_dict() for check in report.checks]}
+                    "checks": [check.to_dict() for check in report.checks],
+                    # parsed but left out on purpose, each with its warning row: [{path, kind, reason}]
+                    "skipped": report.parse.skipped}
 
         return self.submit_task("sync", work, source=name)
 

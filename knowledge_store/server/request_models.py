@@ -196,6 +196,8 @@ class WebOptions(BaseModel):
     use_llms_txt: bool = Field(None, strict=True)
     use_sitemap: bool = Field(None, strict=True)
     llms_full_max_mb: float = Field(None, ge=0.01, strict=True)
+    render_js: bool = Field(None, strict=True, description="Render HTML pages in headless Chromium before reading them "
+                            "(sites whose content is built by JavaScript; default false). Needs GROUNDWORK_CHROMIUM_PATH.")
 
 
 class SourceBody(WebOptions):

@@ -17,7 +17,7 @@ from knowledge_store.core.errors import GroundworkError
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server.app import create_app, serve
 from knowledge_store.storage.query_log import QueryLog
-from tests.helpers import build_sample_index
+from tests.helpers import MARKDOWN_FILLER, build_sample_index
 
 pytestmark = pytest.mark.slow
 RESET = "how do I reset the Aurora to factory settings"
@@ -200,7 +200,8 @@ def wait_for_job(client, job: dict, timeout: float = 120.0) -> dict:
 
 def test_upload_is_ingested_and_becomes_searchable(env):
     client = env["client"]
-    body = b"# Descaling\n\nTo descale the Aurora humidifier pad, soak it in citric acid for 20 minutes.\n"
+    body = b"# Descaling\n\nTo descale the Aurora humidifier pad, soak it in citric acid for 20 minutes.\n" + \
+        MARKDOWN_FILLER.encode()
     response = client.post("/api/knowledge/ingest", files={"file": ("descaling.md", body, "text/markdown")})
     assert response.status_code == 202, response.text
     job = response.json()

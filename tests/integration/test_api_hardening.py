@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server.app import create_app
 from knowledge_store.storage.query_log import QueryLog
-from tests.helpers import build_sample_index
+from tests.helpers import MARKDOWN_FILLER, build_sample_index
 
 pytestmark = pytest.mark.slow
 LOCAL = "http://127.0.0.1:8080"
@@ -62,7 +62,8 @@ def test_an_upload_job_succeeds_while_clients_keep_reading(env):
     for t in readers:
         t.start()
     try:
-        body = b"# Descaling under load\n\nRun the descaling cycle monthly while clients keep reading the store.\n"
+        body = (b"# Descaling under load\n\nRun the descaling cycle monthly while clients keep reading the store.\n"
+                + MARKDOWN_FILLER.encode())
         accepted = client.post("/api/knowledge/ingest", files={"file": ("under-load.md", body, "text/markdown")})
         assert accepted.status_code == 202, accepted.text
         job_url = f"/api/knowledge/jobs/{accepted.json()['job_id']}"
@@ -119,7 +120,8 @@ def test_another_port_of_this_machine_is_another_origin_and_cannot_upload_or_syn
     client = env["client"]
     for other in ("http://127.0.0.1:5173", "http://localhost:8081", "http://[::1]:3000", "http://localhost:8080"):
         upload = client.post("/api/knowledge/ingest", headers={"Origin": other},
-                             files={"file": ("other-port.md", b"# pwned\n\nfrom another port", "text/markdown")})
+                             files={"file": ("other-port.md", b"# pwned\n\nfrom another port" + MARKDOWN_FILLER.encode(),
+                                              "text/markdown")})
         assert upload.status_code == 403 and upload.json()["error"] == "origin_not_allowed", (other, upload.text)
         assert client.post("/api/sources/docs/sync", headers={"Origin": other}).status_code == 403, other
         assert client.get("/api/knowledge/config", headers={"Origin": other}).status_code == 403, other

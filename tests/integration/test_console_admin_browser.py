@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import (
+    MARKDOWN_FILLER,
     REPO_ROOT,
     build_sample_index,
     require_browser,
@@ -126,7 +127,7 @@ def test_navigation_by_keyboard_moves_focus_and_marks_the_current_page(page):
 def test_upload_by_file_chooser_shows_progress_to_indexed_and_reports_a_duplicate(page, live, tmp_path):
     new = tmp_path / "gadget-care.md"
     new.write_text("# Gadget care\n\n## Cleaning the lens\n\nWipe the zircon lens of the gadget with a dry cloth once "
-                   "a week; never use alcohol, it clouds the coating.\n")
+                   "a week; never use alcohol, it clouds the coating.\n" + MARKDOWN_FILLER)
     duplicate = tmp_path / "copy-of-a-sample.md"
     sample = next(p for p in sorted((live["root"] / "docs").iterdir()) if p.suffix == ".md")
     shutil.copy(sample, duplicate)
@@ -174,7 +175,7 @@ def drop_file(page, name: str, text: str) -> None:
 def test_upload_by_drag_and_drop_shows_progress_to_indexed_then_a_second_drop_is_a_duplicate(page, live):
     name = "kiln-firing.md"
     text = ("# Kiln firing\n\n## Candling the bisque\n\nHold the kiln at 90 degrees for two hours with the lid "
-            "propped open so the greenware dries before the bisque firing.\n")
+            "propped open so the greenware dries before the bisque firing.\n" + MARKDOWN_FILLER)
     go(page, "Upload")
     drop_file(page, name, text)
     items = page.locator("#upload-list > li")
@@ -204,7 +205,7 @@ def test_folder_source_can_be_added_edited_disabled_inspected_and_deleted(page, 
     folder = tmp_path / "field-notes"
     folder.mkdir()
     (folder / "valve-notes.md").write_text("# Valve notes\n\n## Bleeding the radiator valve\n\nTurn the bleed key a "
-                                           "quarter turn until water appears, then close it.\n")
+                                           "quarter turn until water appears, then close it.\n" + MARKDOWN_FILLER)
     go(page, "Sources")
     expect(page.locator("#sources-body tr").first).to_be_visible()
     labelled(page, "sources")

@@ -20,6 +20,7 @@ from knowledge_store.models.embeddings import (
     document_model_id,
     model_id_for,
 )
+from tests.helpers import MARKDOWN_FILLER
 
 pytestmark = pytest.mark.slow
 
@@ -102,9 +103,10 @@ def test_an_fp32_graph_that_cannot_load_falls_back_to_torch_but_int8_fails_loudl
 
 def _write_docs(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "a.md").write_text("# Pumps\n\nThe heat pump defrosts every ninety minutes in cold weather.\n")
+    (folder / "a.md").write_text("# Pumps\n\nThe heat pump defrosts every ninety minutes in cold weather.\n"
+                                 + MARKDOWN_FILLER)
     (folder / "b.md").write_text("# Boilers\n\nCondensing boilers need a drain for the acidic condensate.\n\n"
-                                 "## Service\n\nA yearly service checks the flue and the gas pressure.\n")
+                                 "## Service\n\nA yearly service checks the flue and the gas pressure.\n" + MARKDOWN_FILLER)
 
 
 def _rows_per_model(settings: Settings, table: str = "embeddings") -> dict[str, int]:

@@ -24,6 +24,7 @@ from knowledge_store.ingest.relations import relation_id
 from knowledge_store.ingest.run import run_sync
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.storage.store import MIGRATIONS, migrate, store_connection
+from tests.helpers import MARKDOWN_FILLER
 
 SEED_RELATION_COLUMNS = ("src_type", "src_id", "rel_type", "dst_type", "dst_id", "confidence", "evidence")
 SEED_CITATION_FIELDS = ("doc_id", "title", "rev_label", "section", "pages", "chunk_id", "source_path")
@@ -81,8 +82,10 @@ def _write(path: Path, text: str, mtime: float | None = None) -> None:
         os.utime(path, (mtime, mtime))
 
 
-STARTUP_B = "# SOP-42 Compressor startup\n\nOpen the suction valve slowly. Check the crankcase heater has run for twelve hours.\n"
-STARTUP_C = "# SOP-42 Compressor startup\n\nOpen the suction valve slowly and confirm the oil pressure gauge reads normal.\n"
+STARTUP_B = ("# SOP-42 Compressor startup\n\nOpen the suction valve slowly. Check the crankcase heater has run for "
+             "twelve hours.\n" + MARKDOWN_FILLER)
+STARTUP_C = ("# SOP-42 Compressor startup\n\nOpen the suction valve slowly and confirm the oil pressure gauge reads "
+             "normal.\n" + MARKDOWN_FILLER)
 
 
 @pytest.mark.slow
@@ -92,7 +95,8 @@ def test_renamed_revision_supersedes_the_older_file_and_resync_adds_nothing(tmp_
     # the newer revision has the OLDER file date: the labels decide, not the dates
     _write(docs / "SOP-42-RevB.md", STARTUP_B, now - 3600)
     _write(docs / "SOP-42-RevC.md", STARTUP_C, now - 7200)
-    _write(docs / "other.md", "# Boiler\n\nBleed the radiators once a year before the heating season starts.\n")
+    _write(docs / "other.md", "# Boiler\n\nBleed the radiators once a year before the heating season starts.\n"
+           + MARKDOWN_FILLER)
     settings = _settings(tmp_path)
     report = run_sync(settings, embedder)
 
@@ -187,21 +191,22 @@ def test_same_title_families_need_labels_and_fall_back_to_file_dates(tmp_path: P
     now = time.time()
     # same title in front matter, revision labels 2 and 3: Rev 3 wins
     _write(docs / "boiler/service.md", "---\ntitle: Boiler service\nrevision: 3\n---\n# Service\n\nDescale the heat "
-                                        "exchanger every spring.\n", now - 7200)
+                                        "exchanger every spring.\n" + MARKDOWN_FILLER, now - 7200)
     _write(docs / "archive/boiler-service-old.md", "---\ntitle: Boiler service\nrevision: 2\n---\n# Service\n\n"
-                                                   "Descale the heat exchanger every autumn.\n", now - 60)
+                                                   "Descale the heat exchanger every autumn.\n" + MARKDOWN_FILLER, now - 60)
     # labels of different schemes cannot be compared: the newer file date decides
-    _write(docs / "pump-Rev B.md", "---\ntitle: Pump manual\n---\n# Pump\n\nPrime the pump before the first start.\n",
-           now - 7200)
-    _write(docs / "pump-v2.md", "---\ntitle: Pump manual\n---\n# Pump\n\nPrime the pump and vent the casing.\n", now - 60)
+    _write(docs / "pump-Rev B.md", "---\ntitle: Pump manual\n---\n# Pump\n\nPrime the pump before the first start.\n"
+           + MARKDOWN_FILLER, now - 7200)
+    _write(docs / "pump-v2.md", "---\ntitle: Pump manual\n---\n# Pump\n\nPrime the pump and vent the casing.\n"
+           + MARKDOWN_FILLER, now - 60)
     # same title, no labels at all: two different documents
-    _write(docs / "a/installation.md", "# Installation\n\nMount the hub on a wall near a socket.\n")
-    _write(docs / "b/installation.md", "# Installation\n\nMount the thermostat 1.5 m above the floor.\n")
+    _write(docs / "a/installation.md", "# Installation\n\nMount the hub on a wall near a socket.\n" + MARKDOWN_FILLER)
+    _write(docs / "b/installation.md", "# Installation\n\nMount the thermostat 1.5 m above the floor.\n" + MARKDOWN_FILLER)
     # versions named in titles are releases the sections describe, not revisions of one document
     _write(docs / "checklist-version-2-1-1.md", "# Policy Manual: Version 2.1.1\n\nPackages must declare a "
-                                                "priority field.\n")
+                                                "priority field.\n" + MARKDOWN_FILLER)
     _write(docs / "checklist-version-2-2-0.md", "# Policy Manual: Version 2.2.0\n\nThe menu entry format "
-                                                "changed.\n")
+                                                "changed.\n" + MARKDOWN_FILLER)
     settings = _settings(tmp_path)
     run_sync(settings, embedder)
 
@@ -228,8 +233,9 @@ def test_same_title_families_need_labels_and_fall_back_to_file_dates(tmp_path: P
 def test_links_to_other_documents_become_see_also_relations_with_evidence(tmp_path: Path, embedder) -> None:
     docs = tmp_path / "docs"
     _write(docs / "start.md", "# Start here\n\nBefore wiring, read the [wiring guide](guide/wiring.md#terminals) and "
-                              "the [missing page](guide/later.md). Mail [us](mailto:help@example.org).\n")
-    _write(docs / "guide/wiring.md", "# Wiring\n\nConnect the R and C terminals first. Back to [the start](../start.md).\n")
+                              "the [missing page](guide/later.md). Mail [us](mailto:help@example.org).\n" + MARKDOWN_FILLER)
+    _write(docs / "guide/wiring.md", "# Wiring\n\nConnect the R and C terminals first. Back to [the start](../start.md).\n"
+           + MARKDOWN_FILLER)
     _write(docs / "guide/reset.html", "<html><head><title>Reset</title></head><body><main><h1>Reset</h1><p>Hold the "
                                       "button for ten seconds. Wiring questions: see <a href='wiring.md'>the wiring "
                                       "page</a>.</p></main></body></html>")
@@ -253,13 +259,13 @@ def test_links_to_other_documents_become_see_also_relations_with_evidence(tmp_pa
     assert json.loads(rows[(ids["start.md"], ids["guide/wiring.md"])]["evidence"])["phrase"] == "wiring guide"
 
     # the link to a page that does not exist yet resolves once it does (links are resolved at publish)
-    _write(docs / "guide/later.md", "# Later\n\nThe page the start page promised.\n")
+    _write(docs / "guide/later.md", "# Later\n\nThe page the start page promised.\n" + MARKDOWN_FILLER)
     report = run_sync(settings, embedder)
     assert report.publish.revisions["relations_added"] == 1
     assert (ids["start.md"], _documents(settings)["guide/later.md"]["doc_id"]) in \
         {(row["src_id"], row["dst_id"]) for row in _relations(settings, "seeAlso")}
     # and a removed link takes its relation with it
-    _write(docs / "guide/wiring.md", "# Wiring\n\nConnect the R and C terminals first.\n")
+    _write(docs / "guide/wiring.md", "# Wiring\n\nConnect the R and C terminals first.\n" + MARKDOWN_FILLER)
     report = run_sync(settings, embedder)
     assert report.publish.revisions["relations_removed"] == 1
     assert (ids["guide/wiring.md"], ids["start.md"]) not in \
@@ -274,7 +280,8 @@ def test_api_and_mcp_citations_carry_rev_label_validity_and_relations(tmp_path: 
     docs = tmp_path / "docs"
     _write(docs / "SOP-42-RevB.md", STARTUP_B)
     _write(docs / "SOP-42-RevC.md", STARTUP_C + "\nBefore maintenance follow the [lockout procedure](lockout.md).\n")
-    _write(docs / "lockout.md", "# Lockout\n\nIsolate the compressor and attach a personal padlock to the breaker.\n")
+    _write(docs / "lockout.md", "# Lockout\n\nIsolate the compressor and attach a personal padlock to the breaker.\n"
+           + MARKDOWN_FILLER)
     settings = _settings(tmp_path)
     run_sync(settings, embedder)
     documents = _documents(settings)
@@ -344,7 +351,7 @@ def test_web_page_links_and_links_to_web_pages_become_see_also(tmp_path: Path, e
     site.page("/docs/install", "Install", [("steps", "Steps", "Mount the pump on the base plate with four bolts.")],
               [("/docs/", "the docs home")])
     _write(tmp_path / "docs" / "notes.md", f"# Notes\n\nOur pump follows [the vendor's install page]"
-                                           f"({site.url('/docs/install')}).\n")
+                                           f"({site.url('/docs/install')}).\n" + MARKDOWN_FILLER)
     settings = _settings(tmp_path, web_backoff_base_s=0.05)
     with store_connection(settings.store_path) as conn:
         add_source(conn, "pumps", "web", site.url("/docs/"), {"depth": 1, "requests_per_second": 500.0})

@@ -19,6 +19,7 @@ from knowledge_store.ingest.sample_corpus import EXAMPLE_QUESTIONS, MAINTENANCE_
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.storage.index import read_pointer
 from knowledge_store.storage.store import store_connection
+from tests.helpers import MARKDOWN_FILLER
 
 # ------------------------------------------------------------------ the sample corpus, end to end
 
@@ -183,8 +184,9 @@ def _snapshot_values(settings: Settings) -> list[str]:
 def test_resyncs_replace_mentions_and_leave_no_orphans(tmp_path, counting_embedder):
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "pump.md").write_text("# Pump\n\nPump EQP-P7 feeds vessel ASSET-7. Follow SOP-3 before opening it.\n")
-    (docs / "vessel.md").write_text("# Vessel\n\nThe vessel ASSET-9 is inspected as API 510 requires.\n")
+    (docs / "pump.md").write_text("# Pump\n\nPump EQP-P7 feeds vessel ASSET-7. Follow SOP-3 before opening it.\n"
+                                  + MARKDOWN_FILLER)
+    (docs / "vessel.md").write_text("# Vessel\n\nThe vessel ASSET-9 is inspected as API 510 requires.\n" + MARKDOWN_FILLER)
     settings = Settings(data_dir=tmp_path / "data", sources=[docs], deleted_retention_days=0)
     run_sync(settings, counting_embedder)
     state = _entity_state(settings)
@@ -193,7 +195,8 @@ def test_resyncs_replace_mentions_and_leave_no_orphans(tmp_path, counting_embedd
     assert _snapshot_values(settings) == state["values"]
 
     # a changed file: new version, the old one purged (retention 0) with its mentions and the entity only it named
-    (docs / "pump.md").write_text("# Pump\n\nPump EQP-P7 feeds vessel ASSET-8. Follow SOP-3 before opening it.\n")
+    (docs / "pump.md").write_text("# Pump\n\nPump EQP-P7 feeds vessel ASSET-8. Follow SOP-3 before opening it.\n"
+                                  + MARKDOWN_FILLER)
     run_sync(settings, counting_embedder)
     state = _entity_state(settings)
     assert state["values"] == ["API 510", "ASSET-8", "ASSET-9", "EQP-P7", "SOP-3"]
@@ -212,7 +215,7 @@ def test_resyncs_replace_mentions_and_leave_no_orphans(tmp_path, counting_embedd
 def test_changing_the_patterns_re_extracts_on_the_next_sync_without_re_embedding(tmp_path, counting_embedder):
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "valves.md").write_text("# Valves\n\nTest both relief valves on ASSET-5 as API 520 asks.\n")
+    (docs / "valves.md").write_text("# Valves\n\nTest both relief valves on ASSET-5 as API 520 asks.\n" + MARKDOWN_FILLER)
     settings = Settings(data_dir=tmp_path / "data", sources=[docs])
     run_sync(settings, counting_embedder)
     first = read_pointer(settings.index_dir).snapshot_version
@@ -246,7 +249,7 @@ def test_chunks_asset_metadata_counts_entities_per_type(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "plant.md").write_text("# Plant\n\nVessel ASSET-1 and ASSET-2 follow SOP-4 and ISO 9001; "
-                                   "the second check of ASSET-1 too.\n")
+                                   "the second check of ASSET-1 too.\n" + MARKDOWN_FILLER)
     result = dg.materialize(
         [raw_documents, parsed_documents, chunks],
         resources={"store": KnowledgeStoreResource(data_dir=str(tmp_path / "data"), sources=str(docs)),

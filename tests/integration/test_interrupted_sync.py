@@ -21,6 +21,7 @@ from knowledge_store.ingest.sources import get_source
 from knowledge_store.ingest.sync_runs import get_sync_run, start_sync_run
 from knowledge_store.storage.index import open_snapshot, read_pointer
 from knowledge_store.storage.store import store_connection
+from tests.helpers import MARKDOWN_FILLER
 
 FAKE_EMBEDDER = textwrap.dedent(
     """
@@ -74,7 +75,7 @@ KILLER = FAKE_EMBEDDER + textwrap.dedent(
 def write_doc(folder: Path, name: str, topic: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / name).write_text(f"# {topic.title()}\n\nThe {topic} procedure needs a torque of 12 newton metres "
-                               f"and a {topic} check before the cover is closed.\n")
+                               f"and a {topic} check before the cover is closed.\n" + MARKDOWN_FILLER)
 
 
 def settings_for(tmp_path: Path) -> Settings:

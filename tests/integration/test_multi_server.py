@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from knowledge_store.storage.query_log import QueryLog
-from tests.helpers import build_sample_index, start_serve, stop, wait_healthy
+from tests.helpers import MARKDOWN_FILLER, build_sample_index, start_serve, stop, wait_healthy
 
 pytestmark = pytest.mark.slow
 QUESTION = "how do I reset the Aurora to factory settings"
@@ -39,7 +39,8 @@ def test_two_server_processes_answer_the_same_queries_during_a_resync(tmp_path, 
         assert [r["chunk_id"] for r in first[0]["results"]] == [r["chunk_id"] for r in first[1]["results"]]
 
         (docs / "gateway-relay.md").write_text(
-            "# Gateway relay interval\n\nThe Aurora gateway relays sensor readings to the hub every ninety seconds.\n")
+            "# Gateway relay interval\n\nThe Aurora gateway relays sensor readings to the hub every ninety seconds.\n"
+            + MARKDOWN_FILLER)
         statuses: dict[str, list[int]] = {base: [] for _, base in servers}
         done = threading.Event()
 

@@ -24,7 +24,7 @@ from knowledge_store.ingest.parsers.pdf import parse_pdf
 from knowledge_store.ingest.run import run_sync
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.storage.store import store_connection
-from tests.helpers import make_pdf
+from tests.helpers import MARKDOWN_FILLER, make_pdf
 
 needs_tesseract = pytest.mark.skipif(
     shutil.which("tesseract") is None,
@@ -128,7 +128,8 @@ def test_scanned_page_text_is_found_by_search_and_cited_as_ocr(tmp_path, embedde
     docs = tmp_path / "docs"
     docs.mkdir()
     make_pdf(docs / "maintenance.pdf", ["digital", "scanned"])
-    (docs / "pumps.md").write_text("# Circulation pumps\n\nBleed the circulation pump through its vent screw after refilling.\n")
+    (docs / "pumps.md").write_text("# Circulation pumps\n\nBleed the circulation pump through its vent screw after refilling.\n"
+                                + MARKDOWN_FILLER)
     settings = Settings(data_dir=tmp_path / "data", sources=[docs])
     report = run_sync(settings, embedder)
     assert report.parse.failed == 0 and report.parse.pages_ocr == 1

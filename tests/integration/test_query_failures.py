@@ -25,6 +25,7 @@ from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import GroundworkError, IndexNotBuiltError
 from knowledge_store.retrieval.engine import QueryValidationError, RetrievalEngine
 from knowledge_store.storage.query_log import QueryLog
+from tests.helpers import MARKDOWN_FILLER
 from tests.helpers import REPO_ROOT as ROOT
 
 GUIDE = """# Hub guide
@@ -46,7 +47,7 @@ def tiny_index(tmp_path_factory, embedder) -> Settings:
 
     root = tmp_path_factory.mktemp("failures")
     (root / "docs").mkdir()
-    (root / "docs" / "guide.md").write_text(GUIDE, encoding="utf-8")
+    (root / "docs" / "guide.md").write_text(GUIDE + MARKDOWN_FILLER, encoding="utf-8")
     settings = Settings(data_dir=root / "data", sources=[root / "docs"], cross_encoder_path=None)
     run_sync(settings, embedder)
     return settings

@@ -15,7 +15,7 @@ from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server.app import create_app
 from knowledge_store.storage.query_log import QueryLines, QueryLog, QueryLogRecord
 from knowledge_store.storage.store import store_connection
-from tests.helpers import build_sample_index
+from tests.helpers import MARKDOWN_FILLER, build_sample_index
 
 SEED_FIELDS = {"timestamp", "query", "num_results", "latency_ms", "reranker", "top_score", "results"}
 
@@ -57,7 +57,8 @@ def test_a_cli_query_writes_its_line_to_the_file_and_nothing_on_its_stdout(tmp_p
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "hub.md").write_text("# Hub\n\nTo reset the hub, hold its button for ten seconds; "
-                                              "mail ops@example.com if it stays red.\n", encoding="utf-8")
+                                              "mail ops@example.com if it stays red.\n" + MARKDOWN_FILLER,
+                                              encoding="utf-8")
     run_sync(Settings(data_dir=tmp_path / "data", sources=[tmp_path / "docs"]), embedder)
     monkeypatch.chdir(tmp_path)  # no project .env
     for name, value in {"GROUNDWORK_DATA_DIR": str(tmp_path / "data"), "GROUNDWORK_SOURCES": str(tmp_path / "docs"),

@@ -20,7 +20,7 @@ from knowledge_store.config.settings import Settings
 from knowledge_store.ingest.run import run_sync
 from knowledge_store.ingest.sample_corpus import write_sample_corpus
 from knowledge_store.ingest.source_actions import update_source_now
-from tests.helpers import start_serve, stop, wait_healthy
+from tests.helpers import MARKDOWN_FILLER, start_serve, stop, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +95,7 @@ def test_remote_mode_generates_a_private_token_and_says_where_not_what(remote):
 def test_the_reported_curl_calls_get_401_without_token_and_422_outside_the_roots_with_it(remote, tmp_path):
     private = tmp_path / "private"
     private.mkdir()
-    (private / "secret.md").write_text("# Secret\n\nThe payroll database password is in the blue folder.\n")
+    (private / "secret.md").write_text("# Secret\n\nThe payroll database password is in the blue folder.\n" + MARKDOWN_FILLER)
     stolen = {"name": "stolen", "kind": "folder", "folder": str(private), "sync": True}
     with site(remote) as client:
         refused = client.post("/api/sources", json=stolen)

@@ -16,7 +16,7 @@ from knowledge_store.config.settings import Settings
 from knowledge_store.ingest.run import run_sync
 from knowledge_store.retrieval.engine import QueryValidationError, RetrievalEngine
 from knowledge_store.storage.query_log import QueryLog
-from tests.helpers import slow_reranker
+from tests.helpers import MARKDOWN_FILLER, slow_reranker
 
 pytestmark = pytest.mark.slow
 
@@ -263,14 +263,14 @@ def test_llamaindex_retriever_refuses_unknown_parameters(engine):
 def test_new_snapshot_is_picked_up_without_restart_and_superseded_is_opt_in(tmp_path, embedder):
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "a.md").write_text("# Pairing\n\nTo pair the hub press the blue button for five seconds.\n")
+    (docs / "a.md").write_text("# Pairing\n\nTo pair the hub press the blue button for five seconds.\n" + MARKDOWN_FILLER)
     settings = Settings(data_dir=tmp_path / "data", sources=[docs])
     run_sync(settings, embedder)
     engine = RetrievalEngine(settings, embedder=embedder, query_log=QueryLog(tmp_path / "logs.duckdb"))
     engine.snapshots.check_interval_s = 0.0
     first = engine.search("how do I pair the hub", log=False)
     assert "blue button" in first.results[0].snippet
-    (docs / "a.md").write_text("# Pairing\n\nTo pair the hub press the green button for ten seconds.\n")
+    (docs / "a.md").write_text("# Pairing\n\nTo pair the hub press the green button for ten seconds.\n" + MARKDOWN_FILLER)
     run_sync(settings, embedder)
     second = engine.search("how do I pair the hub", log=False)
     assert second.snapshot_version == first.snapshot_version + 1

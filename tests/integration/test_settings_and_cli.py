@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import MARKDOWN_FILLER
 from tests.helpers import REPO_ROOT as ROOT
 
 
@@ -52,7 +53,7 @@ def groundwork(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 def test_cli_ingest_and_status_report_the_sync(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "guide.md").write_text("# Guide\n\n## Reset\n\nHold the button for ten seconds to reset the hub.\n")
+    (docs / "guide.md").write_text("# Guide\n\n## Reset\n\nHold the button for ten seconds to reset the hub.\n" + MARKDOWN_FILLER)
     (docs / "broken.pdf").write_text("not a pdf at all")
     env = {"GROUNDWORK_DATA_DIR": str(tmp_path / "data"), "DAGSTER_HOME": str(tmp_path / "dagster_home")}
     first = groundwork("ingest", "--sources", str(docs), "--json", env=env)

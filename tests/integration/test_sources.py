@@ -18,6 +18,7 @@ from knowledge_store.ingest.source_actions import delete_source_now, retry_failu
 from knowledge_store.ingest.sources import add_source, get_source, list_sources, update_source
 from knowledge_store.storage.index import read_pointer
 from knowledge_store.storage.store import store_connection
+from tests.helpers import MARKDOWN_FILLER
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +28,7 @@ def write_docs(folder: Path, topic: str, n: int = 2) -> None:
     for i in range(n):
         (folder / f"{topic}-{i}.md").write_text(
             f"# {topic.title()} {i}\n\nThe {topic} procedure {i} needs a torque of {10 + i} newton metres "
-            f"and a {topic} check before the cover is closed.\n"
+            f"and a {topic} check before the cover is closed.\n" + MARKDOWN_FILLER
         )
 
 
@@ -95,8 +96,8 @@ def test_one_source_sync_leaves_the_other_sources_untouched(tmp_path, counting_e
     assert active_docs_by_source(settings) == {"manuals": 3}  # 'base' not scanned at all
 
     # change both folders, sync only 'base'
-    (tmp_path / "manuals" / "manual-0.md").write_text("# Manual 0\n\nRewritten: the gasket is replaced yearly.\n")
-    (tmp_path / "base" / "baseline-9.md").write_text("# Extra\n\nA new baseline page about the fuse box.\n")
+    (tmp_path / "manuals" / "manual-0.md").write_text("# Manual 0\n\nRewritten: the gasket is replaced yearly.\n" + MARKDOWN_FILLER)
+    (tmp_path / "base" / "baseline-9.md").write_text("# Extra\n\nA new baseline page about the fuse box.\n" + MARKDOWN_FILLER)
     report = run_sync(settings, counting_embedder, names=["base"])
     assert (report.raw.added, report.raw.updated, report.raw.unchanged) == (3, 0, 0)
     assert active_docs_by_source(settings) == {"base": 3, "manuals": 3}

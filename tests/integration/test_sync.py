@@ -23,6 +23,7 @@ from pipelines.definitions import ingest_job
 from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource
 from pipelines.sensors import build_sensor
+from tests.helpers import MARKDOWN_FILLER
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +119,7 @@ def test_materialize_modify_delete_add_resync(tmp_path):
     install = docs / "install.md"
     install.write_text(install.read_text().replace("mounting procedure step 0", "mounting procedure step zero"))
     (docs / "reset.md").unlink()
-    (docs / "faq.md").write_text("# FAQ\n\n" + paragraph("pairing", 3))
+    (docs / "faq.md").write_text("# FAQ\n\n" + paragraph("pairing", 3) + MARKDOWN_FILLER)
     hashes_before = {h for (h,) in query(settings, "SELECT content_hash FROM chunks")}
 
     second = materialize(tmp_path)
@@ -375,7 +376,7 @@ def test_sensor_requests_a_run_only_when_files_change(tmp_path):
         assert isinstance(first, dg.RunRequest)
         context = dg.build_sensor_context(instance=instance, cursor=context.cursor, resources={"store": store})
         assert isinstance(sensor(context), dg.SkipReason)
-        (docs / "new.md").write_text("# New\n\nfresh content")
+        (docs / "new.md").write_text("# New\n\nfresh content" + MARKDOWN_FILLER)
         context = dg.build_sensor_context(instance=instance, cursor=context.cursor, resources={"store": store})
         second = sensor(context)
         assert isinstance(second, dg.RunRequest) and second.run_key != first.run_key

@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.retrieval.reranker_registry import RerankerUnavailable
+from tests.helpers import MARKDOWN_FILLER
 
 GUIDES = {  # one short document each, so the index has several candidates to reorder
     "reset.md": "# Reset\n\nHold the reset button for ten seconds to restore the hub to factory settings.\n",
@@ -34,7 +35,7 @@ def tiny_index(tmp_path_factory, embedder) -> Settings:
     root = tmp_path_factory.mktemp("vocabularies")
     (root / "docs").mkdir()
     for name, text in GUIDES.items():
-        (root / "docs" / name).write_text(text, encoding="utf-8")
+        (root / "docs" / name).write_text(text + MARKDOWN_FILLER, encoding="utf-8")
     settings = Settings(data_dir=root / "data", sources=[root / "docs"], cross_encoder_path=None)
     run_sync(settings, embedder)
     return settings

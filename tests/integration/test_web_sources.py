@@ -18,6 +18,7 @@ from knowledge_store.ingest.sources import add_source
 from knowledge_store.storage.index import read_pointer
 from knowledge_store.storage.store import store_connection
 from tests.doc_site import Reply, default_site, doc_page
+from tests.helpers import MARKDOWN_FILLER
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +28,7 @@ FAST = {"requests_per_second": 500.0}  # politeness is tested in test_web_crawl;
 def make_settings(tmp_path: Path) -> Settings:
     base = tmp_path / "base"
     base.mkdir(exist_ok=True)
-    (base / "local.md").write_text("# Local\n\nA local note about the garden hose.\n")
+    (base / "local.md").write_text("# Local\n\nA local note about the garden hose.\n" + MARKDOWN_FILLER)
     return Settings(data_dir=tmp_path / "data", sources=[base], web_backoff_base_s=0.05, web_progress_interval_s=0.0)
 
 

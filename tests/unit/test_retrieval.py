@@ -88,3 +88,36 @@ def test_a_slow_or_failing_reranker_falls_back_to_the_fused_order():
     assert [n.node.node_id for n in kept] == ["a", "b"] and status.startswith("fallback:") and "timed out" in status
     kept, status = run_reranker(BrokenReranker(), nodes, QueryBundle("q"), timeout_s=1.0)
     assert [n.node.node_id for n in kept] == ["a", "b"] and "model file missing" in status
+
+
+# ------------------------------------------------------------------ loading LlamaIndex from several threads
+
+RACE = """
+import threading, time
+from knowledge_store.retrieval import engine
+errors = []
+def load():
+    try:
+        engine._rerank_steps()
+    except Exception as error:
+        errors.append(f"{type(error).__name__}: {error}")
+threads = []
+for _ in range(12):  # staggered, as the server's warm-up thread and the first queries arrive
+    threads.append(threading.Thread(target=load))
+    threads[-1].start()
+    time.sleep(0.08)
+for thread in threads:
+    thread.join()
+print(errors)
+"""
+
+
+def test_the_first_searches_and_the_warm_up_load_llama_index_in_parallel_threads_without_error():
+    """LlamaIndex imports itself in a circle: unserialised, threads importing it at once break it (an ImportError
+    in one, a KeyError in the next), which was a 500 on a server's first query while it warmed up."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "[]"

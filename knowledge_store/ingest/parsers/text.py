@@ -96,6 +96,12 @@ _INLINE_HTML = re.compile(r"<[^>]+>")
 _INLINE_MARKS = re.compile(r"(\*\*|__|\*|_|~~|`+)(?=\S)(.+?)(?<=\S)\1")
 
 
+def count_words(text: str) -> int:
+    """Words a reader sees in a block of Markdown or text: inline markup and link targets dropped, and only
+    tokens with a letter or digit counted (list bullets, ``#`` and table rules are not words)."""
+    return sum(1 for token in plain_inline(text).split() if any(c.isalnum() for c in token))
+
+
 def plain_inline(text: str) -> str:
     """Heading text without Markdown inline markup: ``**a** [b](c)`` -> ``a b``."""
     text = _INLINE_IMAGE.sub(r"\1", text)

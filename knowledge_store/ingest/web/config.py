@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from knowledge_store.ingest.web.errors import InvalidCrawlConfig, InvalidUrlError
+from knowledge_store.ingest.web.render import WAIT_CONDITIONS
 from knowledge_store.ingest.web.urls import canonical_url
 
 USER_AGENT = "GroundworkBot/0.1 (+https://github.com/groundwork; local docs indexer)"
@@ -48,6 +49,11 @@ class CrawlConfig:
     user_agent: str = USER_AGENT
     # folder where request times per host are shared between processes (None: this crawl only)
     politeness_dir: str | None = None
+    # HTML pages rendered in headless Chromium (render.py) before their links and content are read
+    render_js: bool = False
+    render_timeout_s: float = 30.0
+    render_wait: str = "networkidle"
+    chromium_path: str = "/usr/bin/chromium"
 
     def __post_init__(self) -> None:
         self._check_base_url()
@@ -59,6 +65,11 @@ class CrawlConfig:
         _check_number("timeout_s", self.timeout_s, minimum=0.0, exclusive=True)
         _check_number("backoff_base_s", self.backoff_base_s, minimum=0.0)
         _check_number("max_backoff_s", self.max_backoff_s, minimum=0.0)
+        _check_number("render_timeout_s", self.render_timeout_s, minimum=0.0, exclusive=True)
+        if not isinstance(self.render_js, bool):
+            raise InvalidCrawlConfig("render_js", self.render_js, "must be true or false")
+        if self.render_wait not in WAIT_CONDITIONS:
+            raise InvalidCrawlConfig("render_wait", self.render_wait, f"must be one of {', '.join(WAIT_CONDITIONS)}")
         for name, minimum in (("max_pages", 1), ("llms_full_max_bytes", 1), ("max_page_bytes", 1),
                               ("max_retries", 0), ("max_consecutive_failures", 1)):
             value = getattr(self, name)

@@ -23,6 +23,7 @@ previous links in play, so pages only reachable through it are not lost.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import time
 from collections import deque
@@ -30,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import httpx
 
+from knowledge_store.core.errors import ChromiumNotFoundError
 from knowledge_store.ingest.web.config import CrawlConfig
 from knowledge_store.ingest.web.content_types import charset_of, content_kind, decode_text, is_refused, media_type
 from knowledge_store.ingest.web.errors import BadSitemapError, InvalidUrlError
@@ -37,6 +39,7 @@ from knowledge_store.ingest.web.fetch import Fetcher, FetchError, Response, stat
 from knowledge_store.ingest.web.links import canonical_from_link_header, html_links, markdown_links
 from knowledge_store.ingest.web.llms_txt import parse_llms_txt
 from knowledge_store.ingest.web.politeness import RateLimiter, SharedRateLimiter
+from knowledge_store.ingest.web.render import ChromiumRenderer, check_chromium
 from knowledge_store.ingest.web.results import (
     CrawlFailure,
     CrawlProgress,
@@ -59,6 +62,7 @@ REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _GONE = (404, 410)
 
 ProgressCallback = Callable[[CrawlProgress], None]
+logger = logging.getLogger(__name__)
 
 
 def crawl(
@@ -70,6 +74,7 @@ def crawl(
     clock: Callable[[], float] = time.monotonic,
     only: Sequence[str] | None = None,
     on_page: Callable[[FetchedPage], None] | None = None,
+    renderer: ChromiumRenderer | None = None,
 ) -> CrawlResult:
     """Crawl ``config.base_url`` and return every page seen (fetched or known unchanged),
     every failure, every excluded URL and whether the observation is complete.
@@ -83,18 +88,27 @@ def crawl(
     sitemap-``lastmod`` skips and conditional requests.  ``client`` defaults to
     an ``httpx.Client`` that does not follow redirects; an injected one is not
     closed.  ``sleep``/``clock`` are injectable so tests need not really wait.
+    With ``config.render_js`` every HTML page is rendered in headless Chromium (``render.py``) before its
+    links and content are read; ``renderer`` defaults to one started for this crawl and closed after it.
     """
     own_client = client is None
     if client is None:
         client = httpx.Client(timeout=config.timeout_s, follow_redirects=False,
                               headers={"User-Agent": config.user_agent})
+    own_renderer = renderer is None and config.render_js
+    if own_renderer:
+        renderer = ChromiumRenderer(config.chromium_path, config.render_timeout_s, config.render_wait,
+                                    config.user_agent)
     try:
         if only is not None:
             config = dataclasses.replace(config, depth=0, use_llms_txt=False, use_sitemap=False)
-        return _Crawl(config, prior or {}, progress, client, sleep, clock, only=only, on_page=on_page).run()
+        return _Crawl(config, prior or {}, progress, client, sleep, clock, only=only, on_page=on_page,
+                      renderer=renderer if config.render_js else None).run()
     finally:
         if own_client:
             client.close()
+        if own_renderer and renderer is not None:
+            renderer.close()
 
 
 def _unique(urls: list[str]) -> list[str]:
@@ -136,8 +150,10 @@ class _Crawl:
         clock: Callable[[], float],
         only: Sequence[str] | None = None,
         on_page: Callable[[FetchedPage], None] | None = None,
+        renderer: ChromiumRenderer | None = None,
     ) -> None:
         self.only = list(only) if only is not None else None
+        self.renderer = renderer
         self.on_page = on_page
         self.config = config
         self.prior = prior
@@ -169,7 +185,9 @@ class _Crawl:
         self.out_of_scope: set[str] = set()
         self.lastmods: dict[str, str | None] = {}
         self.counts = {"fetched": 0, "not_modified": 0, "duplicates": 0, "capped": 0, "sitemap_urls": 0,
-                       "llms_links": 0, "sitemaps_read": 0, "sitemaps_skipped": 0}
+                       "llms_links": 0, "sitemaps_read": 0, "sitemaps_skipped": 0, "rendered": 0,
+                       "render_timeouts": 0}
+        self.render_seconds = 0.0
         self.visits = 0
         self.queued = 0
         self.consecutive_transient = 0
@@ -180,7 +198,12 @@ class _Crawl:
 
     def run(self) -> CrawlResult:
         config = self.config
-        if self._read_robots():
+        if self.renderer is not None:
+            try:
+                check_chromium(config.chromium_path)
+            except ChromiumNotFoundError as error:
+                self._abort(f"render_js is on but pages cannot be rendered: {error}")
+        if not self.aborted and self._read_robots():
             llms_links = self._read_llms_txt() if config.use_llms_txt else []
             if config.use_llms_txt and not self.aborted:
                 self._read_llms_full()
@@ -523,6 +546,11 @@ class _Crawl:
                 answer.url, "unsupported_content_type",
                 f"content type {media_type(content_type) or 'missing'!r} and the body do not look like a document "
                 "type we index (HTML, Markdown, plain text, PDF)", True, answer.status, answer.attempts), requested)
+        if kind == "html" and self.renderer is not None and force_kind is None:
+            rendered = self._render(answer, body, content_type)
+            if rendered is None:
+                return []
+            body, content_type = rendered, "text/html; charset=utf-8"
         canonical = None
         if kind == "html":
             found = html_links(body, answer.url, charset_of(content_type))
@@ -552,6 +580,27 @@ class _Crawl:
         ))
         follow = kind in ("html", "markdown") and origin != "llms-full"
         return links if follow else []
+
+    def _render(self, answer: Response, body: bytes, content_type: str | None) -> bytes | None:
+        """The page's DOM after its scripts ran, or None (a failure recorded, or the crawl stopped)."""
+        assert self.renderer is not None
+        try:
+            rendered = self.renderer.render(answer.url, body, content_type)
+        except ChromiumNotFoundError as error:
+            self._abort(f"render_js is on but pages cannot be rendered: {error}")
+            return None
+        except Exception as error:  # noqa: BLE001 - a browser crash or protocol error fails this page, not the crawl
+            detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            self.failures.append(CrawlFailure(answer.url, "render_failed", f"Chromium could not render the page: "
+                                              f"{detail[:300]}", False, answer.status, answer.attempts))
+            return None
+        self.counts["rendered"] += 1
+        self.render_seconds += rendered.seconds
+        if rendered.timed_out:
+            self.counts["render_timeouts"] += 1
+            logger.warning("rendering %s did not reach %r within %g s: its scripts were stopped and the DOM as it "
+                           "stood is indexed", answer.url, self.config.render_wait, self.config.render_timeout_s)
+        return rendered.html
 
     def _unchanged(
         self, url: str, prior: PriorPage, depth: int, origin: Origin, how: How, answer: Response | None
@@ -631,6 +680,12 @@ class _Crawl:
             "sitemaps_skipped": self.counts["sitemaps_skipped"],
             "llms_links": self.counts["llms_links"],
         }
+        if self.renderer is not None:
+            stats.update(rendered=self.counts["rendered"], render_timeouts=self.counts["render_timeouts"],
+                         render_seconds=round(self.render_seconds, 3),
+                         render_seconds_per_page=round(self.render_seconds / self.counts["rendered"], 3)
+                         if self.counts["rendered"] else None,
+                         browser_launch_seconds=round(self.renderer.launch_seconds, 3))
         return CrawlResult(
             pages=self.pages, failures=self.failures, excluded=list(self.excluded.items()),
             complete=not reasons, aborted_reason="; ".join(reasons) or None, stats=stats,

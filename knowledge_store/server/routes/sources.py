@@ -16,6 +16,7 @@ from knowledge_store.ingest.failures import open_failures
 from knowledge_store.ingest.source_actions import delete_source_now, describe_source, open_failure, update_source_now
 from knowledge_store.ingest.sources import (
     add_source,
+    check_renderer,
     get_source,
     list_sources,
     register_configured_sources,
@@ -64,6 +65,7 @@ def sources_add(body: SourceBody, request: Request, state: State):
             raise InvalidSourceError(next(iter(options)), next(iter(options.values())),
                                      "crawl options apply to web sources only")
         state.access.check_source_folder(body.folder)
+    check_renderer(state.settings, options)
     with _writer(state.settings) as conn:
         source = add_source(conn, body.name, body.kind, body.url if body.kind == "web" else body.folder,
                             options, enabled=body.enabled, visibility=body.visibility)

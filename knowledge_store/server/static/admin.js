@@ -218,7 +218,8 @@
       sourceCancel = $("source-cancel"), sourceFormHeading = $("source-form-heading");
   var sourceFields = { name: $("source-name"), folder: $("source-folder"), url: $("source-url"), depth: $("source-depth"),
                        max_pages: $("source-max-pages"), requests_per_second: $("source-rps"), include: $("source-include"),
-                       exclude: $("source-exclude"), enabled: $("source-enabled"), visibility: $("source-visibility") };
+                       exclude: $("source-exclude"), enabled: $("source-enabled"), visibility: $("source-visibility"),
+                       render_js: $("source-render-js") };
   var editing = null;   // the source being edited (its row from GET /api/sources), null when adding
   var busySource = null; // the source whose sync job is being watched
   var knownSources = [];
@@ -389,9 +390,11 @@
     var depth = Number(sourceFields.depth.value), cap = Number(sourceFields.max_pages.value),
         rps = Number(sourceFields.requests_per_second.value);
     var include = lines(sourceFields.include.value), exclude = lines(sourceFields.exclude.value);
-    var wanted = { depth: depth, max_pages: cap, requests_per_second: rps, include: include, exclude: exclude };
+    var wanted = { depth: depth, max_pages: cap, requests_per_second: rps, include: include, exclude: exclude,
+                   render_js: sourceFields.render_js.checked };
     Object.keys(wanted).forEach(function (key) {
-      if (JSON.stringify(wanted[key]) !== JSON.stringify(config[key])) options[key] = wanted[key];
+      var was = key === "render_js" ? !!config[key] : config[key];  // absent (default) reads as off
+      if (JSON.stringify(wanted[key]) !== JSON.stringify(was)) options[key] = wanted[key];
     });
     return options;
   }
@@ -421,6 +424,7 @@
     sourceFields.requests_per_second.value = config.requests_per_second === undefined ? 5 : config.requests_per_second;
     sourceFields.include.value = (config.include || []).join("\n");
     sourceFields.exclude.value = (config.exclude || []).join("\n");
+    sourceFields.render_js.checked = !!config.render_js;
     sourceFields.enabled.checked = !!source.enabled;
     sourceFields.visibility.value = source.visibility || "internal";
     show($("source-sync-label"), false);
@@ -577,6 +581,7 @@
       fact(settingsList, "Requests per second", config.requests_per_second);
       fact(settingsList, "robots.txt, llms.txt, sitemaps", [config.respect_robots, config.use_llms_txt, config.use_sitemap]
         .map(function (on) { return on === false ? "off" : "on"; }).join(", "));
+      fact(settingsList, "Render JavaScript", config.render_js ? "on: pages are rendered in headless Chromium" : "off");
     }
 
     var statsList = $("source-stats");
