@@ -361,9 +361,11 @@ def store_paths(data_root: Path, ds: BeirDataset) -> tuple[Path, Path, Path]:
 
 
 def beir_settings(ds: BeirDataset, data_root: Path | None = None) -> Settings:
-    """Settings of the store for ``ds`` (without ingesting anything)."""
+    """Settings of the store for ``ds`` (without ingesting anything).  Every document of a labelled set is
+    indexed, however short (``min_markdown_words=0``): the labels may point at a one-line abstract, and a
+    skipped document would count as a miss the engine never had a chance at."""
     _, corpus_dir, data_dir = store_paths(Path(data_root) if data_root else DEFAULT_DATA_ROOT, ds)
-    return Settings(data_dir=data_dir, sources=[corpus_dir])
+    return Settings(data_dir=data_dir, sources=[corpus_dir], min_markdown_words=0)
 
 
 def ingest_beir(
