@@ -182,14 +182,18 @@ class RankingUpdate(BaseModel):
 
 # ------------------------------------------------------------------ sources
 
+# a URL pattern of a web source: a non-empty regular expression (an empty one would match every URL)
+UrlPattern = Annotated[str, Field(min_length=1, json_schema_extra={"format": "regex"})]
+
+
 class WebOptions(BaseModel):
     """Crawl options of a web source (absent = the stored value, or the default for a new source; null is not a value)."""
 
     model_config = ConfigDict(extra="forbid")
 
     depth: JsonInt = Field(None, ge=0, le=5, description="Link hops followed from the base URL, 0-5 (default 2).")
-    include: list[str] = Field(None, description="Only URLs matching one of these regexes (re.search on the full URL).")
-    exclude: list[str] = Field(None, description="Skip URLs matching any of these regexes.")
+    include: list[UrlPattern] = Field(None, description="Only URLs matching one of these regexes (re.search on the full URL).")
+    exclude: list[UrlPattern] = Field(None, description="Skip URLs matching any of these regexes.")
     respect_robots: bool = Field(None, strict=True)
     requests_per_second: float = Field(None, ge=0.01, strict=True, description="Politeness limit per host (default 5).")
     max_pages: JsonInt = Field(None, ge=1, description="Page cap (default 500).")
