@@ -29,6 +29,7 @@ from knowledge_store.core.errors import OversizeFileError, UnsupportedTypeError
 from knowledge_store.ingest.entities import delete_mentions_of_chunks
 from knowledge_store.ingest.failures import failure_id, record_failure, resolve_failures
 from knowledge_store.ingest.parsers import SUPPORTED_EXTENSIONS
+from knowledge_store.ingest.sources import source_id_for
 from knowledge_store.ingest.sync_runs import STOPPED_RUN_STATUSES, add_counts, unpublished_active_versions
 from knowledge_store.storage.store import transaction, utcnow
 
@@ -107,10 +108,6 @@ class RawDocumentsResult:
     excluded_items: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # source_id -> [{path, reason}]
     crawls: dict[str, dict[str, object]] = field(default_factory=dict)  # per web source: crawl statistics
     sources: list[str] = field(default_factory=list)  # names of the sources synced
-
-
-def source_id_for(location: Path) -> str:
-    return hashlib.sha256(f"folder:{location}".encode()).hexdigest()[:16]
 
 
 def doc_id_for(source_id: str, relative_path: str) -> str:
@@ -242,10 +239,10 @@ def configured_folders(settings: Settings) -> list[SourceFolder]:
     for location in settings.source_dirs:
         name = location.name or str(location)
         if name in names:
-            name = f"{name}-{source_id_for(location)[:6]}"
+            name = f"{name}-{source_id_for('folder', location)[:6]}"
         names.add(name)
         kind = "upload" if location == uploads else "folder"
-        folders.append(SourceFolder(source_id_for(location), name, location, location.is_dir(), kind))
+        folders.append(SourceFolder(source_id_for("folder", location), name, location, location.is_dir(), kind))
     return folders
 
 

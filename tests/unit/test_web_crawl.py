@@ -12,7 +12,7 @@ from knowledge_store.core.errors import GroundworkError
 from knowledge_store.ingest.web import CrawlConfig, InvalidCrawlConfig, InvalidUrlError, Scope, canonical_url
 from knowledge_store.ingest.web.content_types import content_kind
 from knowledge_store.ingest.web.fetch import parse_retry_after
-from knowledge_store.ingest.web.links import canonical_from_link_header, html_links, markdown_links
+from knowledge_store.ingest.web.links import canonical_from_link_header, html_links, markdown_link_urls
 from knowledge_store.ingest.web.llms_txt import parse_llms_txt
 from knowledge_store.ingest.web.politeness import RateLimiter
 from knowledge_store.ingest.web.robots import parse_robots
@@ -135,7 +135,7 @@ def test_html_links_honour_base_href_skip_non_web_schemes_and_report_rel_canonic
 
 def test_markdown_links_include_inline_and_reference_links_but_not_images():
     text = "See [a](a.md) and [b](<b c.md> \"title\").\n![img](pic.png)\n\n[ref]: /r\n```\n[code](x)\n```\n"
-    assert markdown_links(text, "https://h/docs/") == [
+    assert markdown_link_urls(text, "https://h/docs/") == [
         "https://h/docs/a.md", "https://h/docs/b%20c.md", "https://h/r",
     ]
 

@@ -39,7 +39,7 @@ def charset_of(content_type: str | None) -> str | None:
     return None
 
 
-def decode_text(body: bytes, charset: str | None) -> str:
+def decode_declared(body: bytes, charset: str | None) -> str:
     """Body text in its declared charset (UTF-8 when none or unknown); undecodable bytes become U+FFFD."""
     try:
         return body.decode(charset or "utf-8", "replace")

@@ -33,10 +33,10 @@ import httpx
 
 from knowledge_store.core.errors import ChromiumNotFoundError
 from knowledge_store.ingest.web.config import CrawlConfig
-from knowledge_store.ingest.web.content_types import charset_of, content_kind, decode_text, is_refused, media_type
+from knowledge_store.ingest.web.content_types import charset_of, content_kind, decode_declared, is_refused, media_type
 from knowledge_store.ingest.web.errors import BadSitemapError, InvalidUrlError
 from knowledge_store.ingest.web.fetch import Fetcher, FetchError, Response, status_error
-from knowledge_store.ingest.web.links import canonical_from_link_header, html_links, markdown_links
+from knowledge_store.ingest.web.links import canonical_from_link_header, html_links, markdown_link_urls
 from knowledge_store.ingest.web.llms_txt import parse_llms_txt
 from knowledge_store.ingest.web.politeness import RateLimiter, SharedRateLimiter
 from knowledge_store.ingest.web.render import ChromiumRenderer, check_chromium
@@ -366,7 +366,7 @@ class _Crawl:
             assert isinstance(answer, Response)
             if _is_html(answer):  # a single-page app's catch-all, not an llms.txt
                 continue
-            listed = parse_llms_txt(decode_text(answer.body or b"", charset_of(answer.headers.get("content-type"))),
+            listed = parse_llms_txt(decode_declared(answer.body or b"", charset_of(answer.headers.get("content-type"))),
                                     answer.url)
             self.counts["llms_links"] += len(listed)
             links.extend(link.url for link in listed)
@@ -556,7 +556,7 @@ class _Crawl:
             found = html_links(body, answer.url, charset_of(content_type))
             links, canonical = found.links, found.canonical
         elif kind == "markdown":
-            links = markdown_links(decode_text(body, charset_of(content_type)), answer.url)
+            links = markdown_link_urls(decode_declared(body, charset_of(content_type)), answer.url)
         else:
             links = []
         if force_kind is None:

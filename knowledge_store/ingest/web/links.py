@@ -75,7 +75,7 @@ def html_links(body: bytes, page_url: str, charset: str | None = None) -> PageLi
     return PageLinks(links=_unique(hrefs), canonical=canonical)
 
 
-def markdown_links(text: str, page_url: str) -> list[str]:
+def markdown_link_urls(text: str, page_url: str) -> list[str]:
     """Inline ``[text](url)`` links and ``[ref]: url`` definitions, outside fenced code."""
     text = _MD_FENCE.sub("", text)
     found: list[tuple[int, str]] = [(m.start(), m.group(1) or m.group(2)) for m in _MD_INLINE.finditer(text)]
