@@ -100,7 +100,9 @@ def live(tmp_path_factory, embedder):
     api = f"http://127.0.0.1:{api_port}"
     site = DocSite()
     site.routes["/docs/"] = Reply(body=_with_widget(doc_page(
-        "Nimbus documentation", [("start", "Start here", "Nimbus backs up the volumes of your appliance to the vault.")],
+        "Nimbus documentation", [("start", "Start here", "Nimbus backs up the volumes of your appliance to the vault. "
+                                                         "These pages explain how backups and restores work and how "
+                                                         "to set up the network the appliance uses.")],
         links=["/docs/backups", "/docs/network"]), api, title=TITLE))
     site.routes["/docs/backups"] = Reply(body=_with_widget(doc_page("Backups and restores", BACKUPS,
                                                                     links=["/docs/network"]), api, title=TITLE))
