@@ -4,26 +4,9 @@
 ``ragas_recall@5``, ``faithfulness``, ``latency_p95_ms``, ... - to its ``MetricSpec`` (label, direction, how it is computed);
 everything that stores, shows or gates a metric reads it, so adding a metric is one entry there.
 
-Conventions (the same as BEIR / pytrec_eval):
-
-- doc ids are compared as strings on both sides (an int id 5 in ``ranked`` matches "5" or 5 in
-  ``relevant``: self-tuning ranks section numbers); ``ranked`` is a list of unique doc ids, best
-  first (turn a ranked list of chunks into one with ``dedupe_ranking``);
-- ``relevant`` is a mapping doc id -> graded relevance, or a set (every member
-  grade 1).  Only grades > 0 count as relevant;
-- ``k`` cuts the ranking: only the first ``k`` ids are looked at;
-- recall@k divides by the number of relevant documents (not by min(k, |rel|));
-- precision@k divides by k, even when fewer than k ids were returned;
-- nDCG@k uses the grade as the gain with a log2(rank + 1) discount; the ideal
-  DCG ranks the qrels' own grades best first;
-- MRR@k is 1 / rank of the first relevant id within the top k, else 0.
-
-**Empty relevant set**: every metric returns 0.0.  Such a query has nothing
-to find, so it says nothing about the system; it must not be scored at all
-(``knowledge_store.evaluation.beir.load_beir`` drops queries without a positive qrel, exactly so).
-
-A ``ranked`` list with a repeated id raises ValueError: it would count the
-same document twice and could push recall or nDCG above 1.
+The ranking metrics themselves and their conventions (BEIR / pytrec_eval: ids compared as strings,
+graded relevance, recall over all relevant documents, an empty relevant set scoring 0.0, a repeated id
+refused) are ``knowledge_store.core.metrics``; this module scores evaluation runs with them.
 
 **A metric that has no value** for a run says why instead of a number: its score function raises
 ``MetricNotApplicable`` (grounding and the judged metrics of extractive answers, which are verbatim and

@@ -22,14 +22,13 @@ the adopted model off the same way (the next sync publishes with the base model 
 from __future__ import annotations
 
 import json
-import os
-import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import StoreError
+from knowledge_store.core.files import write_json_atomic
 from knowledge_store.models.embeddings import document_model_id, model_id_for
 
 EMBEDDER_FILE = "embedder.json"
@@ -76,15 +75,7 @@ def load_record(index_dir: Path) -> EmbedderRecord | None:
 
 def save_record(index_dir: Path, record: EmbedderRecord) -> Path:
     """Replace the record atomically (temporary file, fsync, rename): readers see the old or the new one."""
-    path = record_path(index_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{EMBEDDER_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "w") as handle:
-        json.dump(record.to_dict(), handle, indent=2)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    return path
+    return write_json_atomic(record_path(index_dir), record.to_dict())
 
 
 def adopted_model(settings: Settings) -> Path | None:

@@ -17,9 +17,7 @@ atomic replace; read by ``/api/knowledge/config``, the console's Settings page a
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from knowledge_store.core.errors import StoreError
+from knowledge_store.core.files import exclusive_lock, write_json_atomic
 
 FEEDBACK_LEARNING_FILE = "feedback_learning.json"
 HISTORY_KEPT = 20
@@ -72,25 +71,12 @@ def load_feedback_learning(index_dir: Path) -> FeedbackLearning:
 
 @contextmanager
 def _locked(index_dir: Path):
-    lock_path = Path(index_dir) / f".{FEEDBACK_LEARNING_FILE}.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with _WRITE_LOCK, open(lock_path, "a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    with exclusive_lock(Path(index_dir) / f".{FEEDBACK_LEARNING_FILE}.lock", _WRITE_LOCK):
+        yield
 
 
 def _replace(index_dir: Path, state: FeedbackLearning) -> Path:
-    path = feedback_learning_path(index_dir)
-    tmp = path.with_name(f".{FEEDBACK_LEARNING_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "w") as handle:
-        json.dump(state.to_dict(), handle, indent=2)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    return path
+    return write_json_atomic(feedback_learning_path(index_dir), state.to_dict())
 
 
 def _current(index_dir: Path) -> FeedbackLearning:

@@ -10,10 +10,8 @@ lives here because the file stores it.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
-import os
 import threading
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -23,6 +21,7 @@ from typing import Any
 
 from knowledge_store.config.settings import REGISTERED_VOCABULARIES
 from knowledge_store.core.errors import GroundworkError
+from knowledge_store.core.files import exclusive_lock, write_json_atomic
 
 TUNED_FILE = "tuned.json"
 
@@ -187,13 +186,7 @@ def _write(path: Path, data: dict[str, Any] | None) -> None:
     if data is None:
         path.unlink(missing_ok=True)
     else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{TUNED_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
-        with open(tmp, "w") as handle:
-            json.dump(data, handle, indent=2)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        write_json_atomic(path, data)
     _TUNED_CACHE.pop(str(path), None)
 
 
@@ -202,14 +195,8 @@ def _file_lock(index_dir: Path):
     """One read-modify-write of ``tuned.json`` at a time: threads of this process and other processes
     (a ``groundwork tune`` while the console saves) take turns on ``.tuned.lock``."""
 
-    lock_path = Path(index_dir) / f".{TUNED_FILE}.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with _WRITE_LOCK, open(lock_path, "a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    with exclusive_lock(Path(index_dir) / f".{TUNED_FILE}.lock", _WRITE_LOCK):
+        yield
 
 
 def _raw(path: Path) -> dict[str, Any]:
