@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -155,14 +156,9 @@ def ocr_engine(options: OcrOptions) -> tuple[OcrEngine | None, str]:
     return OcrEngine(tessdata=tessdata, cli=cli), ""
 
 
-def mean_word_confidence(tsv: str) -> tuple[float | None, int]:
-    """(mean word confidence in 0..1, word count) from tesseract TSV output.
-
-    Word rows are level 5 with text; Tesseract writes conf -1 for rows that are
-    not recognised words, and those are left out.
-    """
-    total = 0.0
-    words = 0
+def _word_rows(tsv: str) -> Iterator[tuple[list[str], float]]:
+    """(columns, confidence) of each recognised word row of tesseract TSV output: level 5, with text and a
+    confidence of 0 or more (tesseract writes -1 for rows that are not recognised words)."""
     for line in tsv.splitlines()[1:]:
         cols = line.split("\t")
         if len(cols) < 12 or cols[0] != "5" or not cols[11].strip():
@@ -171,11 +167,18 @@ def mean_word_confidence(tsv: str) -> tuple[float | None, int]:
             conf = float(cols[10])
         except ValueError:
             continue
-        if conf < 0:
-            continue
-        total += min(conf, 100.0)
-        words += 1
-    return (total / words / 100.0, words) if words else (None, 0)
+        if conf >= 0:
+            yield cols, conf
+
+
+def mean_word_confidence(tsv: str) -> tuple[float | None, int]:
+    """(mean word confidence in 0..1, word count) from tesseract TSV output.
+
+    Word rows are level 5 with text; Tesseract writes conf -1 for rows that are
+    not recognised words, and those are left out.
+    """
+    confidences = [min(conf, 100.0) for _, conf in _word_rows(tsv)]
+    return (sum(confidences) / len(confidences) / 100.0, len(confidences)) if confidences else (None, 0)
 
 
 @dataclass(frozen=True)
@@ -198,16 +201,10 @@ def read_tsv(tsv: str, dpi: int) -> TsvReading:
     confidence, words = mean_word_confidence(tsv)
     scale = 72.0 / dpi
     grouped: dict[tuple[str, str, str, str], list[tuple[float, int, int, int, int, str]]] = {}
-    for line in tsv.splitlines()[1:]:
-        cols = line.split("\t")
-        if len(cols) < 12 or cols[0] != "5" or not cols[11].strip():
-            continue
+    for cols, conf in _word_rows(tsv):
         try:
-            conf = float(cols[10])
             left, top, width, height = (int(cols[i]) for i in (6, 7, 8, 9))
         except ValueError:
-            continue
-        if conf < 0:
             continue
         grouped.setdefault((cols[1], cols[2], cols[3], cols[4]), []).append(
             (min(conf, 100.0) / 100.0, left, top, left + width, top + height, cols[11].strip()))
