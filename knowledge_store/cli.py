@@ -503,7 +503,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"embedding model: {model['embedding_model']} ({model['dimensions']} dimensions, chunks of at most "
           f"{model['max_chunk_tokens']} word-pieces), vectors {model['served_model_id'] or model['base_model_id']}"
           + (f" (fine-tuned for this corpus, adopted {model['adopted_at']})" if model["fine_tuned"] else " (base model)")
-          + ("" if model["finetune_enabled"] else "; fine-tuning off (GROUNDWORK_FINETUNE_EMBEDDER=false)"))
+          + ("" if model["finetune_enabled"] else "; fine-tuning off (GROUNDWORK_FINETUNE_EMBEDDER=false)")
+          + (f"; queries embedded {model['query_quantization']}" if model["query_quantization"] != "none" else ""))
     if last:
         print(f"last fine-tuning: {last['created_at']}: {last['reason']}")
     ranking = status["ranking"]

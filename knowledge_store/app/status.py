@@ -149,6 +149,7 @@ def embedding_model_status(settings: Settings) -> dict[str, object]:
     return {
         "embedding_model": settings.embedding_model, "model_path": str(settings.model_path),
         "dimensions": settings.embedding_dim, "max_chunk_tokens": settings.chunk_max_tokens,
+        "document_quantization": settings.document_quantization, "query_quantization": settings.query_quantization,
         "served_model_id": served, "base_model_id": model_id_for(settings.model_path),
         "fine_tuned": bool(served and record and record.model_id and served.split("+", 1)[0] == record.model_id),
         "adopted_model_id": record.model_id if record else None, "adopted_at": record.adopted_at if record else None,

@@ -155,7 +155,7 @@ class ModelSettings(BaseModel):
     embed_batch_size: int = Field(32, ge=1, description="Texts per batch when documents are embedded with torch (document_encoder=torch).")
     torch_threads: int = Field(min(2, os.cpu_count() or 1), ge=1, description="Cores document embedding may use: torch threads, or ONNX batches run at once (one thread each).")
     document_encoder: str = Field("onnx", description="Document (chunk) embedding backend in ingestion: onnx (ONNX Runtime, exported once from the local weights; fp32 vectors equal torch's to |1-cos| < 1e-6 and share its model id, faster, docs/BENCHMARKS.md) or torch (sentence-transformers).")
-    document_quantization: str = Field("none", description="Document vectors in fp32 (none) or from a dynamically int8-quantised ONNX graph (int8: faster, cosine ~0.998 to fp32, its own model id so the two are never mixed; quality in docs/EVALUATION.md). Queries are always fp32. int8 needs document_encoder=onnx.")
+    document_quantization: str = Field("none", description="Document vectors in fp32 (none) or from a dynamically int8-quantised ONNX graph (int8: faster, cosine ~0.998 to fp32, its own model id so the two are never mixed; quality in docs/EVALUATION.md). Queries follow query_quantization. int8 needs document_encoder=onnx.")
     sentence_vectors: bool = Field(True, description="Ingestion also embeds every sentence of every chunk on its own (the text alone), for sentence evidence (sentence_weight). About doubles the embedding stage's time (docs/BENCHMARKS.md); false = no sentence vectors, and sentence evidence is off.")
     bare_vector_weight: float = Field(0.0, ge=0, le=1, description="Share of each chunk's vector that is its text embedded without the 'title > section' header (0 = header + text only). Helped on documentation sets but not on scientific claims (docs/EVALUATION.md): try it on documentation corpora. Costs a second embedding of every chunk with a header; a change gets its own model id, so the next sync re-embeds every chunk before the index switches.")
     onnx_batch_size: int = Field(8, ge=1, description="Texts per ONNX Runtime call when embedding documents; texts are length-sorted first, so a batch carries almost no padding. 8 measured fastest on two cores (docs/BENCHMARKS.md).")
@@ -168,6 +168,7 @@ class ModelSettings(BaseModel):
                                            "store directly (one machine).")
     query_torch_threads: int = Field(1, ge=1, description="Threads for query embedding in the serving process.")
     query_encoder: str = Field("onnx", description="Query embedding backend: onnx (ONNX Runtime, exported once from the local weights, faster, same vectors) or torch.")
+    query_quantization: str = Field("none", description="Query vectors from the fp32 graph (none) or the int8 one (int8: the document recipe applied to the query encoder; for a large model whose query embedding dominates a query's latency, e.g. mpnet; ranking effect and latency in docs/EVALUATION.md and docs/BENCHMARKS.md). Needs query_encoder=onnx. Query vectors are never stored, so switching needs no re-embedding.")
 
 
 class RankingSettings(BaseModel):
@@ -430,10 +431,10 @@ class Settings(BaseSettings, OcrSettings, WebSettings, ServerSettings, QueryLogS
         vocabulary = REGISTERED_VOCABULARIES.get(info.field_name)
         return vocabulary.check(value) if vocabulary is not None else value
 
-    @field_validator("document_encoder", "query_encoder", "document_quantization")
+    @field_validator("document_encoder", "query_encoder", "document_quantization", "query_quantization")
     @classmethod
     def _known_embedding_option(cls, value: str, info: ValidationInfo) -> str:
-        known = QUANTIZATION_RECIPES if info.field_name == "document_quantization" else EMBEDDING_BACKENDS
+        known = QUANTIZATION_RECIPES if info.field_name.endswith("_quantization") else EMBEDDING_BACKENDS
         if value not in known:
             raise ValueError(f"must be one of {', '.join(known)} (got {value!r})")
         return value
@@ -484,6 +485,8 @@ class Settings(BaseSettings, OcrSettings, WebSettings, ServerSettings, QueryLogS
                               "TLS needs both ssl_certfile and ssl_keyfile")
         if self.document_quantization != "none" and self.document_encoder != "onnx":
             raise ConfigError("document_quantization", self.document_quantization, "needs document_encoder=onnx")
+        if self.query_quantization != "none" and self.query_encoder != "onnx":
+            raise ConfigError("query_quantization", self.query_quantization, "needs query_encoder=onnx")
         self.entity_vocabulary  # compiles every entity pattern: a bad one is refused here (EntityPatternError)
         return self
 

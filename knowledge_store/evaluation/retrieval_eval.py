@@ -238,7 +238,8 @@ def open_engine(folder: Path, embedder: Embedder | None = None, ingest: bool = T
         settings = beir_settings(load_beir(folder), data_root)
     settings = settings.model_copy(update=overrides)
     base = embedder or query_embedder(settings.model_path, settings.query_encoder, base_settings.data_dir / "models",
-                                      settings.query_torch_threads, prefix=settings.embedding_query_prefix)
+                                      settings.query_torch_threads, prefix=settings.embedding_query_prefix,
+                                      quantization=settings.query_quantization)
     engine = RetrievalEngine(settings, embedder=CachingEmbedder(base), query_log=NullQueryLog())
     engine.warm_up()
     return engine, beir_ids_by_doc_id(settings)

@@ -96,7 +96,8 @@ def evaluate_example_questions(settings: Settings, embedder=None,
     ``<data_dir>/eval/results.duckdb``: the served configuration's metrics, each question's hits, the sweep."""
     started = time.perf_counter()
     base = embedder or query_embedder(settings.model_path, settings.query_encoder, settings.models_cache_dir,
-                                      settings.query_torch_threads, prefix=settings.embedding_query_prefix)
+                                      settings.query_torch_threads, prefix=settings.embedding_query_prefix,
+                                      quantization=settings.query_quantization)
     engine = RetrievalEngine(settings, embedder=CachingEmbedder(base), query_log=NullQueryLog())
     files = _file_of_documents(engine, questions)  # IndexNotBuiltError when nothing is published yet
     dataset = _dataset(settings.sample_corpus_dir, questions)

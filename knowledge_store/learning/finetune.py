@@ -410,9 +410,11 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
         candidate = with_vectors(snapshot, vectors, sentences, candidate_id)
         threads = settings.torch_threads
         served_queries = query_embedder(served_path, settings.query_encoder, settings.models_cache_dir, threads,
-                                        settings.embedding_dim, settings.embedding_query_prefix)
+                                        settings.embedding_dim, settings.embedding_query_prefix,
+                                        settings.query_quantization)
         candidate_queries = query_embedder(out_dir, settings.query_encoder, settings.models_cache_dir, threads,
-                                           settings.embedding_dim, settings.embedding_query_prefix)
+                                           settings.embedding_dim, settings.embedding_query_prefix,
+                                           settings.query_quantization)
         verdict, before, after = decide(settings, snapshot, candidate, pairs.held_out, served_queries.embed,
                                         candidate_queries.embed)
         stages["decide"] = round(time.perf_counter() - started - sum(stages.values()), 2)

@@ -277,6 +277,7 @@ class RetrievalEngine:
         wrapped = QueryEmbeddingCache(embedder or BatchingEmbedder(query_embedder(
             model_path, self.settings.query_encoder, self.settings.models_cache_dir,
             self.settings.query_torch_threads, self.settings.embedding_dim, self.settings.embedding_query_prefix,
+            self.settings.query_quantization,
         ), cache_size=0), size=self.settings.query_cache_size)
         self._embedders[model_id_for(model_path)] = wrapped
         return wrapped
@@ -304,7 +305,8 @@ class RetrievalEngine:
         one of the loaded query embedders when its document vectors are plain fp32 ones (the same vectors, one
         model in memory), else a document embedder built once per model id."""
         model_id = serving_model_id(self.settings)
-        loaded = self._embedders.get(model_id)
+        # an int8 query graph must not embed fp32 documents: reuse a query embedder only when both are fp32
+        loaded = self._embedders.get(model_id) if self.settings.query_quantization == "none" else None
         if loaded is not None:
             return loaded
         with self._embedders_lock:

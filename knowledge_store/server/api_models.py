@@ -294,7 +294,8 @@ class ConfigResponse(Open):
                                                  "re_embed_pending (true until a sync re-embeds for a changed setting).")
     embedding_model: dict[str, Any] | None = Field(None, description="Which embedding model serves: served_model_id, "
                                                    "base_model_id, fine_tuned (a model fine-tuned for this corpus was "
-                                                   "adopted), finetune_enabled and the last fine-tuning decision "
+                                                   "adopted), document_quantization and query_quantization (none = "
+                                                   "fp32, int8), finetune_enabled and the last fine-tuning decision "
                                                    "(decision, reason, gain, standard_error, pairs, seconds).")
     default_reranker: str
     rerankers: list[str] = Field(..., description="The rerankers this server can run now (the console offers only these).")

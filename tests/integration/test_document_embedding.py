@@ -19,6 +19,7 @@ from knowledge_store.models.embeddings import (
     document_embedder,
     document_model_id,
     model_id_for,
+    query_embedder,
 )
 from tests.helpers import MARKDOWN_FILLER
 
@@ -88,6 +89,31 @@ def test_int8_vectors_are_close_to_fp32_but_not_the_same(embedder, model_path, o
     assert cosine.min() > 0.97  # close: the ranking effect is measured in docs/EVALUATION.md
     assert _max_cos_gap(got, want) > 1e-4  # but not the fp32 vectors: hence their own model id
     assert int8.onnx_path != OnnxEmbedder(model_path, onnx_cache).onnx_path and int8.onnx_path.is_file()
+
+
+def test_int8_queries_come_from_the_int8_graph_and_need_the_onnx_encoder(embedder, model_path, onnx_cache, tmp_path):
+    queries = ["how do I reset the thermostat", "what does error E42 mean"]
+    int8 = query_embedder(model_path, "onnx", onnx_cache, threads=1, quantization="int8")
+    fp32 = query_embedder(model_path, "onnx", onnx_cache, threads=1)
+    assert isinstance(int8, OnnxEmbedder) and int8.backend == "onnx-int8" and fp32.backend == "onnx"
+    got, want = int8.embed(queries), embedder.embed(queries)
+    assert (got * want).sum(axis=1).min() > 0.97 and _max_cos_gap(got, want) > 1e-4
+    assert _max_cos_gap(fp32.embed(queries), want) < 1e-5
+    with pytest.raises(ConfigError, match="query_quantization"):
+        query_embedder(model_path, "torch", onnx_cache, threads=1, quantization="int8")
+    with pytest.raises(ConfigError, match="query_quantization"):
+        Settings(data_dir=tmp_path, query_encoder="torch", query_quantization="int8")
+
+
+def test_int8_query_vectors_never_embed_fp32_documents(model_path, onnx_cache, tmp_path):
+    """The engine reuses its loaded query embedder for ingestion only when both are fp32."""
+    from knowledge_store.retrieval.engine import RetrievalEngine
+
+    (tmp_path / "models").symlink_to(onnx_cache)  # the module's export, not a second one
+    engine = RetrievalEngine(Settings(data_dir=tmp_path, query_quantization="int8"))
+    documents = engine.documents_embedder()
+    assert documents.model_id == model_id_for(model_path) and documents.quantization == "none"
+    assert engine.embedder is not documents
 
 
 def test_an_fp32_graph_that_cannot_load_falls_back_to_torch_but_int8_fails_loudly(model_path, tmp_path, monkeypatch):

@@ -71,7 +71,8 @@ def test_embedding_backends_and_quantisations_are_checked_against_the_embeddings
     assert Settings(document_encoder="torch", query_encoder="torch").query_encoder == "torch"
     for field, value, known in (("document_encoder", "tensorrt", EMBEDDING_BACKENDS),
                                 ("query_encoder", "tensorrt", EMBEDDING_BACKENDS),
-                                ("document_quantization", "int4", QUANTIZATION_RECIPES)):
+                                ("document_quantization", "int4", QUANTIZATION_RECIPES),
+                                ("query_quantization", "int4", QUANTIZATION_RECIPES)):
         with pytest.raises(Exception, match=rf"{field}[\s\S]*must be one of {', '.join(known)} \(got '{value}'\)"):
             Settings(**{field: value})
 

@@ -1039,6 +1039,8 @@
     if (!model) return;
     fact(facts, "Serving", (model.served_model_id || model.base_model_id) + (model.fine_tuned
       ? " \u2014 fine-tuned for this corpus, adopted " + when(model.adopted_at) : " \u2014 the base model"));
+    fact(facts, "Vectors", "documents " + (model.document_quantization === "int8" ? "int8" : "fp32") + ", queries " +
+      (model.query_quantization === "int8" ? "int8" : "fp32") + " (GROUNDWORK_DOCUMENT_QUANTIZATION, GROUNDWORK_QUERY_QUANTIZATION)");
     fact(facts, "Fine-tuning", model.finetune_enabled ? "on: runs after syncs that change the corpus, within " +
       fmt(model.budget_s, 0) + " s of training" : "off (GROUNDWORK_FINETUNE_EMBEDDER=false)");
     var last = model.last_decision;
