@@ -64,7 +64,8 @@ class EmbeddingModelResource(dg.ConfigurableResource):
                  settings: Settings | None = None) -> Embedder | OnnxEmbedder:
         """The document embedder, with the cores (torch_threads) shared among ``workers`` processes embedding at once.
 
-        ``quantization="none"`` for texts embedded like queries (tuning): queries are always fp32.  ``settings``:
+        ``quantization``: the corpus's ``query_quantization`` for texts embedded like queries (tuning), so they
+        are embedded as the server embeds queries; default the document quantisation.  ``settings``:
         the corpus's, whose serving model (a fine-tuned one once adopted, ``models.serving``) is used unless
         this resource names a model."""
         path, batch, threads, dim = self._resolved()

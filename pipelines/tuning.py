@@ -112,7 +112,7 @@ def corpus_tuning(context: dg.AssetExecutionContext, config: TuningConfig, retri
                   model: EmbeddingModelResource) -> dg.MaterializeResult:
     settings = retrieval.settings()
     try:
-        tuned = tune_corpus(settings, embedder=model.embedder(quantization="none", settings=settings), limit=config.limit, save=True)
+        tuned = tune_corpus(settings, embedder=model.embedder(quantization=settings.query_quantization, settings=settings), limit=config.limit, save=True)
     except (TuningError, IndexNotBuiltError) as error:
         # no made-up result: the run fails with the reason, tuned.json stays as it was
         raise dg.Failure(description=f"cannot tune the ranking of {settings.data_dir}: {error}", allow_retries=False) from error
@@ -191,7 +191,7 @@ def query_adapter(context: dg.AssetExecutionContext, retrieval: RetrievalResourc
     path = adapter_path(settings.index_dir)
     decision_path = feedback_learning_path(settings.index_dir)
     try:
-        training = adapt_corpus(settings, embedder=model.embedder(quantization="none", settings=settings), save=True,
+        training = adapt_corpus(settings, embedder=model.embedder(quantization=settings.query_quantization, settings=settings), save=True,
                                 trigger=context.run.tags.get("groundwork/trigger", "dagster"))
     except IndexNotBuiltError as error:
         raise dg.Failure(description=f"cannot train a query adapter for {settings.data_dir}: {error}",
