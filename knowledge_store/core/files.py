@@ -17,16 +17,21 @@ from pathlib import Path
 from typing import Any
 
 
-def write_json_atomic(path: Path, data: Any) -> Path:
-    """Write ``data`` as JSON to a temporary file beside ``path``, fsync it, then rename it over ``path``."""
+def write_json_atomic(path: Path, data: Any, indent: int = 2) -> Path:
+    """Write ``data`` as JSON to a temporary file beside ``path``, fsync it, then rename it over ``path``.
+    A failed write removes its temporary and raises."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=2)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as handle:
+            json.dump(data, handle, indent=indent)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -45,6 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
+from knowledge_store.core.files import write_json_atomic
+
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
@@ -195,7 +197,7 @@ def write_cache(ann: AnnIndex, snapshot_path: Path, info, embeddings: np.ndarray
     renamed.  A crash leaves either no side file, or an old/new pair that the checksum tells apart."""
     index_path, meta_path = side_paths(snapshot_path, ann.config)
     suffix = f".tmp-{os.getpid()}-{threading.get_ident()}"
-    tmp_index, tmp_meta = index_path.with_name("." + index_path.name + suffix), meta_path.with_name("." + meta_path.name + suffix)
+    tmp_index = index_path.with_name("." + index_path.name + suffix)
     try:
         ann.index.save(str(tmp_index))
         with open(tmp_index, "rb") as handle:
@@ -204,16 +206,11 @@ def write_cache(ann: AnnIndex, snapshot_path: Path, info, embeddings: np.ndarray
                 "index_blake2": _file_digest(tmp_index), "build_seconds": round(ann.seconds, 2),
                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         os.replace(tmp_index, index_path)
-        with open(tmp_meta, "w") as handle:
-            json.dump(meta, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_meta, meta_path)
+        write_json_atomic(meta_path, meta, indent=1)
         return True
     except Exception as error:  # noqa: BLE001 - a cache that cannot be written (read-only folder, full disk) is not an error
         log.warning("could not cache the ANN index beside %s: %s", snapshot_path, error)
-        for leftover in (tmp_index, tmp_meta):
-            leftover.unlink(missing_ok=True)
+        tmp_index.unlink(missing_ok=True)  # the metadata's temporary is removed by write_json_atomic
         return False
     finally:
         remove_orphans(Path(snapshot_path).parent)
