@@ -31,7 +31,7 @@ from knowledge_store.evaluation.metrics import QueryOutcome, metric_order, score
 from knowledge_store.evaluation.ragas_metrics import RagasJudge
 from knowledge_store.evaluation.results_store import EvalRun
 from knowledge_store.learning.finetune import base_index
-from knowledge_store.models.embeddings import Embedder, query_embedder
+from knowledge_store.models.embeddings import Embedder, settings_query_embedder
 from knowledge_store.models.serving import load_record
 from knowledge_store.retrieval.answer import Answer, GenerationError, LLMAnswerer, extractive_answer
 from knowledge_store.retrieval.engine import RetrievalEngine
@@ -227,7 +227,7 @@ def open_engine(folder: Path, embedder: Embedder | None = None, ingest: bool = T
     """The engine over ``folder``'s store (ingesting it first when asked) and the doc-id -> BEIR-id map.
 
     Stores live under ``data_root`` (default ``<GROUNDWORK_DATA_DIR>/eval``), one per corpus checksum.
-    Queries are embedded by the same encoder the server uses (``query_embedder``).
+    Queries are embedded by the same encoder the server uses (``settings_query_embedder``).
     """
 
     base_settings = Settings()
@@ -237,9 +237,7 @@ def open_engine(folder: Path, embedder: Embedder | None = None, ingest: bool = T
     else:
         settings = beir_settings(load_beir(folder), data_root)
     settings = settings.model_copy(update=overrides)
-    base = embedder or query_embedder(settings.model_path, settings.query_encoder, base_settings.data_dir / "models",
-                                      settings.query_torch_threads, prefix=settings.embedding_query_prefix,
-                                      quantization=settings.query_quantization)
+    base = embedder or settings_query_embedder(settings, cache_dir=base_settings.data_dir / "models")
     engine = RetrievalEngine(settings, embedder=CachingEmbedder(base), query_log=NullQueryLog())
     engine.warm_up()
     return engine, beir_ids_by_doc_id(settings)

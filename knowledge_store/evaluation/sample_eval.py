@@ -32,7 +32,7 @@ from knowledge_store.evaluation.results_store import (
 )
 from knowledge_store.evaluation.retrieval_eval import CachingEmbedder, EvalConfig, EvalResult, NullQueryLog, evaluate
 from knowledge_store.ingest.sample_corpus import EXAMPLE_QUESTIONS, SampleQuestion
-from knowledge_store.models.embeddings import query_embedder
+from knowledge_store.models.embeddings import settings_query_embedder
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.storage.store import utcnow
 
@@ -95,9 +95,7 @@ def evaluate_example_questions(settings: Settings, embedder=None,
     """Evaluate ``questions`` on the index served from ``settings.index_dir`` and (``record``) append the run to
     ``<data_dir>/eval/results.duckdb``: the served configuration's metrics, each question's hits, the sweep."""
     started = time.perf_counter()
-    base = embedder or query_embedder(settings.model_path, settings.query_encoder, settings.models_cache_dir,
-                                      settings.query_torch_threads, prefix=settings.embedding_query_prefix,
-                                      quantization=settings.query_quantization)
+    base = embedder or settings_query_embedder(settings)
     engine = RetrievalEngine(settings, embedder=CachingEmbedder(base), query_log=NullQueryLog())
     files = _file_of_documents(engine, questions)  # IndexNotBuiltError when nothing is published yet
     dataset = _dataset(settings.sample_corpus_dir, questions)

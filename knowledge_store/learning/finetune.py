@@ -57,7 +57,12 @@ from knowledge_store.ingest.publish import active_fingerprint, publish_index
 from knowledge_store.ingest.sync_runs import end_sync_run, start_sync_run
 from knowledge_store.learning.pairs import PairSet, TrainingPair, build_pairs
 from knowledge_store.learning.tuning import feedback_rows, score_grid
-from knowledge_store.models.embeddings import document_embedder, document_model_id, model_id_for, query_embedder
+from knowledge_store.models.embeddings import (
+    document_embedder,
+    document_model_id,
+    model_id_for,
+    settings_query_embedder,
+)
 from knowledge_store.models.serving import (
     HISTORY_KEPT,
     EmbedderRecord,
@@ -409,12 +414,8 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
         vectors, sentences = store_vectors(settings, snapshot, candidate_id)
         candidate = with_vectors(snapshot, vectors, sentences, candidate_id)
         threads = settings.torch_threads
-        served_queries = query_embedder(served_path, settings.query_encoder, settings.models_cache_dir, threads,
-                                        settings.embedding_dim, settings.embedding_query_prefix,
-                                        settings.query_quantization)
-        candidate_queries = query_embedder(out_dir, settings.query_encoder, settings.models_cache_dir, threads,
-                                           settings.embedding_dim, settings.embedding_query_prefix,
-                                           settings.query_quantization)
+        served_queries = settings_query_embedder(settings, served_path, threads=threads)
+        candidate_queries = settings_query_embedder(settings, out_dir, threads=threads)
         verdict, before, after = decide(settings, snapshot, candidate, pairs.held_out, served_queries.embed,
                                         candidate_queries.embed)
         stages["decide"] = round(time.perf_counter() - started - sum(stages.values()), 2)

@@ -559,6 +559,18 @@ def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int
     return Embedder(model_path, batch_size=32, torch_threads=threads, dim=dim, prefix=prefix)
 
 
+def settings_query_embedder(settings: Settings, model_path: Path | None = None, cache_dir: Path | None = None,
+                            threads: int | None = None):
+    """``query_embedder`` as the settings describe it (encoder, width, query prefix, quantisation): every
+    place that embeds queries (the engine, evaluation, fine-tuning's decision) embeds them alike.
+    ``model_path`` (default ``settings.model_path``), ``cache_dir`` (default ``settings.models_cache_dir``) and
+    ``threads`` (default ``settings.query_torch_threads``) are for callers that embed with another model,
+    cache or core count."""
+    return query_embedder(Path(model_path or settings.model_path), settings.query_encoder,
+                          cache_dir or settings.models_cache_dir, threads or settings.query_torch_threads,
+                          settings.embedding_dim, settings.embedding_query_prefix, settings.query_quantization)
+
+
 def document_embedder(settings, workers: int = 1, cache_dir: Path | None = None, model_path: Path | None = None):
     """The embedder ingestion uses for chunk texts, from the settings.
 

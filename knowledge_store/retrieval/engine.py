@@ -30,7 +30,7 @@ from knowledge_store.models.embeddings import (
     Embedder,
     document_embedder,
     model_id_for,
-    query_embedder,
+    settings_query_embedder,
 )
 from knowledge_store.models.serving import model_path_for, serving_model_id, serving_model_path
 from knowledge_store.retrieval.ann import AnnConfig
@@ -274,11 +274,8 @@ class RetrievalEngine:
         whatever id it reports: tests wrap the real one), else that model's own."""
         # concurrent queries share model calls (see BatchingEmbedder); a lone query is not delayed;
         # repeated queries are served from QueryEmbeddingCache (retrieval/query_cache.py)
-        wrapped = QueryEmbeddingCache(embedder or BatchingEmbedder(query_embedder(
-            model_path, self.settings.query_encoder, self.settings.models_cache_dir,
-            self.settings.query_torch_threads, self.settings.embedding_dim, self.settings.embedding_query_prefix,
-            self.settings.query_quantization,
-        ), cache_size=0), size=self.settings.query_cache_size)
+        wrapped = QueryEmbeddingCache(embedder or BatchingEmbedder(settings_query_embedder(self.settings, model_path),
+                                                                   cache_size=0), size=self.settings.query_cache_size)
         self._embedders[model_id_for(model_path)] = wrapped
         return wrapped
 
