@@ -258,7 +258,11 @@ def test_server_text_is_never_rendered_as_html(page):
 
 # ------------------------------------------------------------------ keyboard
 
-def test_keyboard_order_and_alpha_slider(page):
+def test_keyboard_order_and_alpha_slider(page, live):
+    with urllib.request.urlopen(live["base"] + "/api/knowledge/config", timeout=10) as response:
+        effective_alpha = json.loads(response.read())["default_alpha"]
+    # the slider starts where the server's config puts it, so the keys are pressed after it has arrived
+    expect(page.locator("#ranking-defaults")).to_contain_text("Server ranking defaults")
     page.focus("#q")
     order = []
     for _ in range(3):
@@ -269,10 +273,8 @@ def test_keyboard_order_and_alpha_slider(page):
     page.focus("#alpha")
     expect(page.locator("#alpha-value")).to_have_text("server default")
     page.keyboard.press("ArrowRight")
-    from knowledge_store.config.settings import Settings
-
-    # the slider starts at the effective default alpha; one step right is +0.05
-    expect(page.locator("#alpha-value")).to_have_text(f"{Settings.model_fields['default_alpha'].default + 0.05:.2f}")
+    # the slider starts at the server's effective default alpha (self-tuned or set); one step right is +0.05
+    expect(page.locator("#alpha-value")).to_have_text(f"{effective_alpha + 0.05:.2f}")
     for control in ("q", "k", "alpha", "reranker"):
         assert page.locator(f"label[for={control}]").count() == 1, control
     outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
