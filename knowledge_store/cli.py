@@ -492,9 +492,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"chunk vectors: {vectors['model_id']} (bare-text share {vectors['bare_vector_weight']:g})" + (
             f"; GROUNDWORK_BARE_VECTOR_WEIGHT is {vectors['configured_bare_vector_weight']:g}: the next sync "
             "re-embeds every chunk before the index switches" if vectors["re_embed_pending"] else ""))
+        how = {"in_context": "pooled from their chunks' pass", "separate": "each embedded on its own"}
         print("sentence vectors: " + (
-            f"in the index, sentence evidence weight {vectors['sentence_weight']:g}"
+            f"in the index ({how.get(vectors['sentence_encoding'], vectors['sentence_encoding'])}), sentence "
+            f"evidence weight {vectors['sentence_weight']:g}"
             + ("" if vectors["sentence_evidence"] else " (off: GROUNDWORK_SENTENCE_WEIGHT=0)")
+            + (f"; GROUNDWORK_SENTENCE_ENCODING is {vectors['configured_sentence_encoding']}: the next sync "
+               "re-embeds every chunk before the index switches" if vectors["sentence_re_embed_pending"] else "")
             if vectors["sentence_vectors"] else
             "not in the index yet: the next sync embeds them (GROUNDWORK_SENTENCE_VECTORS)"
             if vectors["sentence_vectors_pending"] else "off (GROUNDWORK_SENTENCE_VECTORS=false)"))

@@ -35,12 +35,12 @@ class KnowledgeStoreResource(dg.ConfigurableResource):
 @lru_cache(maxsize=4)
 def _embedder(model_path: str, batch_size: int, torch_threads: int, dim: int, encoder: str = "torch",
               quantization: str = "none", onnx_batch_size: int = 8, cache_dir: str = "",
-              bare_weight: float = 0.0) -> Embedder | OnnxEmbedder:
+              bare_weight: float = 0.0, sentence_encoding: str = "separate") -> Embedder | OnnxEmbedder:
     """The document embedder for these settings (``document_encoder``, ``document_quantization``, ...)."""
     settings = Settings().model_copy(update={
         "model_path": model_path, "embed_batch_size": batch_size, "torch_threads": torch_threads, "embedding_dim": dim,
         "document_encoder": encoder, "document_quantization": quantization, "onnx_batch_size": onnx_batch_size,
-        "bare_vector_weight": bare_weight})
+        "bare_vector_weight": bare_weight, "sentence_encoding": sentence_encoding})
     return document_embedder(settings, cache_dir=Path(cache_dir) if cache_dir else None)
 
 
@@ -74,7 +74,7 @@ class EmbeddingModelResource(dg.ConfigurableResource):
         base = Settings()
         return _embedder(path, batch, max(1, threads // max(1, workers)), dim, base.document_encoder,
                          quantization or base.document_quantization, base.onnx_batch_size, str(base.models_cache_dir),
-                         base.bare_vector_weight)
+                         base.bare_vector_weight, base.sentence_encoding)
 
     def token_counter(self) -> TokenCounter:
         return token_counter(self._resolved()[0])

@@ -176,6 +176,10 @@ class CountingEmbedder:
         self.texts.extend(texts)
         return self.inner.embed(texts)
 
+    def embed_in_context(self, texts: list[str], spans):
+        self.texts.extend(texts)
+        return self.inner.embed_in_context(texts, spans)
+
 
 def build_sample_index(root: Path, embedder, **overrides):
     """Write the generated sample corpus under ``root/docs``, ingest it into ``root/data`` and

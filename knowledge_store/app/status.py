@@ -10,7 +10,7 @@ from knowledge_store.core.errors import IndexNotBuiltError, StoreError
 from knowledge_store.ingest.failures import open_failures
 from knowledge_store.ingest.sync_runs import run_process_state
 from knowledge_store.learning.adapter_training import retrain_threshold
-from knowledge_store.models.embeddings import bare_weight_of, model_id_for
+from knowledge_store.models.embeddings import bare_weight_of, in_context_sentences_of, model_id_for
 from knowledge_store.models.serving import load_record
 from knowledge_store.retrieval.query_adapter import QueryAdapterError, adapter_path, read_adapter
 from knowledge_store.retrieval.ranking_defaults import effective_question_alpha, effective_ranking
@@ -150,6 +150,7 @@ def embedding_model_status(settings: Settings) -> dict[str, object]:
         "embedding_model": settings.embedding_model, "model_path": str(settings.model_path),
         "dimensions": settings.embedding_dim, "max_chunk_tokens": settings.chunk_max_tokens,
         "document_quantization": settings.document_quantization, "query_quantization": settings.query_quantization,
+        "sentence_encoding": settings.sentence_encoding if settings.sentence_vectors else None,
         "served_model_id": served, "base_model_id": model_id_for(settings.model_path),
         "fine_tuned": bool(served and record and record.model_id and served.split("+", 1)[0] == record.model_id),
         "adopted_model_id": record.model_id if record else None, "adopted_at": record.adopted_at if record else None,
@@ -175,7 +176,13 @@ def chunk_vector_status(settings: Settings, index_dir) -> dict[str, object]:
             "sentence_vectors": sentences, "configured_sentence_vectors": settings.sentence_vectors,
             "sentence_weight": settings.sentence_weight,
             "sentence_evidence": bool(sentences) and settings.sentence_weight > 0,
-            "sentence_vectors_pending": pointer is not None and settings.sentence_vectors and not sentences}
+            "sentence_vectors_pending": pointer is not None and settings.sentence_vectors and not sentences,
+            # how the served sentence vectors were made, and whether the next sync re-embeds for a changed setting
+            "sentence_encoding": (("in_context" if in_context_sentences_of(served) else "separate")
+                                  if sentences else None),
+            "configured_sentence_encoding": settings.sentence_encoding,
+            "sentence_re_embed_pending": bool(sentences) and settings.sentence_vectors
+            and in_context_sentences_of(served) != settings.in_context_sentences}
 
 
 def ranking_status(settings: Settings) -> dict[str, object]:

@@ -71,6 +71,12 @@ EMBEDDING_MODELS = Vocabulary("embedding_model", EMBEDDER_REGISTRY)
 QUANTIZATION_RECIPES = {"none": "", "int8": "onnx-int8-dyn-pc2"}
 # the embedding backends (settings document_encoder / query_encoder): name -> what runs the model
 EMBEDDING_BACKENDS = {"onnx": "ONNX Runtime, exported once from the local weights", "torch": "sentence-transformers"}
+# how ingestion makes the sentence vectors of sentence evidence (settings sentence_encoding)
+SENTENCE_ENCODINGS = {
+    "separate": "each sentence embedded on its own, a second forward pass over every chunk's sentences",
+    "in_context": "each sentence's token states pooled from its chunk's own forward pass: no second pass "
+                  "(needs document_encoder=onnx)",
+}
 
 
 @dataclass(frozen=True)

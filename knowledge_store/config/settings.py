@@ -22,6 +22,7 @@ from knowledge_store.config.embedding_models import (
     EMBEDDING_BACKENDS,
     EMBEDDING_MODELS,
     QUANTIZATION_RECIPES,
+    SENTENCE_ENCODINGS,
     resolve_model,
 )
 from knowledge_store.core.entities import EntityVocabulary, vocabulary_from_json
@@ -121,6 +122,11 @@ class SourceSettings(BaseModel):
         return not self.sources
 
     @property
+    def in_context_sentences(self) -> bool:
+        """Sentence vectors are made and pooled from their chunks' own forward pass (sentence_encoding)."""
+        return self.sentence_vectors and self.sentence_encoding == "in_context"
+
+    @property
     def entity_vocabulary(self) -> EntityVocabulary:
         """The entity patterns in force: the defaults adjusted by ``entity_patterns`` (cached per value)."""
         return vocabulary_from_json(json.dumps(self.entity_patterns, sort_keys=True))
@@ -157,6 +163,7 @@ class ModelSettings(BaseModel):
     document_encoder: str = Field("onnx", description="Document (chunk) embedding backend in ingestion: onnx (ONNX Runtime, exported once from the local weights; fp32 vectors equal torch's to |1-cos| < 1e-6 and share its model id, faster, docs/BENCHMARKS.md) or torch (sentence-transformers).")
     document_quantization: str = Field("none", description="Document vectors in fp32 (none) or from a dynamically int8-quantised ONNX graph (int8: faster, cosine ~0.998 to fp32, its own model id so the two are never mixed; quality in docs/EVALUATION.md). Queries follow query_quantization. int8 needs document_encoder=onnx.")
     sentence_vectors: bool = Field(True, description="Ingestion also embeds every sentence of every chunk on its own (the text alone), for sentence evidence (sentence_weight). About doubles the embedding stage's time (docs/BENCHMARKS.md); false = no sentence vectors, and sentence evidence is off.")
+    sentence_encoding: str = Field("separate", description="How ingestion makes sentence vectors: separate (each sentence embedded on its own: a second forward pass, about as long as the chunks') or in_context (each sentence's token states pooled from its chunk's own forward pass: no second pass, the sentence read in its chunk's context; its own model id, so the next sync re-embeds). Needs document_encoder=onnx. Ranking effect and ingest time in docs/EVALUATION.md.")
     bare_vector_weight: float = Field(0.0, ge=0, le=1, description="Share of each chunk's vector that is its text embedded without the 'title > section' header (0 = header + text only). Helped on documentation sets but not on scientific claims (docs/EVALUATION.md): try it on documentation corpora. Costs a second embedding of every chunk with a header; a change gets its own model id, so the next sync re-embeds every chunk before the index switches.")
     onnx_batch_size: int = Field(8, ge=1, description="Texts per ONNX Runtime call when embedding documents; texts are length-sorted first, so a batch carries almost no padding. 8 measured fastest on two cores (docs/BENCHMARKS.md).")
     embed_workers: int = Field(1, ge=1, le=64, description="Shards the Dagster embeddings asset fans out to, one step "
@@ -431,10 +438,12 @@ class Settings(BaseSettings, OcrSettings, WebSettings, ServerSettings, QueryLogS
         vocabulary = REGISTERED_VOCABULARIES.get(info.field_name)
         return vocabulary.check(value) if vocabulary is not None else value
 
-    @field_validator("document_encoder", "query_encoder", "document_quantization", "query_quantization")
+    @field_validator("document_encoder", "query_encoder", "document_quantization", "query_quantization",
+                     "sentence_encoding")
     @classmethod
     def _known_embedding_option(cls, value: str, info: ValidationInfo) -> str:
-        known = QUANTIZATION_RECIPES if info.field_name.endswith("_quantization") else EMBEDDING_BACKENDS
+        known = QUANTIZATION_RECIPES if info.field_name.endswith("_quantization") else \
+            SENTENCE_ENCODINGS if info.field_name == "sentence_encoding" else EMBEDDING_BACKENDS
         if value not in known:
             raise ValueError(f"must be one of {', '.join(known)} (got {value!r})")
         return value
@@ -487,6 +496,9 @@ class Settings(BaseSettings, OcrSettings, WebSettings, ServerSettings, QueryLogS
             raise ConfigError("document_quantization", self.document_quantization, "needs document_encoder=onnx")
         if self.query_quantization != "none" and self.query_encoder != "onnx":
             raise ConfigError("query_quantization", self.query_quantization, "needs query_encoder=onnx")
+        if self.sentence_encoding == "in_context" and self.document_encoder != "onnx":
+            raise ConfigError("sentence_encoding", self.sentence_encoding,
+                              "needs document_encoder=onnx (sentences are pooled from the ONNX graph's token states)")
         self.entity_vocabulary  # compiles every entity pattern: a bad one is refused here (EntityPatternError)
         return self
 

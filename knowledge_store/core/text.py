@@ -55,15 +55,30 @@ _SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])|\n\s*\n|\n(?=\s*[-*]\s)")
 def sentences_to_embed(text: str) -> list[str]:
     """A chunk text's sentences, in order: sentence ends, blank lines and list items split it; pieces of
     fewer than ``SENTENCE_MIN_WORDS`` words join the next one, runs of more than ``SENTENCE_MAX_WORDS``
-    are cut.  Never empty: a text with no split point is one sentence (an empty text gives ``[""]``)."""
-    out: list[str] = []
-    pending = ""
-    for part in (p.strip() for p in _SPLIT.split(text or "") if p and p.strip()):
-        pending = f"{pending} {part}".strip()
-        words = pending.split()
-        if len(words) >= SENTENCE_MIN_WORDS:
-            out += [" ".join(words[i:i + SENTENCE_MAX_WORDS]) for i in range(0, len(words), SENTENCE_MAX_WORDS)]
-            pending = ""
+    are cut.  Never empty: a text with no split point is one sentence (an empty text gives ``[""]``).
+    Each is the text of its ``sentence_spans_to_embed`` span with its whitespace runs made single spaces."""
+    return [" ".join(text[start:end].split()) for start, end in sentence_spans_to_embed(text)] or [""]
+
+
+_WORD = re.compile(r"\S+")
+
+
+def sentence_spans_to_embed(text: str) -> list[tuple[int, int]]:
+    """The character spans of ``sentences_to_embed``'s sentences in ``text`` (every split point is whitespace,
+    so a span holds exactly its sentence's words): what a sentence vector pooled from the chunk's own forward
+    pass covers (``models.embeddings.OnnxEmbedder.embed_in_context``).  Empty for a text without words."""
+    text = text or ""
+    out: list[tuple[int, int]] = []
+    pending: list[tuple[int, int]] = []  # word spans waiting for enough words
+    position = 0
+    for separator in [*_SPLIT.finditer(text), None]:
+        stop = separator.start() if separator is not None else len(text)
+        pending += [m.span() for m in _WORD.finditer(text, position, stop)]
+        position = separator.end() if separator is not None else len(text)
+        if len(pending) >= SENTENCE_MIN_WORDS:
+            out += [(pending[i][0], pending[min(i + SENTENCE_MAX_WORDS, len(pending)) - 1][1])
+                    for i in range(0, len(pending), SENTENCE_MAX_WORDS)]
+            pending = []
     if pending:
-        out = out[:-1] + [f"{out[-1]} {pending}"] if out else [pending]
-    return out or [(text or "").strip()]
+        out = out[:-1] + [(out[-1][0], pending[-1][1])] if out else [(pending[0][0], pending[-1][1])]
+    return out

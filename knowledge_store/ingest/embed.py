@@ -18,9 +18,15 @@ import pyarrow as pa
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.progress import Sink, stage_progress
-from knowledge_store.core.text import sentences_to_embed
+from knowledge_store.core.text import sentence_spans_to_embed, sentences_to_embed
 from knowledge_store.ingest.sync_runs import add_counts
-from knowledge_store.models.embeddings import Embedder, bare_weight_of, embed_chunks
+from knowledge_store.models.embeddings import (
+    Embedder,
+    bare_weight_of,
+    blend_bare,
+    embed_chunks,
+    in_context_sentences_of,
+)
 from knowledge_store.storage.store import store_connection, transaction, utcnow
 
 
@@ -61,6 +67,64 @@ def chunk_vectors(embedder, part: list[MissingText]) -> np.ndarray:
     on can never store plain vectors under a blend's id."""
     return embed_chunks(embedder.embed, [m.embed_text for m in part], [m.text for m in part],
                         bare_weight_of(embedder.model_id))
+
+
+def embeds_sentences_in_context(embedder) -> bool:
+    """The embedder's sentence vectors are pooled from its chunks' own pass (settings ``sentence_encoding``):
+    read off the model id, as the bare-text blend, so a wrapper that passes the id on without
+    ``embed_in_context`` fails instead of storing sentences embedded alone under an in-context id."""
+    return in_context_sentences_of(embedder.model_id)
+
+
+def embed_part(embedder, part: list[MissingText], sentences: bool) -> tuple[np.ndarray, pa.Table | None]:
+    """``part``'s chunk vectors and, when ``sentences`` and the embedder pools them in context, their sentence
+    rows from the same forward pass (None otherwise: separate sentences come from ``embed_missing_sentences``)."""
+    if sentences and embeds_sentences_in_context(embedder):
+        return in_context_vectors(embedder, part)
+    return chunk_vectors(embedder, part), None
+
+
+def in_context_vectors(embedder, part: list[MissingText]) -> tuple[np.ndarray, pa.Table]:
+    """One forward pass over ``part``'s embed texts (header + text) gives both the chunk vectors and each
+    sentence's vector (``sentence_spans_to_embed`` of the text, its token states pooled in context).  A
+    sentence the model's window cut off, or a text without words, is embedded on its own."""
+    spans, sentences = [], []
+    for m in part:
+        text_spans = sentence_spans_to_embed(m.text)
+        shift = len(m.embed_text) - len(m.text) if m.embed_text.endswith(m.text) else None
+        sentences.append([" ".join(m.text[a:b].split()) for a, b in text_spans] or [""])
+        spans.append([(a + shift, b + shift) for a, b in text_spans] if shift is not None and text_spans else [])
+    vectors, pooled, covered = embedder.embed_in_context([m.embed_text for m in part], spans)
+    flat = [sentence for text_sentences in sentences for sentence in text_sentences]
+    sentence_vectors = np.zeros((len(flat), embedder.dim), dtype=np.float32)
+    row = position = 0
+    alone: list[int] = []
+    for text_spans, text_sentences in zip(spans, sentences):
+        if text_spans:
+            sentence_vectors[row:row + len(text_spans)] = pooled[position:position + len(text_spans)]
+            alone += [row + j for j in range(len(text_spans)) if not covered[position + j]]
+            position += len(text_spans)
+        else:
+            alone += list(range(row, row + len(text_sentences)))
+        row += len(text_sentences)
+    if alone:
+        sentence_vectors[alone] = np.asarray(embedder.embed([flat[i] for i in alone]), dtype=np.float32)
+    chunk = blend_bare(vectors, embedder.embed, [m.embed_text for m in part], [m.text for m in part],
+                       bare_weight_of(embedder.model_id))
+    return chunk, sentence_rows(embedder, [m.content_hash for m in part], [len(x) for x in sentences], sentence_vectors)
+
+
+def sentence_rows(embedder, hashes: list[str], counts: list[int], vectors: np.ndarray) -> pa.Table:
+    """``sentence_embeddings`` rows: ``counts[i]`` sentence vectors (in order) for the text ``hashes[i]``."""
+    total = int(sum(counts))
+    return pa.table({
+        "content_hash": [h for h, n in zip(hashes, counts) for _ in range(n)],
+        "model_id": [embedder.model_id] * total,
+        "ordinal": pa.array([i for n in counts for i in range(n)], type=pa.int32()),
+        "embedding": pa.ListArray.from_arrays(
+            pa.array(np.arange(0, total * embedder.dim + 1, embedder.dim, dtype=np.int32)),
+            pa.array(np.asarray(vectors, dtype=np.float32).reshape(-1), type=pa.float32())),
+    })
 
 
 def missing_embeddings(
@@ -113,7 +177,7 @@ def embed_missing(
     for offset in range(0, len(missing), batch):
         part = missing[offset:offset + batch]
         model_started = time.perf_counter()
-        vectors = chunk_vectors(embedder, part)
+        vectors, sentences = embed_part(embedder, part, settings.sentence_vectors)
         result.model_seconds += time.perf_counter() - model_started
         frame = pa.table(
             {
@@ -130,6 +194,10 @@ def embed_missing(
                 "created_at FROM emb_df"
             )
             conn.unregister("emb_df")
+            if sentences is not None:  # a text gets its vector and its sentences together, or neither
+                insert_sentence_rows(conn, sentences)
+                result.sentence_texts += len(part)
+                result.sentences += sentences.num_rows
             add_counts(conn, sync_run_id, embeddings_computed=len(part))
         result.computed += len(part)
         counts.advance(len(part))
@@ -153,38 +221,40 @@ def sentenceless_chunks_sql(statuses: tuple[str, ...]) -> str:
     """
 
 
-def missing_sentence_texts(settings: Settings, model_id: str, shard: int = 0, shards: int = 1) -> list[tuple[str, str]]:
-    """(content hash, text) of the chunk texts a snapshot may hold (pending, active, retained) whose sentences
-    have no vectors for ``model_id`` yet (this shard only)."""
+def missing_sentence_texts(settings: Settings, model_id: str, shard: int = 0, shards: int = 1) -> list[MissingText]:
+    """The chunk texts a snapshot may hold (pending, active, retained) whose sentences have no vectors for
+    ``model_id`` yet (this shard only)."""
     with store_connection(settings.store_path, read_only=True, timeout_s=settings.lock_timeout_s) as conn:
         rows = conn.execute(
-            "SELECT c.content_hash, any_value(c.text) " + sentenceless_chunks_sql(("pending", "active", "superseded"))
+            "SELECT c.content_hash, any_value(c.embed_text), any_value(c.text) "
+            + sentenceless_chunks_sql(("pending", "active", "superseded"))
             + " GROUP BY c.content_hash ORDER BY c.content_hash", [model_id]).fetchall()
-    return [(h, t or "") for h, t in rows if shard_of(h, shards) == shard]
+    return [MissingText(h, e or "", t or "") for h, e, t in rows if shard_of(h, shards) == shard]
 
 
-def sentence_table(embedder, part: list[tuple[str, str]]) -> pa.Table:
-    """The sentence vectors of ``part`` ((content hash, text) pairs) as ``sentence_embeddings`` rows."""
-    split = [sentences_to_embed(text) for _, text in part]
+def sentence_table(embedder, part: list[MissingText]) -> pa.Table:
+    """The sentence vectors of ``part`` as ``sentence_embeddings`` rows: each sentence embedded on its own,
+    or, for an embedder that pools them in context, from a pass over the chunk texts (their vectors unused)."""
+    if embeds_sentences_in_context(embedder):
+        return in_context_vectors(embedder, part)[1]
+    split = [sentences_to_embed(m.text) for m in part]
     flat = [sentence for sentences in split for sentence in sentences]
     vectors = np.asarray(embedder.embed(flat), dtype=np.float32).reshape(len(flat), embedder.dim)
-    return pa.table({
-        "content_hash": [h for (h, _), sentences in zip(part, split) for _ in sentences],
-        "model_id": [embedder.model_id] * len(flat),
-        "ordinal": pa.array([i for sentences in split for i in range(len(sentences))], type=pa.int32()),
-        "embedding": pa.ListArray.from_arrays(
-            pa.array(np.arange(0, len(flat) * embedder.dim + 1, embedder.dim, dtype=np.int32)),
-            pa.array(vectors.reshape(-1), type=pa.float32())),
-    })
+    return sentence_rows(embedder, [m.content_hash for m in part], [len(x) for x in split], vectors)
+
+
+def insert_sentence_rows(conn, table: pa.Table) -> None:
+    """Insert ``sentence_table`` rows on ``conn`` (inside the caller's transaction)."""
+    conn.register("sentence_df", table)
+    conn.execute("INSERT OR IGNORE INTO sentence_embeddings SELECT content_hash, model_id, ordinal, embedding "
+                 "FROM sentence_df")
+    conn.unregister("sentence_df")
 
 
 def write_sentence_table(settings: Settings, table: pa.Table) -> None:
     """Insert ``sentence_table`` rows into the store (one transaction: a text gets all its sentences or none)."""
     with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn, transaction(conn):
-        conn.register("sentence_df", table)
-        conn.execute("INSERT OR IGNORE INTO sentence_embeddings SELECT content_hash, model_id, ordinal, embedding "
-                     "FROM sentence_df")
-        conn.unregister("sentence_df")
+        insert_sentence_rows(conn, table)
 
 
 def embed_missing_sentences(settings: Settings, embedder: Embedder, result: EmbedResult, shard: int = 0,

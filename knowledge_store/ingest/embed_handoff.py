@@ -31,8 +31,8 @@ from knowledge_store.config.settings import Settings
 from knowledge_store.core.progress import Sink, stage_progress
 from knowledge_store.ingest.embed import (
     EmbedResult,
-    chunk_vectors,
     embed_missing_sentences,
+    embed_part,
     missing_embeddings,
     write_sentence_table,
 )
@@ -62,8 +62,12 @@ def embed_shard_to_parts(
     for offset in range(0, len(missing), batch):
         part = missing[offset:offset + batch]
         model_started = time.perf_counter()
-        vectors = chunk_vectors(embedder, part)
+        vectors, sentences = embed_part(embedder, part, settings.sentence_vectors)
         result.model_seconds += time.perf_counter() - model_started
+        if sentences is not None:  # written before the vectors: a text with a vector part has its sentences
+            _write_part(folder, f"sentences-{shard}", sentences)
+            result.sentence_texts += len(part)
+            result.sentences += sentences.num_rows
         table = pa.table({
             "content_hash": [m.content_hash for m in part],
             "model_id": [embedder.model_id] * len(part),

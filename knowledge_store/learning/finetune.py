@@ -395,7 +395,7 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
         stages["train"] = round(time.perf_counter() - started - sum(stages.values()), 2)
         decision.training, decision.model_path = training.to_dict(), str(out_dir)
         candidate_id = document_model_id(out_dir, settings.document_quantization, settings.bare_vector_weight,
-                                         settings.embedding_passage_prefix)
+                                         settings.embedding_passage_prefix, settings.in_context_sentences)
         decision.candidate_model_id = candidate_id
         say(f"fine-tune: {training.steps}/{training.planned_steps} steps in {training.seconds:.0f} s "
             f"({training.stopped_by}); re-embedding the corpus with {candidate_id}")

@@ -283,7 +283,8 @@ ONNX_EXPORT_REVISION = "eager1"
 _FP32_IN_INT8 = re.compile(r"/layer\.\d+/output/dense/MatMul$")
 
 
-def document_model_id(model_path: Path, quantization: str = "none", bare_weight: float = 0.0, prefix: str = "") -> str:
+def document_model_id(model_path: Path, quantization: str = "none", bare_weight: float = 0.0, prefix: str = "",
+                      in_context_sentences: bool = False) -> str:
     """The cache identity of document vectors made with ``quantization`` and ``bare_weight``.
 
     fp32 ONNX Runtime and torch share the model's id: their vectors agree to
@@ -291,12 +292,16 @@ def document_model_id(model_path: Path, quantization: str = "none", bare_weight:
     tests/integration/test_document_embedding.py), far below any ranking effect.  Each
     quantisation gets its own id (``<model id>+<recipe>``), and so does each bare-text blend
     (``+bare0.5``): changing either setting re-embeds on the next sync instead of mixing vectors.
+    ``in_context_sentences`` (settings ``sentence_encoding=in_context``): the sentence vectors stored under
+    this id are pooled from their chunk's forward pass (``+ctxsent``), never taken for sentences embedded
+    on their own.
     """
     if quantization not in QUANTIZATION_RECIPES:
         raise ConfigError("document_quantization", quantization, f"must be one of {', '.join(QUANTIZATION_RECIPES)}")
     base = model_id_for(model_path)
     recipe = QUANTIZATION_RECIPES[quantization]
-    return chunk_vector_id(with_prefix(f"{base}+{recipe}" if recipe else base, prefix), bare_weight)
+    model_id = with_prefix(f"{base}+{recipe}" if recipe else base, prefix)
+    return chunk_vector_id(f"{model_id}+ctxsent" if in_context_sentences else model_id, bare_weight)
 
 
 def with_prefix(model_id: str, prefix: str) -> str:
@@ -317,6 +322,11 @@ def chunk_vector_id(model_id: str, bare_weight: float) -> str:
     return f"{model_id}+bare{bare_weight:g}" if bare_weight else model_id
 
 
+def in_context_sentences_of(model_id: str) -> bool:
+    """The sentence vectors of ``model_id`` are pooled from their chunks' forward pass (``document_model_id``)."""
+    return re.search(r"\+ctxsent(\+|$)", model_id or "") is not None
+
+
 def bare_weight_of(model_id: str) -> float:
     """The bare-text share the vectors of ``model_id`` were made with (``chunk_vector_id``), 0 for none."""
     match = re.search(r"\+bare([0-9.eE-]+)$", model_id or "")
@@ -335,7 +345,14 @@ def embed_chunks(embed: Callable[[list[str]], np.ndarray], embed_texts: list[str
     """
     if len(embed_texts) != len(texts):
         raise ValueError(f"{len(embed_texts)} embed texts for {len(texts)} chunk texts")
-    vectors = np.asarray(embed(embed_texts), dtype=np.float32)
+    return blend_bare(embed(embed_texts), embed, embed_texts, texts, bare_weight)
+
+
+def blend_bare(vectors: np.ndarray, embed: Callable[[list[str]], np.ndarray], embed_texts: list[str],
+               texts: list[str], bare_weight: float) -> np.ndarray:
+    """``embed_chunks`` given the vectors of ``embed_texts`` already made (``vectors``): the blend with the
+    bare texts, embedded here, for the texts that have a header."""
+    vectors = np.asarray(vectors, dtype=np.float32)
     if not bare_weight or not len(texts):
         return vectors
     differ = [i for i, (a, b) in enumerate(zip(embed_texts, texts)) if a != b]
@@ -346,6 +363,36 @@ def embed_chunks(embed: Callable[[list[str]], np.ndarray], embed_texts: list[str
     blend = (1.0 - bare_weight) * vectors + bare_weight * bare
     norms = np.linalg.norm(blend, axis=1, keepdims=True)
     return np.ascontiguousarray(blend / np.where(norms > 0, norms, 1.0), dtype=np.float32)
+
+
+class SentencePooling:
+    """Span vectors pooled from token states (``OnnxEmbedder.embed_in_context``): text ``i``'s spans are
+    rows ``first[i]:first[i + 1]`` of ``vectors``; each batch fills the rows of its own texts."""
+
+    def __init__(self, spans: list[list[tuple[int, int]]], dim: int, shift: int) -> None:
+        self.spans = spans
+        self.shift = shift  # characters of the prefix in front of every text
+        self.first = np.concatenate([[0], np.cumsum([len(s) for s in spans])]).astype(np.int64)
+        self.vectors = np.zeros((int(self.first[-1]), dim), dtype=np.float32)
+        self.covered = np.zeros(int(self.first[-1]), dtype=bool)
+
+    def pool(self, i: int, encoding, hidden: np.ndarray) -> None:
+        """Fill text ``i``'s span rows from its token ``encoding`` and ``hidden`` states (padding rows after)."""
+        if not self.spans[i]:
+            return
+        offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
+        starts, ends = offsets[:, 0], offsets[:, 1]
+        real = ends > starts  # special tokens ([CLS], [SEP]) have empty offsets
+        states = hidden[:len(offsets)]
+        for j, (start, end) in enumerate(self.spans[i]):
+            inside = real & (ends > start + self.shift) & (starts < end + self.shift)
+            if not inside.any():
+                continue
+            vector = states[inside].mean(axis=0)
+            norm = float(np.linalg.norm(vector))
+            if norm > 0:
+                self.vectors[self.first[i] + j] = vector / norm
+                self.covered[self.first[i] + j] = True
 
 
 class OnnxEmbedder:
@@ -374,7 +421,8 @@ class OnnxEmbedder:
 
     def __init__(self, model_path: Path, cache_dir: Path, threads: int = 1, dim: int | None = None,
                  max_length: int | None = None, quantization: str = "none", batch_size: int = 32, parallel: int = 1,
-                 torch_fallback: bool = False, bare_weight: float = 0.0, prefix: str = "") -> None:
+                 torch_fallback: bool = False, bare_weight: float = 0.0, prefix: str = "",
+                 in_context_sentences: bool = False) -> None:
         self.model_path = Path(model_path)
         self.cache_dir = Path(cache_dir)
         self.threads = max(1, threads)
@@ -388,7 +436,8 @@ class OnnxEmbedder:
         self.quantization = quantization
         self.torch_fallback = torch_fallback
         self.base_model_id = model_id_for(self.model_path)
-        self.model_id = document_model_id(self.model_path, quantization, bare_weight, prefix)
+        # in_context_sentences: the embed stage pools sentence vectors from the chunks' own pass (embed_in_context)
+        self.model_id = document_model_id(self.model_path, quantization, bare_weight, prefix, in_context_sentences)
         self._inputs: tuple[str, ...] = ()
         self._session = None
         self._tokenizer = None
@@ -496,7 +545,8 @@ class OnnxEmbedder:
                     self._torch.load()
         return self
 
-    def _embed_batch(self, encodings: list, out: np.ndarray, rows: list[int]) -> None:
+    def _embed_batch(self, encodings: list, out: np.ndarray, rows: list[int],
+                     spans: SentencePooling | None = None) -> None:
         width = max(len(encodings[i].ids) for i in rows)
         ids = np.zeros((len(rows), width), dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -513,12 +563,36 @@ class OnnxEmbedder:
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
         out[rows] = pooled
+        if spans is not None:
+            for row, i in enumerate(rows):
+                spans.pool(i, encodings[i], hidden[row])
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        return self._run(texts)
+
+    def embed_in_context(self, texts: list[str], spans: list[list[tuple[int, int]]]
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``embed(texts)`` and, from the same forward pass, one vector per span of each text: the mean of the
+        token states whose characters overlap the span, L2-normalised (a sentence read in its chunk's context).
+
+        Returns (text vectors, span vectors (every span in order, text by text), covered): ``covered[j]`` is
+        False for a span with no token inside the model's window (cut off by truncation); its row is zeros and
+        the caller embeds that sentence on its own.  Needs the ONNX graph (its token states): the torch
+        fallback has none, and asking it raises."""
+        if len(spans) != len(texts):
+            raise ValueError(f"{len(spans)} span lists for {len(texts)} texts")
+        pooling = SentencePooling(spans, self.dim, len(self.prefix))
+        vectors = self._run(texts, pooling)
+        return vectors, pooling.vectors, pooling.covered
+
+    def _run(self, texts: list[str], spans: SentencePooling | None = None) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         self.load()
         if self._torch is not None:
+            if spans is not None:
+                raise RuntimeError(f"{self.model_id}: sentence vectors in context need the ONNX graph, and it could "
+                                   "not be loaded (the torch fallback gives no token states)")
             return self._torch.embed(texts)
         encodings = self._tokenizer.encode_batch([self.prefix + t for t in texts] if self.prefix else list(texts))
         order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))  # longest first: little padding
@@ -527,11 +601,11 @@ class OnnxEmbedder:
         if self.parallel > 1 and len(batches) > 1:
             # ONNX Runtime releases the GIL while it runs: one batch per thread keeps every core busy
             with ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="embed") as pool:
-                for _ in pool.map(lambda rows: self._embed_batch(encodings, out, rows), batches):
+                for _ in pool.map(lambda rows: self._embed_batch(encodings, out, rows, spans), batches):
                     pass
         else:
             for rows in batches:
-                self._embed_batch(encodings, out, rows)
+                self._embed_batch(encodings, out, rows, spans)
         return out
 
 
@@ -595,4 +669,5 @@ def document_embedder(settings, workers: int = 1, cache_dir: Path | None = None,
         model_path, cache_dir or settings.models_cache_dir, threads=1, dim=settings.embedding_dim,
         quantization=settings.document_quantization, batch_size=settings.onnx_batch_size, parallel=cores,
         torch_fallback=True, bare_weight=settings.bare_vector_weight, prefix=settings.embedding_passage_prefix,
+        in_context_sentences=settings.in_context_sentences,
     )

@@ -102,7 +102,7 @@ def serving_model_id(settings: Settings) -> str:
     """The model id of the chunk vectors a snapshot published now carries (``document_model_id`` of the
     serving model with the configured quantisation and bare-text blend)."""
     return document_model_id(serving_model_path(settings), settings.document_quantization, settings.bare_vector_weight,
-                             settings.embedding_passage_prefix)
+                             settings.embedding_passage_prefix, settings.in_context_sentences)
 
 
 def model_path_for(settings: Settings, model_id: str) -> Path | None:

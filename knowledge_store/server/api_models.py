@@ -291,11 +291,15 @@ class ConfigResponse(Open):
     chunk_vectors: dict[str, Any] | None = Field(None, description="The served index's chunk vectors: model_id, "
                                                  "bare_vector_weight (share of each chunk's text embedded without its "
                                                  "header), configured_bare_vector_weight (the setting) and "
-                                                 "re_embed_pending (true until a sync re-embeds for a changed setting).")
+                                                 "re_embed_pending (true until a sync re-embeds for a changed setting); "
+                                                 "sentence_vectors, sentence_encoding (in_context: pooled from each "
+                                                 "chunk's forward pass; separate: each sentence embedded on its own), "
+                                                 "configured_sentence_encoding and sentence_re_embed_pending.")
     embedding_model: dict[str, Any] | None = Field(None, description="Which embedding model serves: served_model_id, "
                                                    "base_model_id, fine_tuned (a model fine-tuned for this corpus was "
                                                    "adopted), document_quantization and query_quantization (none = "
-                                                   "fp32, int8), finetune_enabled and the last fine-tuning decision "
+                                                   "fp32, int8), sentence_encoding (null when sentence vectors are "
+                                                   "off), finetune_enabled and the last fine-tuning decision "
                                                    "(decision, reason, gain, standard_error, pairs, seconds).")
     default_reranker: str
     rerankers: list[str] = Field(..., description="The rerankers this server can run now (the console offers only these).")

@@ -354,7 +354,7 @@ def test_settings_are_saved_in_tuned_json_and_used_by_the_server_and_the_search_
     # which embedding model serves, and that no fine-tuning decision was taken yet on this index
     expect(page.locator("#model-facts")).to_contain_text(config["embedding_model"]["served_model_id"] + " \u2014 the base model")
     expect(page.locator("#model-facts")).to_contain_text("none yet")
-    expect(page.locator("#model-facts")).to_contain_text("documents fp32, queries fp32")
+    expect(page.locator("#model-facts")).to_contain_text("documents fp32, queries fp32, sentences embedded one by one")
     try:
         page.focus("#ranking-alpha")
         page.keyboard.press("ArrowLeft")

@@ -179,3 +179,97 @@ def test_changing_the_document_encoder_re_embeds_instead_of_reusing_cached_vecto
     assert made[-1].texts == [] and isinstance(made[-1].inner, Embedder)
     assert read_pointer(fp32.index_dir).model_id == fp32_id
     assert _rows_per_model(fp32) == {fp32_id: chunks, int8_id: chunks}
+
+
+def _vectors_by_hash(settings: Settings, model_id: str, table: str = "embeddings") -> dict:
+    from knowledge_store.storage.store import store_connection
+
+    order = ", ordinal" if table == "sentence_embeddings" else ""
+    with store_connection(settings.store_path, read_only=True) as conn:
+        rows = conn.execute(f"SELECT content_hash, embedding FROM {table} WHERE model_id = ? ORDER BY content_hash{order}",
+                            [model_id]).fetchall()
+    out: dict[str, list] = {}
+    for content_hash, vector in rows:
+        out.setdefault(content_hash, []).append(np.asarray(vector, dtype=np.float32))
+    return {h: np.stack(v) for h, v in out.items()}
+
+
+def test_in_context_sentence_vectors_come_from_the_chunks_own_pass_under_their_own_model_id(tmp_path, onnx_cache,
+                                                                                             monkeypatch):
+    import knowledge_store.ingest.run as run_module
+    from knowledge_store.app.status import chunk_vector_status
+    from knowledge_store.core.text import sentences_to_embed
+    from knowledge_store.storage.index import read_pointer
+    from knowledge_store.storage.store import store_connection
+    from tests.helpers import CountingEmbedder
+
+    monkeypatch.setattr(Settings, "models_cache_dir", property(lambda self: onnx_cache))
+    made = []
+
+    def counting(settings, workers=1, cache_dir=None, model_path=None):
+        made.append(CountingEmbedder(document_embedder(settings, workers, cache_dir, model_path)))
+        return made[-1]
+
+    monkeypatch.setattr(run_module, "document_embedder", counting)
+    _write_docs(tmp_path / "docs")
+    separate = Settings(data_dir=tmp_path / "data", sources=[tmp_path / "docs"])
+    in_context = separate.model_copy(update={"sentence_encoding": "in_context"})
+    separate_id, context_id = document_model_id(separate.model_path), document_model_id(separate.model_path,
+                                                                                          in_context_sentences=True)
+    assert context_id == separate_id + "+ctxsent"
+
+    run_module.run_sync(in_context)
+    chunks = _rows_per_model(in_context)[context_id]
+    with store_connection(in_context.store_path, read_only=True) as conn:
+        texts = dict(conn.execute("SELECT content_hash, any_value(text) FROM chunks GROUP BY 1").fetchall())
+    sentences = sum(len(sentences_to_embed(t)) for t in texts.values())
+    assert len(made[-1].texts) == chunks  # one pass: no sentence is embedded on its own
+    assert _rows_per_model(in_context, "sentence_embeddings") == {context_id: sentences}
+    assert read_pointer(in_context.index_dir).model_id == context_id
+    status = chunk_vector_status(in_context, in_context.index_dir)
+    assert status["sentence_encoding"] == "in_context" and not status["sentence_re_embed_pending"]
+    assert chunk_vector_status(separate, separate.index_dir)["sentence_re_embed_pending"]  # the setting changed
+
+    run_module.run_sync(separate)  # its own id: every chunk and sentence embedded again, never mixed
+    assert len(made[-1].texts) == chunks + sentences
+    assert read_pointer(separate.index_dir).model_id == separate_id
+    context_chunks, separate_chunks = (_vectors_by_hash(separate, i) for i in (context_id, separate_id))
+    assert context_chunks.keys() == separate_chunks.keys()
+    for h in context_chunks:  # the same forward pass makes the chunk vector either way
+        assert np.allclose(context_chunks[h], separate_chunks[h], atol=1e-5)
+    context_sentences, separate_sentences = (_vectors_by_hash(separate, i, "sentence_embeddings")
+                                             for i in (context_id, separate_id))
+    cosines = np.concatenate([(context_sentences[h] * separate_sentences[h]).sum(axis=1) for h in context_sentences])
+    assert len(cosines) == sentences and cosines.mean() > 0.5  # the same sentences, read in their chunk's context
+    assert (cosines < 0.999).mean() > 0.9  # ... not embedded alone
+
+    run_module.run_sync(in_context)  # back: the cached vectors serve again, nothing embedded
+    assert made[-1].texts == [] and read_pointer(in_context.index_dir).model_id == context_id
+
+
+def test_a_sentence_beyond_the_models_window_is_embedded_on_its_own(model_path, onnx_cache):
+    from knowledge_store.core.text import sentence_spans_to_embed, sentences_to_embed
+    from knowledge_store.ingest.embed import MissingText, in_context_vectors, sentence_table
+
+    context = OnnxEmbedder(model_path, onnx_cache, in_context_sentences=True)
+    alone = OnnxEmbedder(model_path, onnx_cache)
+    text = TEXTS[3]  # 40 sentences, more word-pieces than the window holds
+    header = "Title › Regeneration"
+    part = [MissingText("h", f"{header}\n\n{text}", text), MissingText("x", "x", "x")]
+    vectors, pooled, covered = context.embed_in_context(
+        [m.embed_text for m in part], [[(a + len(header) + 2, b + len(header) + 2) for a, b in sentence_spans_to_embed(text)],
+                                       sentence_spans_to_embed("x")])
+    assert np.allclose(vectors, alone.embed([m.embed_text for m in part]), atol=1e-5)
+    cut = int(covered[:40].sum())
+    assert 0 < cut < 40 and covered[:cut].all() and not covered[cut:40].any() and covered[40]
+    chunks, table = in_context_vectors(context, part)
+    rows = np.stack(table.column("embedding").to_numpy(zero_copy_only=False))
+    sentences = sentences_to_embed(text)
+    assert table.num_rows == len(sentences) + 1 and table.column("ordinal").to_pylist()[:3] == [0, 1, 2]
+    assert np.allclose(rows[cut:40], alone.embed(sentences[cut:]), atol=1e-5)  # cut off: embedded on its own
+    assert np.allclose(rows[:cut], pooled[:cut], atol=1e-6) and not np.allclose(rows[0], alone.embed(sentences[:1])[0],
+                                                                                  atol=1e-3)
+    # sentences missing for texts that already have vectors come from the same kind of pass
+    assert np.allclose(np.stack(sentence_table(context, part).column("embedding").to_numpy(zero_copy_only=False)), rows)
+    with pytest.raises(ConfigError, match="sentence_encoding"):
+        Settings(sentence_encoding="in_context", document_encoder="torch")

@@ -103,8 +103,15 @@ def test_the_multiprocess_executor_runs_the_shards_in_parallel_processes(tmp_pat
     assert vectors == (wanted, wanted)
 
 
+def _sentences(data: Path) -> list[tuple[str, str, int]]:
+    with store_connection(data / "store.duckdb", read_only=True) as conn:
+        return conn.execute("SELECT content_hash, model_id, ordinal FROM sentence_embeddings ORDER BY ALL").fetchall()
+
+
 @pytest.mark.slow
-def test_handoff_shards_never_write_the_store_and_give_the_same_vectors(tmp_path, monkeypatch):
+@pytest.mark.parametrize("sentence_encoding", ["separate", "in_context"])
+def test_handoff_shards_never_write_the_store_and_give_the_same_vectors(tmp_path, monkeypatch, sentence_encoding):
+    monkeypatch.setenv("GROUNDWORK_SENTENCE_ENCODING", sentence_encoding)
     docs = tmp_path / "docs"
     write_sample_corpus(docs)
     _, single_data = _ingest(tmp_path, docs, 1, monkeypatch)
@@ -112,6 +119,9 @@ def test_handoff_shards_never_write_the_store_and_give_the_same_vectors(tmp_path
     monkeypatch.setenv("GROUNDWORK_EMBED_HANDOFF_DIR", str(handoff))
     _, handoff_data = _ingest(tmp_path, docs, 2, monkeypatch)
     assert _vectors(handoff_data) == _vectors(single_data)
+    sentences = _sentences(handoff_data)
+    assert sentences == _sentences(single_data) and len(sentences) > len(_vectors(single_data))
+    assert {model_id.endswith("+ctxsent") for _, model_id, _ in sentences} == {sentence_encoding == "in_context"}
     assert not list(handoff.rglob("*.parquet"))  # imported, then removed
 
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from knowledge_store.core.text import SENTENCE_MAX_WORDS, sentences_to_embed
+from knowledge_store.core.text import SENTENCE_MAX_WORDS, sentence_spans_to_embed, sentences_to_embed
 from knowledge_store.retrieval.evidence import (
     QueryEvidence,
     best_sentence_cosines,
@@ -28,6 +28,20 @@ def test_sentences_split_at_sentence_ends_blank_lines_and_list_items_and_short_p
     assert sentences_to_embed("Ends with a piece. Ok.") == ["Ends with a piece. Ok."]  # a short tail joins the last one
     long = " ".join(f"w{i}" for i in range(2 * SENTENCE_MAX_WORDS + 5))
     assert [len(s.split()) for s in sentences_to_embed(long)] == [SENTENCE_MAX_WORDS, SENTENCE_MAX_WORDS, 5]
+
+
+def test_sentence_spans_cover_exactly_the_words_of_each_embedded_sentence():
+    texts = ["Use the reaper code from perlipc.  It calls wait()\nwhen SIGCHLD arrives.\n\nSee below.\n- first item of a list\n"
+             "- second item of a list", "  short  ", "", "Ends with a piece. Ok.",
+             " ".join(f"w{i}" for i in range(2 * SENTENCE_MAX_WORDS + 5)) + ".\n\nTail."]
+    for text in texts:
+        spans = sentence_spans_to_embed(text)
+        assert [" ".join(text[a:b].split()) for a, b in spans] == [s for s in sentences_to_embed(text) if s]
+        assert all(not text[a].isspace() and not text[b - 1].isspace() for a, b in spans)  # no edge whitespace
+        assert all(b1 <= a2 for (_, b1), (a2, _) in zip(spans, spans[1:]))  # in order, never overlapping
+    assert sentence_spans_to_embed("") == [] and sentences_to_embed("   ") == [""]
+    text = "It calls wait()\nwhen SIGCHLD arrives."  # whitespace inside a sentence is kept in the span
+    assert sentence_spans_to_embed(text) == [(0, len(text))]
 
 
 def _unit(rng, n, dim=8):

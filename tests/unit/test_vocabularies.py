@@ -66,13 +66,14 @@ def test_answer_modes_offered_are_the_registered_ones_these_settings_can_run(tmp
 
 
 def test_embedding_backends_and_quantisations_are_checked_against_the_embeddings_vocabularies():
-    from knowledge_store.config.embedding_models import EMBEDDING_BACKENDS, QUANTIZATION_RECIPES
+    from knowledge_store.config.embedding_models import EMBEDDING_BACKENDS, QUANTIZATION_RECIPES, SENTENCE_ENCODINGS
 
     assert Settings(document_encoder="torch", query_encoder="torch").query_encoder == "torch"
     for field, value, known in (("document_encoder", "tensorrt", EMBEDDING_BACKENDS),
                                 ("query_encoder", "tensorrt", EMBEDDING_BACKENDS),
                                 ("document_quantization", "int4", QUANTIZATION_RECIPES),
-                                ("query_quantization", "int4", QUANTIZATION_RECIPES)):
+                                ("query_quantization", "int4", QUANTIZATION_RECIPES),
+                                ("sentence_encoding", "late", SENTENCE_ENCODINGS)):
         with pytest.raises(Exception, match=rf"{field}[\s\S]*must be one of {', '.join(known)} \(got '{value}'\)"):
             Settings(**{field: value})
 

@@ -1040,7 +1040,9 @@
     fact(facts, "Serving", (model.served_model_id || model.base_model_id) + (model.fine_tuned
       ? " \u2014 fine-tuned for this corpus, adopted " + when(model.adopted_at) : " \u2014 the base model"));
     fact(facts, "Vectors", "documents " + (model.document_quantization === "int8" ? "int8" : "fp32") + ", queries " +
-      (model.query_quantization === "int8" ? "int8" : "fp32") + " (GROUNDWORK_DOCUMENT_QUANTIZATION, GROUNDWORK_QUERY_QUANTIZATION)");
+      (model.query_quantization === "int8" ? "int8" : "fp32") + (model.sentence_encoding === "in_context"
+        ? ", sentences pooled from their chunks' pass" : model.sentence_encoding ? ", sentences embedded one by one" : "") +
+      " (GROUNDWORK_DOCUMENT_QUANTIZATION, GROUNDWORK_QUERY_QUANTIZATION, GROUNDWORK_SENTENCE_ENCODING)");
     fact(facts, "Fine-tuning", model.finetune_enabled ? "on: runs after syncs that change the corpus, within " +
       fmt(model.budget_s, 0) + " s of training" : "off (GROUNDWORK_FINETUNE_EMBEDDER=false)");
     var last = model.last_decision;
