@@ -45,7 +45,7 @@ def _embedder(model_path: str, batch_size: int, torch_threads: int, dim: int, en
 
 
 class EmbeddingModelResource(dg.ConfigurableResource):
-    """all-MiniLM-L6-v2 from a local folder (never downloaded); loaded once per process."""
+    """The settings' embedding model (``GROUNDWORK_EMBEDDING_MODEL``) from a local folder (never downloaded); loaded once per process."""
 
     model_path: str | None = None
     batch_size: int | None = None

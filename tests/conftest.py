@@ -18,6 +18,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+# the suite runs on all-MiniLM-L6-v2 (fp32, sentences embedded alone), 5x cheaper than the product's default
+# model; the tests of the mpnet paths (install, export, switching models) name it themselves
+os.environ.setdefault("GROUNDWORK_EMBEDDING_MODEL", "minilm")
 
 
 @pytest.fixture(scope="session")

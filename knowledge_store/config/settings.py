@@ -146,7 +146,7 @@ class ChunkingSettings(BaseModel):
 class ModelSettings(BaseModel):
     """The embedding model and how documents and queries are embedded."""
 
-    embedding_model: str = Field("minilm", description="The embedding model: " + EMBEDDING_MODELS.described()
+    embedding_model: str = Field("mpnet", description="The embedding model: " + EMBEDDING_MODELS.described()
                                  + "; or the path of a local sentence-transformers folder. A change re-embeds every "
                                  "chunk into a new snapshot on the next sync (vectors of two models are never mixed).")
     model_path: Path | None = Field(None, description="A local sentence-transformers folder; wins over embedding_model "
@@ -162,7 +162,7 @@ class ModelSettings(BaseModel):
     torch_threads: int = Field(min(2, os.cpu_count() or 1), ge=1, description="Cores document embedding may use: torch threads, or ONNX batches run at once (one thread each).")
     document_encoder: str = Field("onnx", description="Document (chunk) embedding backend in ingestion: onnx (ONNX Runtime, exported once from the local weights; fp32 vectors equal torch's to |1-cos| < 1e-6 and share its model id, faster, docs/BENCHMARKS.md) or torch (sentence-transformers).")
     document_quantization: str | None = Field(None, description="Document vectors in fp32 (none) or from a dynamically int8-quantised ONNX graph (int8: faster, cosine ~0.998 to fp32, its own model id so the two are never mixed; quality in docs/EVALUATION.md). Queries follow query_quantization. int8 needs document_encoder=onnx. Default: the model's registry entry (minilm none, mpnet int8).")
-    sentence_vectors: bool = Field(True, description="Ingestion also embeds every sentence of every chunk on its own (the text alone), for sentence evidence (sentence_weight). About doubles the embedding stage's time (docs/BENCHMARKS.md); false = no sentence vectors, and sentence evidence is off.")
+    sentence_vectors: bool = Field(True, description="Ingestion also makes a vector for every sentence of every chunk (as sentence_encoding says), for sentence evidence (sentence_weight). Sentences embedded on their own about double the embedding stage's time, pooled in context they add nothing measurable (docs/BENCHMARKS.md); false = no sentence vectors, and sentence evidence is off.")
     sentence_encoding: str | None = Field(None, description="How ingestion makes sentence vectors: separate (each sentence embedded on its own: a second forward pass, about as long as the chunks') or in_context (each sentence's token states pooled from its chunk's own forward pass: no second pass, the sentence read in its chunk's context; its own model id, so the next sync re-embeds). Needs document_encoder=onnx. Default: the model's registry entry (minilm separate, mpnet in_context). Ranking effect and ingest time in docs/EVALUATION.md.")
     bare_vector_weight: float = Field(0.0, ge=0, le=1, description="Share of each chunk's vector that is its text embedded without the 'title > section' header (0 = header + text only). Helped on documentation sets but not on scientific claims (docs/EVALUATION.md): try it on documentation corpora. Costs a second embedding of every chunk with a header; a change gets its own model id, so the next sync re-embeds every chunk before the index switches.")
     onnx_batch_size: int = Field(8, ge=1, description="Texts per ONNX Runtime call when embedding documents; texts are length-sorted first, so a batch carries almost no padding. 8 measured fastest on two cores (docs/BENCHMARKS.md).")

@@ -2,16 +2,17 @@
 
 A chunk's vector is the mean of everything its ~200 word-pieces say; an FAQ answer, a function's
 description or an abstract's finding often answers in one sentence, which the mean dilutes.
-Ingestion therefore also embeds every sentence of every chunk on its own (``core.text.sentences_to_embed``; the
-text alone, no header), stored per chunk text in ``sentence_embeddings`` and copied into each
+Ingestion therefore also makes a vector for every sentence of every chunk (``core.text.sentences_to_embed``):
+embedded on its own (the text alone, no header), or pooled from its tokens' states in the chunk's own forward
+pass (``settings.sentence_encoding``), stored per chunk text in ``sentence_embeddings`` and copied into each
 snapshot.  At query time the fused pool (a few hundred rows, never the corpus) is scored again with
 ``(1 - w) * chunk cosine + w * best sentence cosine`` for each candidate and its section lead, and
 fused again (``ranking.SentenceEvidenceStep``; ``settings.sentence_weight``).
 
 The weight 0.15 is the best worst case over the train splits of the three dev sets: it raises
 nDCG@10 on every train split and on both documentation test splits (the figures are in
-docs/EVALUATION.md).  It costs a second embedding pass at ingestion (sentences are short: about as many
-word-pieces as the chunks themselves) and ~2 bytes x 384 per sentence in memory (float16).
+docs/EVALUATION.md).  Embedded on their own they cost a second embedding pass at ingestion (sentences are short: about as many
+word-pieces as the chunks themselves; in context, no second pass) and ~2 bytes x 384 per sentence in memory (float16).
 """
 
 from __future__ import annotations

@@ -30,8 +30,9 @@ def test_the_vocabulary_lists_the_registry():
     assert "all-mpnet-base-v2" in EMBEDDING_MODELS["mpnet"]
 
 
-def test_minilm_is_the_default_and_its_window_sets_the_chunk_cap(tmp_path):
-    settings = Settings(data_dir=tmp_path)
+def test_mpnet_is_the_default_and_the_suite_runs_minilm_whose_window_sets_the_chunk_cap(tmp_path):
+    assert Settings.model_fields["embedding_model"].default == "mpnet"
+    settings = Settings(data_dir=tmp_path)  # tests/conftest.py: GROUNDWORK_EMBEDDING_MODEL=minilm
     assert settings.embedding_model == "minilm" and settings.embedding_dim == 384 and settings.chunk_max_tokens == 254
     assert settings.embedding_query_prefix == "" and settings.embedding_passage_prefix == ""
     assert model_facts(settings.model_path).max_tokens == 256
