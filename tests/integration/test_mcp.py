@@ -7,6 +7,7 @@ The parts that need no model, store or server are in tests/unit/test_mcp.py.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -154,6 +155,7 @@ def test_stdio_server_via_sdk_client(sample_index):
         args=["-c", "from knowledge_store.server.mcp_server import run_stdio; run_stdio()"],
         env={
             "GROUNDWORK_DATA_DIR": str(sample_index.data_dir),
+            "GROUNDWORK_EMBEDDING_MODEL": os.environ["GROUNDWORK_EMBEDDING_MODEL"],  # the suite's model (conftest)
             "GROUNDWORK_QUERY_TORCH_THREADS": "1",
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",

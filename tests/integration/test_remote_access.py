@@ -8,6 +8,7 @@ names the docs site the server is configured for, as a reverse proxy or a reader
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 import subprocess
@@ -260,6 +261,7 @@ def test_serve_refuses_a_certificate_without_its_key(corpus, tmp_path):
     run = subprocess.run(["groundwork", "serve", "--ssl-certfile", str(tmp_path / "cert.pem")],
                          capture_output=True, text=True, timeout=120,
                          env={"PATH": str(Path(__import__("sys").executable).parent), "HOME": str(tmp_path),
-                              "GROUNDWORK_DATA_DIR": str(settings.data_dir)})
+                              "GROUNDWORK_DATA_DIR": str(settings.data_dir),
+                              "GROUNDWORK_EMBEDDING_MODEL": os.environ["GROUNDWORK_EMBEDDING_MODEL"]})
     assert run.returncode != 0
     assert "ssl_certfile" in run.stderr and "ssl_keyfile" in run.stderr
