@@ -87,6 +87,33 @@ TRAINING_RECORD = "training.json"
 MIN_HELD_OUT = 20  # fewer held-out pseudo-queries cannot show a clear gain
 
 
+def training_memory_bytes(model_path: Path) -> int:
+    """About how much memory training ``model_path`` takes: the activations kept for the backward pass of a
+    batch (``TRAINING``: 32 queries and 32 targets of up to 192 word-pieces; per layer and sequence about 30
+    floats per token and hidden unit, and three attention maps per head) plus the weights, their gradients and
+    AdamW's two moments (16 bytes a parameter).  Measured peaks: MiniLM 5.2 GB (estimate 5.4),
+    mpnet 15.2-18.5 GB (estimate 18.1; docs/EVALUATION.md)."""
+    config = json.loads((Path(model_path) / "config.json").read_text())
+    layers, hidden = int(config["num_hidden_layers"]), int(config["hidden_size"])
+    heads, tokens = int(config["num_attention_heads"]), TRAINING["max_tokens"]
+    per_sequence = layers * (tokens * hidden * 30 + heads * tokens * tokens * 3) * 4
+    weights = sum(f.stat().st_size for f in Path(model_path).glob("*.safetensors")) or \
+        sum(f.stat().st_size for f in Path(model_path).glob("pytorch_model*.bin"))
+    return 2 * TRAINING["batch_size"] * per_sequence + 4 * weights  # fp32 weights: 4 bytes a parameter
+
+
+def available_memory_bytes() -> int | None:
+    """What the kernel says can be allocated without swapping (``MemAvailable``); None where it does not say."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 class FinetuneError(GroundworkError):
     """Fine-tuning cannot run here (no snapshot, a model that cannot be loaded ...); says why."""
 
@@ -388,6 +415,16 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
                 last.get("base_model_id") == base_id:
             say(f"fine-tune: these pairs were decided before ({last['decision']}, {last['created_at']}); nothing to do")
             return Decision(**{k: v for k, v in last.items() if k in Decision.__dataclass_fields__})
+        # a training run the machine cannot hold would be killed midway: declined before it starts, and not
+        # remembered as decided (no training hash), so the next run tries again
+        need, free = training_memory_bytes(base_path), available_memory_bytes()
+        if free is not None and free < need:
+            decision.training_hash = None
+            decision.reason = (f"declined: training {base_id} needs about {need / 2**30:.1f} GB of memory and "
+                               f"{free / 2**30:.1f} GB is available; free memory, choose a smaller model "
+                               "(GROUNDWORK_EMBEDDING_MODEL=minilm) or set GROUNDWORK_FINETUNE_EMBEDDER=false")
+            say(f"fine-tune: {decision.reason}")
+            return _finish(settings, decision, started, stages)
         name = f"{base_id.split(':')[0]}-ft-{corpus_key(settings)}-{decision.training_hash}"
         out_dir = finetuned_dir(settings) / name
         budget = settings.finetune_budget_s if budget_s is None else budget_s

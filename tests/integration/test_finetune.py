@@ -211,3 +211,17 @@ def test_finetuned_embedder_asset_materialises_with_its_decision_in_metadata(cor
     for key in ("gain", "standard_error", "pairs", "held_out_queries", "training_steps", "pairs_per_s", "duration_s"):
         assert key in metadata, key
     assert np.isfinite(metadata["gain"].value)
+
+
+def test_a_machine_without_the_memory_to_train_declines_before_training_and_tries_again_next_time(corpus, monkeypatch):
+    from knowledge_store.models.serving import finetuned_dir
+
+    need = finetune.training_memory_bytes(corpus.model_path)
+    assert 4 * 2**30 < need < 8 * 2**30  # MiniLM: measured 5.2 GB at its peak
+    monkeypatch.setattr(finetune, "available_memory_bytes", lambda: need // 2)
+    decision = finetune.finetune_corpus(corpus)
+    assert decision.decision == "declined" and "GB of memory" in decision.reason and decision.training is None
+    assert not finetuned_dir(corpus).exists() or not any(finetuned_dir(corpus).iterdir())  # nothing trained
+    assert load_record(corpus.index_dir).decision["training_hash"] is None  # not remembered as decided
+    monkeypatch.setattr(finetune, "available_memory_bytes", lambda: need * 2)
+    assert finetune.finetune_corpus(corpus, budget_s=2.0).training is not None  # with the memory, the same pairs train
