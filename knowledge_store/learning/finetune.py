@@ -416,7 +416,7 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
             say(f"fine-tune: these pairs were decided before ({last['decision']}, {last['created_at']}); nothing to do")
             return Decision(**{k: v for k, v in last.items() if k in Decision.__dataclass_fields__})
         # a training run the machine cannot hold would be killed midway: declined before it starts, and not
-        # remembered as decided (no training hash), so the next run tries again
+        # remembered as decided (no training hash), so the next run trains the same pairs
         need, free = training_memory_bytes(base_path), available_memory_bytes()
         if free is not None and free < need:
             decision.training_hash = None
