@@ -87,7 +87,8 @@ def embed_part(embedder, part: list[MissingText], sentences: bool) -> tuple[np.n
 def in_context_vectors(embedder, part: list[MissingText]) -> tuple[np.ndarray, pa.Table]:
     """One forward pass over ``part``'s embed texts (header + text) gives both the chunk vectors and each
     sentence's vector (``sentence_spans_to_embed`` of the text, its token states pooled in context).  A
-    sentence the model's window cut off, or a text without words, is embedded on its own."""
+    sentence the model's window cut off, a text without words, or one its embed text does not end with (no
+    offsets to pool), is embedded on its own, as in ``separate`` mode."""
     spans, sentences = [], []
     for m in part:
         text_spans = sentence_spans_to_embed(m.text)
