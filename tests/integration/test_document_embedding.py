@@ -142,13 +142,14 @@ def _rows_per_model(settings: Settings, table: str = "embeddings") -> dict[str, 
         return dict(conn.execute(f"SELECT model_id, count(*) FROM {table} GROUP BY 1").fetchall())
 
 
-def test_changing_the_document_encoder_re_embeds_instead_of_reusing_cached_vectors(tmp_path, onnx_cache, monkeypatch):
+def _counting_syncs(monkeypatch, onnx_cache: Path, tmp_path: Path) -> list:
+    """Every embedder ``run_sync`` builds from its settings, counted (``CountingEmbedder``), sharing the module's
+    export; the docs written under ``tmp_path / "docs"``."""
     import knowledge_store.ingest.run as run_module
-    from knowledge_store.storage.index import read_pointer
     from tests.helpers import CountingEmbedder
 
     monkeypatch.setattr(Settings, "models_cache_dir", property(lambda self: onnx_cache))  # share the module's export
-    made = []
+    made: list = []
 
     def counting(settings, workers=1, cache_dir=None, model_path=None):  # what run_sync builds from the settings, counted
         made.append(CountingEmbedder(document_embedder(settings, workers, cache_dir, model_path)))
@@ -156,6 +157,14 @@ def test_changing_the_document_encoder_re_embeds_instead_of_reusing_cached_vecto
 
     monkeypatch.setattr(run_module, "document_embedder", counting)
     _write_docs(tmp_path / "docs")
+    return made
+
+
+def test_changing_the_document_encoder_re_embeds_instead_of_reusing_cached_vectors(tmp_path, onnx_cache, monkeypatch):
+    import knowledge_store.ingest.run as run_module
+    from knowledge_store.storage.index import read_pointer
+
+    made = _counting_syncs(monkeypatch, onnx_cache, tmp_path)
     fp32 = Settings(data_dir=tmp_path / "data", sources=[tmp_path / "docs"])
     int8 = fp32.model_copy(update={"document_quantization": "int8"})
     torch = fp32.model_copy(update={"document_encoder": "torch"})
@@ -201,17 +210,8 @@ def test_in_context_sentence_vectors_come_from_the_chunks_own_pass_under_their_o
     from knowledge_store.core.text import sentences_to_embed
     from knowledge_store.storage.index import read_pointer
     from knowledge_store.storage.store import store_connection
-    from tests.helpers import CountingEmbedder
 
-    monkeypatch.setattr(Settings, "models_cache_dir", property(lambda self: onnx_cache))
-    made = []
-
-    def counting(settings, workers=1, cache_dir=None, model_path=None):
-        made.append(CountingEmbedder(document_embedder(settings, workers, cache_dir, model_path)))
-        return made[-1]
-
-    monkeypatch.setattr(run_module, "document_embedder", counting)
-    _write_docs(tmp_path / "docs")
+    made = _counting_syncs(monkeypatch, onnx_cache, tmp_path)
     separate = Settings(data_dir=tmp_path / "data", sources=[tmp_path / "docs"])
     in_context = separate.model_copy(update={"sentence_encoding": "in_context"})
     separate_id, context_id = document_model_id(separate.model_path), document_model_id(separate.model_path,
