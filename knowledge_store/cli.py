@@ -13,6 +13,7 @@
     groundwork notebook alpha_sweep -p dataset DIR -p alphas '[0, 0.5, 1]'
     groundwork serve [--host 127.0.0.1] [--port 8080]
     groundwork mcp
+    groundwork models prepare|status [--model NAME] [--json]
     groundwork sample-corpus DIR
 
 ``ingest`` materialises the Dagster ingestion assets headless (the same assets
@@ -61,6 +62,7 @@ from knowledge_store.ingest.sync_runs import get_sync_run
 from knowledge_store.learning.adapter_training import adapt_corpus, read_labels
 from knowledge_store.learning.finetune import finetune_corpus, rollback
 from knowledge_store.learning.tuning import PSEUDO_QUERY_KINDS, TuningError, tune_corpus, tune_snapshot
+from knowledge_store.models.embeddings import graph_status, prepare_embedders
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.query_adapter import QueryAdapterError, adapter_path, reset_adapter
@@ -507,8 +509,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"embedding model: {model['embedding_model']} ({model['dimensions']} dimensions, chunks of at most "
           f"{model['max_chunk_tokens']} word-pieces), vectors {model['served_model_id'] or model['base_model_id']}"
           + (f" (fine-tuned for this corpus, adopted {model['adopted_at']})" if model["fine_tuned"] else " (base model)")
-          + ("" if model["finetune_enabled"] else "; fine-tuning off (GROUNDWORK_FINETUNE_EMBEDDER=false)")
-          + (f"; queries embedded {model['query_quantization']}" if model["query_quantization"] != "none" else ""))
+          + ("" if model["finetune_enabled"] else "; fine-tuning off (GROUNDWORK_FINETUNE_EMBEDDER=false)"))
+    _print_graphs(model["graphs"])
     if last:
         print(f"last fine-tuning: {last['created_at']}: {last['reason']}")
     ranking = status["ranking"]
@@ -888,6 +890,36 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return _launch_server(args, "mcp")
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    """``prepare``: build the configured model's graphs in the per-user cache and check them on this CPU (what
+    ``make install`` runs); ``status``: what is known of them without building anything."""
+    settings = Settings(**({"embedding_model": args.model} if args.model else {}))
+    if args.models_command == "prepare":
+        start = time.perf_counter()
+        decisions = prepare_embedders(settings, on_state=lambda state: print(f"{settings.embedding_model}: {state}",
+                                                                             file=sys.stderr, flush=True))
+        report = {"model": settings.embedding_model, "seconds": round(time.perf_counter() - start, 1),
+                  **{purpose: decision.to_dict() for purpose, decision in decisions.items()},
+                  **{k: v for k, v in graph_status(settings).items() if k in ("cache_dir", "cpu")}}
+    else:
+        report = {"model": settings.embedding_model, **graph_status(settings)}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"model {report['model']}")
+    _print_graphs(report)
+    return 0
+
+
+def _print_graphs(graphs: dict) -> None:
+    """Which graph embeds documents and queries on this CPU, and why (``models.embeddings.graph_status``)."""
+    print(f"model graphs on {graphs['cpu']} (cache {graphs['cache_dir']}):")
+    for purpose in ("documents", "queries"):
+        decision = graphs[purpose]
+        running = {"none": "fp32", None: "not known yet"}.get(decision["in_effect"], decision["in_effect"])
+        print(f"  {purpose}: {running} (asked for {decision['requested']}): {decision['reason']}")
+
+
 def cmd_sample_corpus(args: argparse.Namespace) -> int:
     paths = write_sample_corpus(Path(args.target))
     for path in paths:
@@ -1109,6 +1141,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="delete queries older than this (0 = every query logged so far); default: the retention")
     purge.add_argument("--json", action="store_true")
     purge.set_defaults(func=cmd_logs_purge)
+
+    models = sub.add_parser("models", help="the embedding model's ONNX graphs: build and check them on this CPU, or show them")
+    models.add_argument("models_command", choices=("prepare", "status"),
+                        help="prepare: export and quantise once per machine (per-user cache) and check the quantised "
+                             "graph's fidelity on this CPU; status: what is known without building anything")
+    models.add_argument("--model", help="a registry name or model folder (default: GROUNDWORK_EMBEDDING_MODEL)")
+    models.add_argument("--json", action="store_true")
+    models.set_defaults(func=cmd_models)
 
     sample = sub.add_parser("sample-corpus", help="write the generated sample documents to a folder")
     sample.add_argument("target")

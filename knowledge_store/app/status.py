@@ -10,7 +10,7 @@ from knowledge_store.core.errors import IndexNotBuiltError, StoreError
 from knowledge_store.ingest.failures import open_failures
 from knowledge_store.ingest.sync_runs import run_process_state
 from knowledge_store.learning.adapter_training import retrain_threshold
-from knowledge_store.models.embeddings import bare_weight_of, in_context_sentences_of, model_id_for
+from knowledge_store.models.embeddings import bare_weight_of, graph_status, in_context_sentences_of, model_id_for
 from knowledge_store.models.serving import load_record
 from knowledge_store.retrieval.query_adapter import QueryAdapterError, adapter_path, read_adapter
 from knowledge_store.retrieval.ranking_defaults import effective_question_alpha, effective_ranking
@@ -156,6 +156,8 @@ def embedding_model_status(settings: Settings) -> dict[str, object]:
         "adopted_model_id": record.model_id if record else None, "adopted_at": record.adopted_at if record else None,
         "finetune_enabled": settings.finetune_embedder, "budget_s": settings.finetune_budget_s,
         "last_decision": {k: decision.get(k) for k in keys} if decision else None, "error": error,
+        # which ONNX graph embeds documents and queries on this CPU, and why (the quantised graph's fidelity check)
+        "graphs": graph_status(settings),
     }
 
 

@@ -33,6 +33,13 @@ from knowledge_store.core.vocabulary import Vocabulary
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SectionT = TypeVar("SectionT", bound=BaseModel)
 
+
+def default_models_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/groundwork/models``, else ``~/.cache/groundwork/models``: one per user, every data dir's
+    (``models.artifacts`` says what it holds)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "groundwork" / "models"
+
 # a model reads at most its window of word-pieces *including* [CLS] and [SEP] (256 for all-MiniLM-L6-v2):
 # anything a chunk carries past window - 2 content tokens is invisible to its vector
 SPECIAL_TOKENS = 2
@@ -52,6 +59,7 @@ class StorageSettings(BaseModel):
     """Where the store, the index snapshots and the logs live, and how the store is written."""
 
     data_dir: Path = Field(Path("./data"), description="Where the store, index snapshots and logs live.")
+    models_cache_dir: Path = Field(default_factory=default_models_cache_dir, description="The per-user cache of model graphs (ONNX exports and quantised graphs, with their fidelity checks per CPU), shared by every data dir and built once per machine (`make install` builds the default model's). Default: $XDG_CACHE_HOME/groundwork/models, else ~/.cache/groundwork/models.")
     lock_timeout_s: float = Field(30.0, ge=0, description="How long to wait for the store's write lock.")
     write_batch_chunks: int = Field(512, ge=1, description="Embeddings written per store transaction.")
     snapshots_to_keep: int = Field(3, ge=1, description="Published index snapshots kept on disk (newest first).")
@@ -70,9 +78,10 @@ class StorageSettings(BaseModel):
         return self.data_dir / "logs.duckdb"
 
     @property
-    def models_cache_dir(self) -> Path:
-        """Derived model files (the ONNX export of the embedding model)."""
-        return self.data_dir / "models"
+    def finetuned_models_dir(self) -> Path:
+        """Models fine-tuned for this corpus (one folder each): they belong to the data dir, unlike the
+        exported graphs of the base models in ``models_cache_dir``."""
+        return self.data_dir / "models" / "finetuned"
 
     @property
     def uploads_dir(self) -> Path:

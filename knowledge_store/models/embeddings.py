@@ -13,11 +13,14 @@ import logging
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -25,6 +28,15 @@ from tokenizers import Tokenizer
 from knowledge_store.config.embedding_models import QUANTIZATION_RECIPES, model_facts
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import ConfigError
+from knowledge_store.models.artifacts import (
+    PROBE_TEXTS,
+    FidelityRecord,
+    ModelArtifacts,
+    cpu_identity,
+    judge,
+    now_iso,
+    timed_median_ms,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -200,7 +212,6 @@ class BatchingEmbedder:
 
     def __init__(self, inner: Embedder, max_batch: int = 32, cache_size: int = 2048) -> None:
         self.inner = inner
-        self.model_id = inner.model_id
         self.dim = inner.dim
         self.torch_threads = inner.torch_threads
         self.max_batch = max_batch
@@ -211,6 +222,10 @@ class BatchingEmbedder:
         self._busy = False
         self.batches = 0
         self.batched_texts = 0
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
 
     @property
     def loaded(self) -> bool:
@@ -273,14 +288,6 @@ class BatchingEmbedder:
         if "error" in slot:
             raise slot["error"]
         return slot["vector"][None, :]
-
-
-# ONNX export revision: part of the exported file's name, so a changed export is never confused
-# with another file in the cache.  "eager1": attention exported in its eager form, which ONNX
-# Runtime runs 1.1-1.3x faster than an SDPA export; same vectors.
-ONNX_EXPORT_REVISION = "eager1"
-
-_FP32_IN_INT8 = re.compile(r"/layer\.\d+/output/dense/MatMul$")
 
 
 def document_model_id(model_path: Path, quantization: str = "none", bare_weight: float = 0.0, prefix: str = "",
@@ -395,158 +402,38 @@ class SentencePooling:
                 self.covered[self.first[i] + j] = True
 
 
-class OnnxEmbedder:
-    """The same model run by ONNX Runtime: faster than torch on this CPU, same vectors in fp32.
+@dataclass
+class RecipeDecision:
+    """Which graph an ``OnnxEmbedder`` runs, and why: the quantisation asked for, the one in effect, the check."""
 
-    Used for *query* embedding in the serving path (one short text per request)
-    and for *document* embedding in ingestion.  The ONNX graph
-    is exported once from the local weights (``torch.onnx.export``, no download)
-    into ``cache_dir`` and reused; tokenisation, mean pooling and L2
-    normalisation mirror the sentence-transformers pipeline of
-    all-MiniLM-L6-v2 (Transformer -> mean Pooling -> Normalize), so fp32 vectors
-    match the torch ones to cosine >= 0.99999 and share their cache key.
+    requested: str  # the setting: none | int8
+    in_effect: str  # what runs: none (the fp32 graph) | int8
+    recipe: str  # the quantised graph's recipe tag ("" when none was asked for)
+    reason: str
+    fidelity: FidelityRecord | None = None
 
-    Throughput levers for documents (measured in bench/embed_throughput.py):
+    def to_dict(self) -> dict[str, Any]:
+        return {"requested": self.requested, "in_effect": self.in_effect, "recipe": self.recipe, "reason": self.reason,
+                "fidelity": None if self.fidelity is None else self.fidelity.to_dict()}
 
-    - texts are tokenised once, sorted by length and cut into batches of
-      ``batch_size`` (1 = no padding at all, and the activations stay in the
-      core's cache: the fastest on this CPU);
-    - ``parallel`` batches run at once, each on one thread of a shared session
-      (``threads`` intra-op threads each).  One thread per batch beats one
-      batch on two threads, most of all when other processes take a core;
-    - ``quantization="int8"``: dynamic int8 (per-channel weights) for the weight
-      MatMuls but each layer's feed-forward output projection, made from the fp32
-      export with ONNX Runtime's quantiser; its own model id.
-    """
 
-    def __init__(self, model_path: Path, cache_dir: Path, threads: int = 1, dim: int | None = None,
-                 max_length: int | None = None, quantization: str = "none", batch_size: int = 32, parallel: int = 1,
-                 torch_fallback: bool = False, bare_weight: float = 0.0, prefix: str = "",
-                 in_context_sentences: bool = False) -> None:
-        self.model_path = Path(model_path)
-        self.cache_dir = Path(cache_dir)
-        self.threads = max(1, threads)
-        self.parallel = max(1, parallel)
-        self.torch_threads = self.threads * self.parallel  # cores used (the name other embedders report)
-        self.dim = model_dim(self.model_path) if dim is None else dim  # None: what the model says, as Embedder
-        # the model's own window (256 all-MiniLM-L6-v2, 384 all-mpnet-base-v2), as sentence-transformers truncates
-        self.max_length = max_length or model_facts(self.model_path).max_tokens or 256
-        self.prefix = prefix
-        self.batch_size = max(1, batch_size)
-        self.quantization = quantization
-        self.torch_fallback = torch_fallback
-        self.base_model_id = model_id_for(self.model_path)
-        # in_context_sentences: the embed stage pools sentence vectors from the chunks' own pass (embed_in_context)
-        self.model_id = document_model_id(self.model_path, quantization, bare_weight, prefix, in_context_sentences)
-        self._inputs: tuple[str, ...] = ()
-        self._session = None
-        self._tokenizer = None
-        self._torch: Embedder | None = None
-        self._lock = threading.Lock()
+class _Graph:
+    """One ONNX Runtime session over a graph file, with the model's tokenizer: token states and pooled vectors."""
 
-    @property
-    def backend(self) -> str:
-        """What actually embeds: onnx, onnx-int8, or torch (the fp32 fallback)."""
-        if self._torch is not None:
-            return "torch"
-        return "onnx" if self.quantization == "none" else f"onnx-{self.quantization}"
-
-    @property
-    def fp32_path(self) -> Path:
-        return self.cache_dir / f"{self.base_model_id.replace(':', '-')}.{ONNX_EXPORT_REVISION}.onnx"
-
-    @property
-    def onnx_path(self) -> Path:
-        if self.quantization == "none":
-            return self.fp32_path
-        return self.fp32_path.with_name(f"{self.fp32_path.stem}.{QUANTIZATION_RECIPES[self.quantization]}.onnx")
-
-    @property
-    def loaded(self) -> bool:
-        return self._session is not None or self._torch is not None
-
-    def _export(self) -> None:
-        import torch  # noqa: PLC0415 - torch, ~1.5 s to import
-        from transformers import AutoModel, AutoTokenizer  # noqa: PLC0415 - transformers, ~0.7 s to import
-
-        tokenizer = AutoTokenizer.from_pretrained(str(self.model_path), local_files_only=True)
-        model = AutoModel.from_pretrained(str(self.model_path), local_files_only=True, attn_implementation="eager").eval()
-
-        sample = tokenizer(["export sample"], return_tensors="pt")
-        # BERT-like models (MiniLM) take token type ids, MPNet does not: the graph takes what the tokenizer gives
-        names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in sample]
-
-        class LastHiddenState(torch.nn.Module):
-            def __init__(self, inner):
-                super().__init__()
-                self.inner = inner
-
-            def forward(self, *tensors):
-                return self.inner(**dict(zip(names, tensors))).last_hidden_state
-
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.fp32_path.with_suffix(f".{os.getpid()}.tmp")
-        axes = {0: "batch", 1: "tokens"}
-        with torch.no_grad():
-            torch.onnx.export(
-                LastHiddenState(model), tuple(sample[n] for n in names), str(tmp),
-                input_names=names, output_names=["last_hidden_state"],
-                dynamic_axes={**{n: axes for n in names}, "last_hidden_state": axes},
-                opset_version=17, dynamo=False,
-            )
-        os.replace(tmp, self.fp32_path)
-        # an export without a revision in its name (SDPA attention) is never read: it goes
-        (self.cache_dir / f"{self.base_model_id.replace(':', '-')}.onnx").unlink(missing_ok=True)
-
-    def _quantize(self) -> None:
-        import onnx  # noqa: PLC0415 - ONNX, ~0.2 s to import; only to quantize an export once
-        from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415 - ONNX Runtime, ~0.4 s
-
-        keep_fp32 = [node.name for node in onnx.load(str(self.fp32_path)).graph.node
-                     if node.op_type == "MatMul" and _FP32_IN_INT8.search(node.name)]
-        if not keep_fp32:  # the recipe names nodes of this export; another export needs another recipe tag
-            raise RuntimeError(f"{self.fp32_path.name}: no feed-forward output MatMul found to keep in fp32")
-        tmp = self.onnx_path.with_suffix(f".{os.getpid()}.tmp")
-        quantize_dynamic(
-            str(self.fp32_path), str(tmp), weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"],
-            nodes_to_exclude=keep_fp32, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-        )
-        os.replace(tmp, self.onnx_path)
-
-    def _load_onnx(self) -> None:
+    def __init__(self, path: Path, tokenizer: Tokenizer, threads: int) -> None:
         import onnxruntime as ort  # noqa: PLC0415 - ONNX Runtime, ~0.2 s to import
 
-        if not self.fp32_path.is_file():
-            self._export()
-        if not self.onnx_path.is_file():
-            self._quantize()
         options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads
+        options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        tokenizer = Tokenizer.from_file(str(self.model_path / "tokenizer.json"))
-        tokenizer.enable_truncation(max_length=self.max_length)  # [CLS] and [SEP] included, as sentence-transformers
-        tokenizer.no_padding()
-        self._tokenizer = tokenizer
-        self._session = ort.InferenceSession(str(self.onnx_path), options, providers=["CPUExecutionProvider"])
-        self._inputs = tuple(i.name for i in self._session.get_inputs())
+        self.path = path
+        self.tokenizer = tokenizer
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.inputs = tuple(i.name for i in self.session.get_inputs())
 
-    def load(self) -> "OnnxEmbedder":
-        with self._lock:
-            if not self.loaded:
-                try:
-                    self._load_onnx()
-                except Exception as error:
-                    if not (self.torch_fallback and self.quantization == "none"):
-                        raise
-                    logging.getLogger(__name__).warning("ONNX document encoder unavailable (%s); using torch", error)
-                    self._torch = Embedder(self.model_path, batch_size=32, torch_threads=self.torch_threads, dim=self.dim,
-                                           prefix=self.prefix)
-                    self._torch.load()
-        return self
-
-    def _embed_batch(self, encodings: list, out: np.ndarray, rows: list[int],
-                     spans: SentencePooling | None = None) -> None:
+    def hidden(self, encodings: list, rows: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(token states, attention mask) of ``encodings[rows]`` run as one padded batch."""
         width = max(len(encodings[i].ids) for i in rows)
         ids = np.zeros((len(rows), width), dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -558,11 +445,217 @@ class OnnxEmbedder:
             mask[row, :length] = 1
             types[row, :length] = encoding.type_ids
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-        hidden = self._session.run(None, {name: feeds[name] for name in self._inputs})[0]
-        weights = mask[..., None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-        pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
-        out[rows] = pooled
+        return self.session.run(None, {name: feeds[name] for name in self.inputs})[0], mask
+
+    def vectors(self, texts: list[str], batch_size: int) -> np.ndarray:
+        """Mean-pooled, normalised vectors of ``texts`` in batches of ``batch_size`` (in the given order)."""
+        encodings = self.tokenizer.encode_batch(list(texts))
+        out = np.empty((len(texts), 0 if not texts else 1), dtype=np.float32)
+        parts = []
+        for first in range(0, len(texts), batch_size):
+            rows = list(range(first, min(first + batch_size, len(texts))))
+            hidden, mask = self.hidden(encodings, rows)
+            parts.append(mean_pool(hidden, mask))
+        return np.vstack(parts) if parts else out
+
+
+def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """sentence-transformers' mean pooling and normalisation of token states under an attention mask."""
+    weights = mask[..., None].astype(np.float32)
+    pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+    pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+    return pooled.astype(np.float32)
+
+
+class OnnxEmbedder:
+    """The same model run by ONNX Runtime: faster than torch on this CPU, same vectors in fp32.
+
+    Used for *query* embedding in the serving path (one short text per request)
+    and for *document* embedding in ingestion.  The ONNX graphs come from the
+    per-user model cache (``models.artifacts``: exported once per machine from the
+    local weights, no download); tokenisation, mean pooling and L2
+    normalisation mirror the sentence-transformers pipeline
+    (Transformer -> mean Pooling -> Normalize), so fp32 vectors
+    match the torch ones to cosine >= 0.99999 and share their cache key.
+
+    Throughput levers for documents (measured in bench/embed_throughput.py):
+
+    - texts are tokenised once, sorted by length and cut into batches of
+      ``batch_size`` (1 = no padding at all, and the activations stay in the
+      core's cache: the fastest on this CPU);
+    - ``parallel`` batches run at once, each on one thread of a shared session
+      (``threads`` intra-op threads each).  One thread per batch beats one
+      batch on two threads, most of all when other processes take a core;
+    - ``quantization="int8"``: the int8 graph of ``QUANTIZATION_RECIPES["int8"]``, used only where it passed the
+      fidelity check on this CPU (``models.artifacts``); where it failed, the fp32 graph runs and the vectors
+      carry the fp32 model id (``decision`` says why).  ``purpose="queries"``: of two graphs that both pass,
+      the one that embedded the probe queries faster on this CPU runs (query vectors are never stored).
+    """
+
+    def __init__(self, model_path: Path, cache_dir: Path, threads: int = 1, dim: int | None = None,
+                 max_length: int | None = None, quantization: str = "none", batch_size: int = 32, parallel: int = 1,
+                 torch_fallback: bool = False, bare_weight: float = 0.0, prefix: str = "",
+                 in_context_sentences: bool = False, purpose: str = "documents") -> None:
+        if quantization not in QUANTIZATION_RECIPES:
+            raise ConfigError("document_quantization", quantization, f"must be one of {', '.join(QUANTIZATION_RECIPES)}")
+        self.model_path = Path(model_path)
+        self.cache_dir = Path(cache_dir)
+        self.threads = max(1, threads)
+        self.parallel = max(1, parallel)
+        self.torch_threads = self.threads * self.parallel  # cores used (the name other embedders report)
+        self.dim = model_dim(self.model_path) if dim is None else dim  # None: what the model says, as Embedder
+        # the model's own window (256 all-MiniLM-L6-v2, 384 all-mpnet-base-v2), as sentence-transformers truncates
+        self.max_length = max_length or model_facts(self.model_path).max_tokens or 256
+        self.prefix = prefix
+        self.batch_size = max(1, batch_size)
+        self.requested_quantization = quantization
+        self.purpose = purpose
+        self.torch_fallback = torch_fallback
+        self.bare_weight = bare_weight
+        self.in_context_sentences = in_context_sentences
+        self.base_model_id = model_id_for(self.model_path)
+        self._artifacts: ModelArtifacts | None = None
+        self._decision: RecipeDecision | None = None
+        self._graph: _Graph | None = None
+        self._torch: Embedder | None = None
+        self._lock = threading.RLock()
+        self.on_state: Callable[[str], None] | None = None  # told what loading does: exporting, quantising, checking
+
+    # ------------------------------------------------------------------ which graph
+    @property
+    def artifacts(self) -> ModelArtifacts:
+        """The model's graphs in the per-user cache (the weights are fingerprinted on first use)."""
+        if self._artifacts is None:
+            self._artifacts = ModelArtifacts(self.model_path, self.cache_dir)
+        return self._artifacts
+
+    @property
+    def decision(self) -> RecipeDecision:
+        """Which graph runs: fp32 when asked for; else the quantised one where it passed its fidelity check on this
+        CPU (checked now, building the graphs first, when this CPU has no recorded check)."""
+        if self._decision is None:
+            with self._lock:
+                if self._decision is None:
+                    self._decision = self._decide()
+        return self._decision
+
+    def recorded_decision(self) -> RecipeDecision | None:
+        """``decision`` if it is known without building or checking anything (for status pages), else None."""
+        if self._decision is not None or self.requested_quantization == "none":
+            return self.decision
+        tag = QUANTIZATION_RECIPES[self.requested_quantization]
+        record = self.artifacts.fidelity(tag) if self.artifacts.graph_path(tag).is_file() else None
+        return None if record is None else self._decision_from(record)
+
+    def _decide(self) -> RecipeDecision:
+        if self.requested_quantization == "none":
+            return RecipeDecision("none", "none", "", "fp32 asked for")
+        tag = QUANTIZATION_RECIPES[self.requested_quantization]
+        record = self.artifacts.fidelity(tag) if self.artifacts.graph_path(tag).is_file() else None
+        if record is None:
+            record = self._check(tag)
+        decision = self._decision_from(record)
+        if decision.in_effect == "none" and not record.passed:
+            logging.getLogger(__name__).warning("%s: the %s graph is not used on this CPU, fp32 serves instead: %s",
+                                                self.base_model_id, tag, record.reason)
+        return decision
+
+    def _decision_from(self, record: FidelityRecord) -> RecipeDecision:
+        tag = QUANTIZATION_RECIPES[self.requested_quantization]
+        if not record.passed:
+            return RecipeDecision(self.requested_quantization, "none", tag, record.reason + "; fp32 serves", record)
+        if self.purpose == "queries" and record.faster_for_queries() == "fp32":
+            return RecipeDecision(self.requested_quantization, "none", tag,
+                                  f"{record.reason}; fp32 embeds queries faster on this CPU "
+                                  f"({record.query_ms['fp32']:.1f} vs {record.query_ms['quantised']:.1f} ms)", record)
+        return RecipeDecision(self.requested_quantization, self.requested_quantization, tag, record.reason, record)
+
+    def _check(self, tag: str) -> FidelityRecord:
+        """Build fp32 and ``tag`` graphs if missing, embed the probe set with both (one at a time, and the candidate
+        in one padded batch too), time the short probe texts on each, and record the verdict for this CPU."""
+        start = time.perf_counter()
+        fp32_path = self.artifacts.ensure("", self.on_state)
+        candidate_path = self.artifacts.ensure(tag, self.on_state)
+        if self.on_state is not None:
+            self.on_state("checking")
+        tokenizer = self._make_tokenizer()
+        reference, candidate = _Graph(fp32_path, tokenizer, self.threads), _Graph(candidate_path, tokenizer, self.threads)
+        texts = list(PROBE_TEXTS)
+        truth = reference.vectors(texts, 1)
+        cosines = [float(c) for c in (candidate.vectors(texts, 1) * truth).sum(axis=1)]
+        cosines += [float(c) for c in (candidate.vectors(texts, len(texts)) * truth).sum(axis=1)]
+        mean, low, passed = judge(cosines)
+        short = [t for t in texts if len(t) < 60]
+        query_ms = {"fp32": timed_median_ms(lambda: reference.vectors(short, 1), 5),
+                    "quantised": timed_median_ms(lambda: candidate.vectors(short, 1), 5)}
+        query_ms = {name: round(ms / len(short), 2) for name, ms in query_ms.items()}
+        cpu = cpu_identity()
+        record = FidelityRecord(cpu_key=cpu.key, cpu=cpu.describe(), flags=list(cpu.flags), onnxruntime=cpu.onnxruntime,
+                                texts=len(texts), mean=round(mean, 5), min=round(low, 5), passed=passed,
+                                checked_at=now_iso(), seconds=round(time.perf_counter() - start, 2), query_ms=query_ms)
+        self.artifacts.record_fidelity(tag, record)
+        logging.getLogger(__name__).info("%s %s: %s", self.base_model_id, tag, record.reason)
+        return record
+
+    @property
+    def quantization(self) -> str:
+        """The quantisation in effect (``decision``): none or the requested one."""
+        return "none" if self.requested_quantization == "none" else self.decision.in_effect
+
+    @property
+    def model_id(self) -> str:
+        """The id of the vectors this embedder makes: the recipe in effect is part of it, so vectors of a graph that
+        failed its check (fp32 served instead) never mix with int8 ones."""
+        return document_model_id(self.model_path, self.quantization, self.bare_weight, self.prefix,
+                                 self.in_context_sentences)
+
+    @property
+    def backend(self) -> str:
+        """What actually embeds: onnx, onnx-int8, or torch (the fp32 fallback)."""
+        if self._torch is not None:
+            return "torch"
+        return "onnx" if self.quantization == "none" else f"onnx-{self.quantization}"
+
+    @property
+    def onnx_path(self) -> Path:
+        """The graph that runs."""
+        tag = QUANTIZATION_RECIPES[self.quantization]
+        return self.artifacts.graph_path(tag)
+
+    @property
+    def loaded(self) -> bool:
+        return self._graph is not None or self._torch is not None
+
+    def _make_tokenizer(self) -> Tokenizer:
+        tokenizer = Tokenizer.from_file(str(self.model_path / "tokenizer.json"))
+        tokenizer.enable_truncation(max_length=self.max_length)  # [CLS] and [SEP] included, as sentence-transformers
+        tokenizer.no_padding()
+        return tokenizer
+
+    def _load_onnx(self) -> None:
+        path = self.artifacts.ensure(QUANTIZATION_RECIPES[self.quantization], self.on_state)
+        if self.on_state is not None:
+            self.on_state("loading")
+        self._graph = _Graph(path, self._make_tokenizer(), self.threads)
+
+    def load(self) -> "OnnxEmbedder":
+        with self._lock:
+            if not self.loaded:
+                try:
+                    self._load_onnx()
+                except Exception as error:
+                    if not (self.torch_fallback and self.requested_quantization == "none"):
+                        raise
+                    logging.getLogger(__name__).warning("ONNX document encoder unavailable (%s); using torch", error)
+                    self._torch = Embedder(self.model_path, batch_size=32, torch_threads=self.torch_threads, dim=self.dim,
+                                           prefix=self.prefix)
+                    self._torch.load()
+        return self
+
+    def _embed_batch(self, encodings: list, out: np.ndarray, rows: list[int],
+                     spans: SentencePooling | None = None) -> None:
+        hidden, mask = self._graph.hidden(encodings, rows)
+        out[rows] = mean_pool(hidden, mask)
         if spans is not None:
             for row, i in enumerate(rows):
                 spans.pool(i, encodings[i], hidden[row])
@@ -594,7 +687,8 @@ class OnnxEmbedder:
                 raise RuntimeError(f"{self.model_id}: sentence vectors in context need the ONNX graph, and it could "
                                    "not be loaded (the torch fallback gives no token states)")
             return self._torch.embed(texts)
-        encodings = self._tokenizer.encode_batch([self.prefix + t for t in texts] if self.prefix else list(texts))
+        tokenizer = self._graph.tokenizer
+        encodings = tokenizer.encode_batch([self.prefix + t for t in texts] if self.prefix else list(texts))
         order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))  # longest first: little padding
         batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         out = np.empty((len(texts), self.dim), dtype=np.float32)
@@ -616,18 +710,19 @@ def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int
     Falls back to the sentence-transformers model (and says so in the log) if
     the fp32 ONNX graph cannot be exported or loaded, so serving never depends on it.
     ``quantization`` (settings ``query_quantization``, independent of the documents'): ``int8`` runs the
-    query through the int8 graph of the document recipe, whose vectors are within cosine ~0.99 of fp32;
+    query through the int8 graph of the document recipe where that graph passed its fidelity check on this
+    CPU and embeds queries faster than fp32 there (``OnnxEmbedder.decision``), else through the fp32 graph;
     it has no torch fallback (torch would give other vectors than the ones asked for), so a failure to
-    build it raises.  Query vectors are compared with the stored ones and never stored themselves.
+    build the graphs raises.  Query vectors are compared with the stored ones and never stored themselves.
     """
     if quantization != "none":
         if backend != "onnx":
             raise ConfigError("query_quantization", quantization, "needs query_encoder=onnx")
         return OnnxEmbedder(model_path, cache_dir, threads=threads, dim=dim, prefix=prefix,
-                            quantization=quantization).load()
+                            quantization=quantization, purpose="queries").load()
     if backend == "onnx":
         try:
-            return OnnxEmbedder(model_path, cache_dir, threads=threads, dim=dim, prefix=prefix).load()
+            return OnnxEmbedder(model_path, cache_dir, threads=threads, dim=dim, prefix=prefix, purpose="queries").load()
         except Exception as error:  # noqa: BLE001 - torch is always there to fall back on
             logging.getLogger(__name__).warning("ONNX query encoder unavailable (%s); using torch", error)
     return Embedder(model_path, batch_size=32, torch_threads=threads, dim=dim, prefix=prefix)
@@ -671,3 +766,46 @@ def document_embedder(settings, workers: int = 1, cache_dir: Path | None = None,
         torch_fallback=True, bare_weight=settings.bare_vector_weight, prefix=settings.embedding_passage_prefix,
         in_context_sentences=settings.in_context_sentences,
     )
+
+
+def prepare_embedders(settings: Settings, model_path: Path | None = None,
+                      on_state: Callable[[str], None] | None = None) -> dict[str, RecipeDecision]:
+    """Build the settings' model graphs in the per-user cache and check them on this CPU, as the document and the
+    query embedders will run them; returns each one's ``RecipeDecision``.  What ``make install`` runs
+    (``groundwork models prepare``), so a first ingest or ``groundwork serve`` finds everything made."""
+    decisions: dict[str, RecipeDecision] = {}
+    for purpose, encoder, quantization in (("documents", settings.document_encoder, settings.document_quantization),
+                                           ("queries", settings.query_encoder, settings.query_quantization)):
+        if encoder != "onnx":
+            decisions[purpose] = RecipeDecision("none", "none", "", f"{encoder} runs the model (no ONNX graph)")
+            continue
+        embedder = OnnxEmbedder(Path(model_path or settings.model_path), settings.models_cache_dir,
+                                quantization=quantization, purpose=purpose)
+        embedder.on_state = on_state
+        embedder.artifacts.ensure("", on_state)
+        decisions[purpose] = embedder.decision
+    return decisions
+
+
+def graph_status(settings: Settings, model_path: Path | None = None) -> dict[str, Any]:
+    """What the document and the query embedders run on this CPU, as far as it is known without building or
+    checking anything: ``groundwork status``, ``/api/knowledge/config`` and the console's Settings page."""
+    path = Path(model_path or settings.model_path)
+    cpu = cpu_identity()
+    status: dict[str, Any] = {"cache_dir": str(settings.models_cache_dir), "cpu": cpu.describe(), "cpu_key": cpu.key}
+    for purpose, encoder, quantization in (("documents", settings.document_encoder, settings.document_quantization),
+                                           ("queries", settings.query_encoder, settings.query_quantization)):
+        if encoder != "onnx" or quantization == "none":
+            status[purpose] = RecipeDecision(quantization, "none", "", "fp32 asked for").to_dict()
+            continue
+        try:
+            known = OnnxEmbedder(path, settings.models_cache_dir, quantization=quantization,
+                                 purpose=purpose).recorded_decision()
+        except Exception as error:  # noqa: BLE001 - a status page reports what it cannot read
+            status[purpose] = {"requested": quantization, "in_effect": None, "recipe": QUANTIZATION_RECIPES[quantization],
+                               "reason": f"cannot read the model cache: {error}", "fidelity": None}
+            continue
+        status[purpose] = known.to_dict() if known is not None else {
+            "requested": quantization, "in_effect": None, "recipe": QUANTIZATION_RECIPES[quantization],
+            "reason": "not checked on this CPU yet: the first embedding builds and checks the graph", "fidelity": None}
+    return status

@@ -119,4 +119,4 @@ def model_path_for(settings: Settings, model_id: str) -> Path | None:
 
 def finetuned_dir(settings: Settings) -> Path:
     """Where fine-tuned models live: ``<data_dir>/models/finetuned/<name>``, one folder each."""
-    return settings.models_cache_dir / "finetuned"
+    return settings.finetuned_models_dir

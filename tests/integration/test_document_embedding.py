@@ -6,11 +6,13 @@ Throughput is measured by bench/embed_throughput.py, never here.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from knowledge_store.config.embedding_models import QUANTIZATION_RECIPES
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import ConfigError
 from knowledge_store.models.embeddings import (
@@ -58,12 +60,14 @@ def test_model_id_changes_with_quantisation_but_not_with_the_fp32_runtime(model_
         document_model_id(model_path, "int4")
 
 
-def test_settings_choose_the_document_embedder(model_path, tmp_path):
-    onnx = document_embedder(Settings(data_dir=tmp_path, torch_threads=2))
+def test_settings_choose_the_document_embedder(model_path, tmp_path, onnx_cache):
+    onnx = document_embedder(Settings(data_dir=tmp_path, torch_threads=2, models_cache_dir=onnx_cache))
     assert isinstance(onnx, OnnxEmbedder) and onnx.parallel == 2 and onnx.threads == 1
-    assert onnx.cache_dir == tmp_path / "models" and not onnx.loaded  # lazy: a no-change sync never loads it
+    assert onnx.cache_dir == onnx_cache and not onnx.loaded  # lazy: a no-change sync never loads it
     assert onnx.model_id == model_id_for(model_path)
-    int8 = document_embedder(Settings(data_dir=tmp_path, document_quantization="int8"))
+    # graphs live in the per-user cache, not in the data dir
+    assert Settings(data_dir=tmp_path).models_cache_dir != tmp_path / "models"
+    int8 = document_embedder(Settings(data_dir=tmp_path, document_quantization="int8", models_cache_dir=onnx_cache))
     assert int8.model_id == document_model_id(model_path, "int8")
     torch = document_embedder(Settings(data_dir=tmp_path, document_encoder="torch", embed_batch_size=16))
     assert isinstance(torch, Embedder) and torch.batch_size == 16 and torch.model_id == onnx.model_id
@@ -91,14 +95,34 @@ def test_int8_vectors_are_close_to_fp32_but_not_the_same(embedder, model_path, o
     assert int8.onnx_path != OnnxEmbedder(model_path, onnx_cache).onnx_path and int8.onnx_path.is_file()
 
 
-def test_int8_queries_come_from_the_int8_graph_and_need_the_onnx_encoder(embedder, model_path, onnx_cache, tmp_path):
+def _time_queries_as(onnx_cache: Path, model_path: Path, fp32_ms: float, quantised_ms: float) -> None:
+    """Record, for this CPU, that the int8 graph passed its check and embedded the probe queries in these times."""
+    artifacts = OnnxEmbedder(model_path, onnx_cache, quantization="int8").artifacts
+    OnnxEmbedder(model_path, onnx_cache, quantization="int8").decision  # checked (and recorded) once
+    path = artifacts.fidelity_path(QUANTIZATION_RECIPES["int8"])
+    records = json.loads(path.read_text())
+    for record in records.values():
+        record["query_ms"] = {"fp32": fp32_ms, "quantised": quantised_ms}
+    path.write_text(json.dumps(records))
+
+
+def test_int8_queries_come_from_the_int8_graph_where_it_is_faster_and_need_the_onnx_encoder(
+        embedder, model_path, onnx_cache, tmp_path):
     queries = ["how do I reset the thermostat", "what does error E42 mean"]
+    _time_queries_as(onnx_cache, model_path, fp32_ms=20.0, quantised_ms=10.0)
     int8 = query_embedder(model_path, "onnx", onnx_cache, threads=1, quantization="int8")
     fp32 = query_embedder(model_path, "onnx", onnx_cache, threads=1)
     assert isinstance(int8, OnnxEmbedder) and int8.backend == "onnx-int8" and fp32.backend == "onnx"
     got, want = int8.embed(queries), embedder.embed(queries)
     assert (got * want).sum(axis=1).min() > 0.97 and _max_cos_gap(got, want) > 1e-4
     assert _max_cos_gap(fp32.embed(queries), want) < 1e-5
+    # where fp32 embeds queries faster (a CPU whose int8 kernels are slow), queries run fp32 and say why
+    _time_queries_as(onnx_cache, model_path, fp32_ms=10.0, quantised_ms=20.0)
+    slow_int8 = query_embedder(model_path, "onnx", onnx_cache, threads=1, quantization="int8")
+    assert slow_int8.backend == "onnx" and "fp32 embeds queries faster" in slow_int8.decision.reason
+    assert _max_cos_gap(slow_int8.embed(queries), want) < 1e-5
+    # documents keep the int8 graph either way: its speed on queries says nothing of batches
+    assert OnnxEmbedder(model_path, onnx_cache, quantization="int8").backend == "onnx-int8"
     with pytest.raises(ConfigError, match="query_quantization"):
         query_embedder(model_path, "torch", onnx_cache, threads=1, quantization="int8")
     with pytest.raises(ConfigError, match="query_quantization"):
@@ -109,8 +133,7 @@ def test_int8_query_vectors_never_embed_fp32_documents(model_path, onnx_cache, t
     """The engine reuses its loaded query embedder for ingestion only when both are fp32."""
     from knowledge_store.retrieval.engine import RetrievalEngine
 
-    (tmp_path / "models").symlink_to(onnx_cache)  # the module's export, not a second one
-    engine = RetrievalEngine(Settings(data_dir=tmp_path, query_quantization="int8"))
+    engine = RetrievalEngine(Settings(data_dir=tmp_path, query_quantization="int8", models_cache_dir=onnx_cache))
     documents = engine.documents_embedder()
     assert documents.model_id == model_id_for(model_path) and documents.quantization == "none"
     assert engine.embedder is not documents
@@ -148,7 +171,7 @@ def _counting_syncs(monkeypatch, onnx_cache: Path, tmp_path: Path) -> list:
     import knowledge_store.ingest.run as run_module
     from tests.helpers import CountingEmbedder
 
-    monkeypatch.setattr(Settings, "models_cache_dir", property(lambda self: onnx_cache))  # share the module's export
+    monkeypatch.setenv("GROUNDWORK_MODELS_CACHE_DIR", str(onnx_cache))  # share the module's export
     made: list = []
 
     def counting(settings, workers=1, cache_dir=None, model_path=None):  # what run_sync builds from the settings, counted

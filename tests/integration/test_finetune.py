@@ -154,7 +154,7 @@ def test_kill_during_training_or_reembedding_leaves_the_served_snapshot_and_the_
     before = rankings(corpus, embedder)
     _kill_when(corpus, "fine-tune step 1/", "--budget", "60")
     assert read_pointer(corpus.index_dir) == served
-    finetuned = corpus.models_cache_dir / "finetuned"
+    finetuned = corpus.finetuned_models_dir
     assert not any(p.is_dir() and not p.name.startswith(".") for p in finetuned.glob("*"))  # no half model
     assert same_rankings(rankings(corpus, embedder), before)
     assert load_record(corpus.index_dir) is None  # nothing decided

@@ -71,7 +71,7 @@ def test_the_adopted_model_serves_only_while_it_fits_the_settings(tmp_path):
     base = _fake_model(tmp_path / "base")
     settings = Settings(data_dir=tmp_path / "data", model_path=base, embedding_dim=384)
     assert serving_model_path(settings) == base and load_record(settings.index_dir) is None
-    tuned = _fake_model(settings.models_cache_dir / "finetuned" / "base-ft-abc-123", b"y" * 11)
+    tuned = _fake_model(settings.finetuned_models_dir / "base-ft-abc-123", b"y" * 11)
     save_record(settings.index_dir, EmbedderRecord(base_model_id=model_id_for(base), model_path=str(tuned),
                                                    model_id=model_id_for(tuned)))
     assert serving_model_path(settings) == tuned
@@ -95,7 +95,7 @@ def test_a_damaged_record_is_named_and_the_base_model_serves(tmp_path):
 def test_model_ids_lead_back_to_their_folders(tmp_path):
     base = _fake_model(tmp_path / "base")
     settings = Settings(data_dir=tmp_path / "data", model_path=base, embedding_dim=384)
-    tuned = _fake_model(settings.models_cache_dir / "finetuned" / "base-ft-abc-123", b"y" * 11)
+    tuned = _fake_model(settings.finetuned_models_dir / "base-ft-abc-123", b"y" * 11)
     assert model_path_for(settings, model_id_for(base)) == base
     assert model_path_for(settings, model_id_for(base) + "+int8+bare0.5") == base
     assert model_path_for(settings, model_id_for(tuned)) == tuned

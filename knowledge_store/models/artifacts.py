@@ -1,0 +1,442 @@
+"""The ONNX graphs of an embedding model: built once per machine, shared by every data dir, checked on each CPU.
+
+Exporting all-mpnet-base-v2 to ONNX and quantising it takes a minute or two; doing it once per data dir (as a
+``<data_dir>/models`` folder did) made every new corpus pay for it, and made ``groundwork serve`` on a fresh data dir
+wait for it.  The graphs depend only on the model's weights, the export code and ONNX Runtime's quantiser, so
+they live in one per-user cache (``settings.models_cache_dir``, default ``~/.cache/groundwork/models``), laid out
+by what they depend on (``config.settings.default_models_cache_dir``)::
+
+    <cache>/<model name>-<sha256 of the weights, 16 hex>/onnxruntime-<version>/
+        fp32.<export revision>.onnx                       the model as exported (vectors = torch's)
+        <recipe tag>.<export revision>.onnx               a quantised graph (QUANTIZATION_RECIPES)
+        <recipe tag>.<export revision>.fidelity.json      its fidelity, measured per CPU (FidelityRecord)
+        .lock                                             one builder at a time, across processes
+
+Every file is written to a temporary name and renamed: a kill leaves the old file or none, never half of one.
+
+**Why a quantised graph is checked on every CPU that runs it.**  ONNX Runtime's dynamic int8 runs other
+kernels on other CPUs: with signed 8-bit weights on an x86 CPU with AVX2 but no VNNI, its u8 x s8 kernel
+adds pairs of products in 16 bits, which saturates, and the vectors become noise (cosine -0.05 to 0.18 with
+the model's, measured on an AMD EPYC) while the same file is right on a CPU with VNNI.  A graph is therefore
+never trusted on a CPU it was not checked on: ``FidelityCheck`` embeds a fixed probe set (short and long texts,
+one at a time and in a padded batch) with the fp32 graph and the candidate, and the candidate serves only when
+the cosines reach ``FIDELITY_MIN_MEAN`` on average and ``FIDELITY_MIN`` on every text.  The verdict is kept
+per CPU (``cpu_identity``: model name, the instruction-set flags the kernels dispatch on, ONNX Runtime's
+version) in the graph's fidelity file, so the check runs once per CPU kind, not per process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from knowledge_store.core.errors import GroundworkError
+from knowledge_store.core.files import exclusive_lock, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+# ONNX export revision: part of every graph's file name, so a changed export is never confused with another
+# file in the cache.  "eager1": attention exported in its eager form, which ONNX Runtime runs 1.1-1.3x
+# faster than an SDPA export; same vectors.
+ONNX_EXPORT_REVISION = "eager1"
+
+# The fidelity gate: a quantised graph serves only if its vectors of the probe set have at least this cosine
+# with the fp32 graph's on average and on every single text (one at a time and batched).  A right int8
+# graph reaches 0.993 / 0.981 on the probe set; a saturating one is far below (cosine -0.05 to 0.18).
+FIDELITY_MIN_MEAN = 0.99
+FIDELITY_MIN = 0.98
+
+# The probe set: what the product embeds, in the shapes that matter to quantised kernels - a one-word text,
+# an identifier, short questions, a table row, code, and passages up to and past the model's window - so a
+# kernel that fails on short or long inputs, or on padding in a batch, shows here.
+PROBE_TEXTS: tuple[str, ...] = (
+    "Pump",
+    "ASSET-1042",
+    "what does error E42 mean",
+    "how do I get the pump ready to run",
+    "Does the thermostat need a C-wire?",
+    "| E47 | No contact with the Hub for more than 15 minutes | See the offline steps |",
+    "def embed(texts):\n    return model.encode(texts, normalize_embeddings=True)",
+    "E42 means the thermostat lost contact with the HVAC controller for more than 60 seconds. Check the C-wire "
+    "and the fuse on the controller board, then power-cycle the unit before you call support.",
+    "The pump P-100 needs priming before start: open the vent valve and fill the casing with water, then close "
+    "the valve and press start. Never run it dry; a dry start damages the mechanical seal within seconds.",
+    "Each API client may send 10 requests per second with bursts of up to 20. Requests above the limit are "
+    "answered with 429 Too Many Requests and a Retry-After header giving the number of seconds to wait.",
+    "Read the pre-charge pressure at the gas valve with a calibrated gauge: it must be 1.0 bar, plus or minus "
+    "0.1 bar. Recharge with nitrogen if it is low. Look for corrosion, bulges and weeping welds on the shell, "
+    "and record the wall thickness at the four marked points. Open the isolation valve again and refill the "
+    "system to 1.5 bar.",
+    " ".join((
+        "Dynamic quantisation stores the weights of every matrix multiplication in eight bits and quantises",
+        "the activations on the fly, one scale per tensor, which keeps the model's size and most of its",
+        "speed gain without calibration data. Its error grows with outliers: a few hidden dimensions of a",
+        "transformer carry values far larger than the rest, and a single scale per tensor spends most of",
+        "its range on them. The feed-forward output projections, whose inputs come straight from the GELU,",
+        "have the largest outliers, which is why recipes keep them in floating point. A text long enough to",
+        "fill the window exercises every position embedding and the softmax over hundreds of keys, where",
+        "rounding errors add up across layers; short texts exercise the opposite end, where one token's",
+        "error is the whole vector.",
+    ) * 4),
+)
+
+
+class ModelArtifactError(GroundworkError):
+    """A model graph cannot be built or read (export, quantisation, or the cache folder itself)."""
+
+
+# ----------------------------------------------------------------------------------------------- the CPU
+
+# the x86 instruction-set flags ONNX Runtime's kernels choose their code by (MLAS dispatch); a CPU with
+# the same model name and flags runs the same kernels
+_DISPATCH_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+                   "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16", "asimd", "asimddp", "i8mm")
+
+
+@dataclass(frozen=True)
+class CpuIdentity:
+    """What decides which kernels run a graph: the CPU's model name and dispatch flags, and ONNX Runtime's version."""
+
+    model: str
+    flags: tuple[str, ...]
+    onnxruntime: str
+
+    @property
+    def key(self) -> str:
+        text = json.dumps([self.model, self.flags, self.onnxruntime, platform.machine()])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def has_vnni(self) -> bool:
+        return "avx512_vnni" in self.flags or "avx_vnni" in self.flags
+
+    def describe(self) -> str:
+        shown = [f for f in self.flags if f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "asimddp")]
+        return f"{self.model} ({', '.join(shown) or 'no AVX2'})"
+
+
+def _read_cpuinfo() -> tuple[str, tuple[str, ...]]:
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return model, ()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        name = name.strip()
+        if name == "model name" and value.strip():
+            model = value.strip()
+        elif name in ("flags", "Features"):
+            flags.update(value.split())
+    return model, tuple(f for f in _DISPATCH_FLAGS if f in flags)
+
+
+_CPU: CpuIdentity | None = None
+
+
+def cpu_identity() -> CpuIdentity:
+    """This machine's ``CpuIdentity`` (read once per process)."""
+    global _CPU
+    if _CPU is None:
+        import onnxruntime  # noqa: PLC0415 - ONNX Runtime, ~0.2 s to import
+
+        model, flags = _read_cpuinfo()
+        _CPU = CpuIdentity(model, flags, onnxruntime.__version__)
+    return _CPU
+
+
+# ----------------------------------------------------------------------------------------- fidelity
+
+@dataclass
+class FidelityRecord:
+    """One quantised graph's check on one CPU: the probe set's cosines with the fp32 graph and the verdict."""
+
+    cpu_key: str
+    cpu: str
+    flags: list[str]
+    onnxruntime: str
+    texts: int
+    mean: float
+    min: float
+    passed: bool
+    checked_at: str
+    seconds: float
+    min_mean: float = FIDELITY_MIN_MEAN
+    min_each: float = FIDELITY_MIN
+    # per-text query latency of the fp32 and the quantised graph on this CPU (ms, median), measured with the
+    # check: which graph embeds queries faster here (``faster_for_queries``)
+    query_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def reason(self) -> str:
+        verdict = "passed" if self.passed else "FAILED"
+        return (f"fidelity {verdict} on {self.cpu}: cosine to fp32 mean {self.mean:.4f} (needs {self.min_mean}), "
+                f"min {self.min:.4f} (needs {self.min_each}) over {self.texts} probe texts")
+
+    def faster_for_queries(self) -> str | None:
+        """``fp32`` or ``quantised``: which graph embedded the probe queries faster on this CPU (None: not timed)."""
+        fp32, quantised = self.query_ms.get("fp32"), self.query_ms.get("quantised")
+        if fp32 is None or quantised is None:
+            return None
+        return "quantised" if quantised < fp32 else "fp32"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def judge(cosines: list[float]) -> tuple[float, float, bool]:
+    """(mean, min, passed) of the probe cosines under the gate's thresholds."""
+    mean, low = sum(cosines) / len(cosines), min(cosines)
+    return mean, low, bool(mean >= FIDELITY_MIN_MEAN and low >= FIDELITY_MIN)
+
+
+# -------------------------------------------------------------------------------------- the graphs
+
+def weights_sha256(model_path: Path, cache_dir: Path) -> str:
+    """The SHA-256 of the model's weights (and configuration), remembered per (file, size, mtime) in
+    ``<cache>/fingerprints.json``: hashing mpnet's 438 MB takes about a second, once per installed copy."""
+    model_path = Path(model_path).resolve()
+    files = [model_path / n for n in ("config.json", "modules.json", "sentence_bert_config.json", "tokenizer.json",
+                                      "model.safetensors", "pytorch_model.bin") if (model_path / n).is_file()]
+    if not files:
+        raise ModelArtifactError(f"{model_path}: no model files to fingerprint")
+    stamp = [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    book = Path(cache_dir) / "fingerprints.json"
+    try:
+        known = json.loads(book.read_text())
+    except (OSError, ValueError):
+        known = {}
+    entry = known.get(str(model_path)) if isinstance(known, dict) else None
+    if isinstance(entry, dict) and entry.get("stamp") == stamp:
+        return entry["sha256"]
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode())
+        with open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+    value = digest.hexdigest()
+    if not isinstance(known, dict):
+        known = {}
+    known[str(model_path)] = {"stamp": stamp, "sha256": value}
+    try:
+        write_json_atomic(book, known)
+    except OSError as error:  # a read-only cache still serves; the hash is recomputed next time
+        log.warning("cannot remember the model fingerprint in %s (%s)", book, error)
+    return value
+
+
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _thread_lock(folder: Path) -> threading.Lock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(str(folder), threading.Lock())
+
+
+# What a quantisation recipe is, by its tag (``config.embedding_models.QUANTIZATION_RECIPES`` maps the setting's
+# values to tags).  ``keep_fp32``: MatMul nodes (by name) left in fp32.
+@dataclass(frozen=True)
+class QuantisationRecipe:
+    tag: str
+    description: str
+    weight_type: str  # "QInt8" | "QUInt8"
+    per_channel: bool
+    reduce_range: bool
+    keep_fp32: str  # regular expression over MatMul node names
+
+
+# Dynamic int8 with signed 7-bit weights (``reduce_range``): u8 x s7 products summed in pairs fit 16 bits, so
+# the AVX2 kernel (no VNNI) cannot saturate, and VNNI CPUs run the same fast u8 x s8 kernel as with 8-bit
+# weights.  Per-channel weight scales; each layer's feed-forward output projection, whose post-GELU inputs
+# have the outliers int8 handles worst, stays fp32.
+RECIPES: dict[str, QuantisationRecipe] = {
+    "onnx-int8-dyn-pc2-rr": QuantisationRecipe(
+        tag="onnx-int8-dyn-pc2-rr",
+        description="dynamic int8, signed 7-bit per-channel weights (reduce_range), feed-forward outputs in fp32",
+        weight_type="QInt8", per_channel=True, reduce_range=True, keep_fp32=r"/layer\.\d+/output/dense/MatMul$"),
+}
+
+
+class ModelArtifacts:
+    """The graphs of one model in the per-user cache: where they are, building them once, and their checks."""
+
+    def __init__(self, model_path: Path, cache_dir: Path) -> None:
+        import onnxruntime  # noqa: PLC0415 - ONNX Runtime, ~0.2 s to import
+
+        self.model_path = Path(model_path)
+        self.cache_dir = Path(cache_dir)
+        name = self.model_path.name if self.model_path.name != "model" else self.model_path.parent.name
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ModelArtifactError(f"the model cache {self.cache_dir} cannot be created ({error}); set "
+                                     "GROUNDWORK_MODELS_CACHE_DIR to a writable folder") from error
+        digest = weights_sha256(self.model_path, self.cache_dir)
+        self.folder = self.cache_dir / f"{name}-{digest[:16]}" / f"onnxruntime-{onnxruntime.__version__}"
+        self.state = "idle"  # what ``ensure`` is doing: idle | exporting | quantising (read by progress reports)
+
+    @property
+    def fp32_path(self) -> Path:
+        return self.folder / f"fp32.{ONNX_EXPORT_REVISION}.onnx"
+
+    def graph_path(self, tag: str) -> Path:
+        """The graph of recipe ``tag`` ("" = the fp32 export)."""
+        return self.fp32_path if not tag else self.folder / f"{tag}.{ONNX_EXPORT_REVISION}.onnx"
+
+    def fidelity_path(self, tag: str) -> Path:
+        return self.folder / f"{tag}.{ONNX_EXPORT_REVISION}.fidelity.json"
+
+    def _lock(self):
+        return exclusive_lock(self.folder / ".lock", _thread_lock(self.folder))
+
+    def ensure(self, tag: str = "", on_state: Callable[[str], None] | None = None) -> Path:
+        """The graph of recipe ``tag`` ("" = fp32), exported and quantised first if missing (one process at a
+        time; another waiting process finds the files made)."""
+        target = self.graph_path(tag)
+        if target.is_file() and self.fp32_path.is_file():
+            return target
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with self._lock():
+            if not self.fp32_path.is_file():
+                self._set_state("exporting", on_state)
+                export_fp32(self.model_path, self.fp32_path)
+            if tag and not target.is_file():
+                self._set_state("quantising", on_state)
+                quantise(self.fp32_path, target, RECIPES[tag])
+                self.fidelity_path(tag).unlink(missing_ok=True)  # a new graph has not been checked anywhere
+            self._set_state("idle", on_state)
+        return target
+
+    def _set_state(self, state: str, on_state: Callable[[str], None] | None) -> None:
+        self.state = state
+        if on_state is not None:
+            on_state(state)
+        if state != "idle":
+            log.info("%s: %s %s", self.model_path.name, state, self.folder)
+
+    def fidelity(self, tag: str, cpu: CpuIdentity | None = None) -> FidelityRecord | None:
+        """The recorded check of recipe ``tag``'s graph on ``cpu`` (default this one), None if never checked there."""
+        cpu = cpu or cpu_identity()
+        try:
+            records = json.loads(self.fidelity_path(tag).read_text())
+            found = records.get(cpu.key)
+            return FidelityRecord(**found) if isinstance(found, dict) else None
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def record_fidelity(self, tag: str, record: FidelityRecord) -> None:
+        path = self.fidelity_path(tag)
+        with self._lock():
+            try:
+                records = json.loads(path.read_text())
+                if not isinstance(records, dict):
+                    records = {}
+            except (OSError, ValueError):
+                records = {}
+            records[record.cpu_key] = record.to_dict()
+            write_json_atomic(path, records)
+
+    def describe(self) -> dict[str, Any]:
+        return {"folder": str(self.folder), "fp32": self.fp32_path.is_file(),
+                "quantised": {tag: self.graph_path(tag).is_file() for tag in RECIPES}}
+
+
+def export_fp32(model_path: Path, target: Path) -> None:
+    """Export the transformer of a sentence-transformers folder to ONNX (its last hidden state; pooling and
+    normalisation stay in numpy), written to a temporary file and renamed to ``target``."""
+    import torch  # noqa: PLC0415 - torch, ~1.5 s to import
+    from transformers import AutoModel, AutoTokenizer  # noqa: PLC0415 - transformers, ~0.7 s to import
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
+    model = AutoModel.from_pretrained(str(model_path), local_files_only=True, attn_implementation="eager").eval()
+    sample = tokenizer(["export sample"], return_tensors="pt")
+    # BERT-like models (MiniLM) take token type ids, MPNet does not: the graph takes what the tokenizer gives
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in sample]
+
+    class LastHiddenState(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *tensors):
+            return self.inner(**dict(zip(names, tensors))).last_hidden_state
+
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    axes = {0: "batch", 1: "tokens"}
+    try:
+        with torch.no_grad():
+            torch.onnx.export(
+                LastHiddenState(model), tuple(sample[n] for n in names), str(tmp),
+                input_names=names, output_names=["last_hidden_state"],
+                dynamic_axes={**{n: axes for n in names}, "last_hidden_state": axes},
+                opset_version=17, dynamo=False,
+            )
+        os.replace(tmp, target)
+    except Exception as error:
+        tmp.unlink(missing_ok=True)
+        raise ModelArtifactError(f"{model_path}: ONNX export failed ({type(error).__name__}: {error})") from error
+
+
+def quantise(fp32_path: Path, target: Path, recipe: QuantisationRecipe) -> None:
+    """Quantise the fp32 graph with ``recipe`` (ONNX Runtime's dynamic quantiser) into ``target``, atomically."""
+    import onnx  # noqa: PLC0415 - ONNX, ~0.2 s to import; only to quantise an export once
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415 - ONNX Runtime, ~0.4 s
+
+    pattern = re.compile(recipe.keep_fp32)
+    keep_fp32 = [node.name for node in onnx.load(str(fp32_path), load_external_data=False).graph.node
+                 if node.op_type == "MatMul" and pattern.search(node.name)]
+    if not keep_fp32:  # the recipe names nodes of this export; another export needs another recipe tag
+        raise ModelArtifactError(f"{fp32_path.name}: no MatMul matches {recipe.keep_fp32!r} to keep in fp32 "
+                                 f"(recipe {recipe.tag} does not fit this export)")
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    quiet = _DropPreprocessingAdvice()
+    logging.getLogger().addFilter(quiet)  # the quantiser logs "consider pre-processing" on the root logger
+    try:
+        quantize_dynamic(
+            str(fp32_path), str(tmp), weight_type=getattr(QuantType, recipe.weight_type), per_channel=recipe.per_channel,
+            reduce_range=recipe.reduce_range, op_types_to_quantize=["MatMul"], nodes_to_exclude=keep_fp32,
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+        )
+        os.replace(tmp, target)
+    except Exception as error:
+        tmp.unlink(missing_ok=True)
+        raise ModelArtifactError(f"{fp32_path.name}: quantisation {recipe.tag} failed ({error})") from error
+    finally:
+        logging.getLogger().removeFilter(quiet)
+
+
+class _DropPreprocessingAdvice(logging.Filter):
+    """Drops ONNX Runtime's quantiser advice to pre-process the model (shape inference for static
+    quantisation; a dynamic recipe does not use it), which a user would read as a problem."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def timed_median_ms(run: Callable[[], Any], repeats: int) -> float:
+    """The median wall time of ``run`` in ms over ``repeats`` calls (after one untimed call)."""
+    run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - start) * 1000)
+    times.sort()
+    return times[len(times) // 2]

@@ -1,0 +1,158 @@
+"""The model's ONNX graphs: built once per machine in the per-user cache, and a quantised graph serves only where it
+passed its fidelity check on the CPU that runs it (``models.artifacts``, ``OnnxEmbedder.decision``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from knowledge_store.config.embedding_models import QUANTIZATION_RECIPES
+from knowledge_store.config.settings import Settings
+from knowledge_store.models import artifacts as artifacts_module
+from knowledge_store.models.artifacts import FIDELITY_MIN, FIDELITY_MIN_MEAN, PROBE_TEXTS, ModelArtifacts, cpu_identity
+from knowledge_store.models.embeddings import OnnxEmbedder, graph_status, model_id_for
+
+pytestmark = pytest.mark.slow
+INT8 = QUANTIZATION_RECIPES["int8"]
+
+
+@pytest.fixture(scope="module")
+def built_cache(tmp_path_factory, model_path: Path) -> Path:
+    """A model cache holding the suite model's fp32 and int8 graphs, built once for the module (no check yet)."""
+    cache = tmp_path_factory.mktemp("model-cache")
+    artifacts = ModelArtifacts(model_path, cache)
+    artifacts.ensure(INT8)
+    artifacts.fidelity_path(INT8).unlink(missing_ok=True)
+    return cache
+
+
+def _copy_cache(source: Path, target: Path) -> Path:
+    """A private copy of ``source`` (hard links: the graphs are only ever replaced, never written in place)."""
+    for path in source.rglob("*"):
+        destination = target / path.relative_to(source)
+        if path.is_dir():
+            destination.mkdir(parents=True, exist_ok=True)
+        elif path.suffix != ".json" or path.name == "fingerprints.json":
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            destination.hardlink_to(path)
+    return target
+
+
+def _break_graph(graph: Path) -> None:
+    """Replace ``graph`` by the fp32 export with its word embeddings scrambled: a graph that loads and runs, and
+    whose vectors are not the model's (as a saturating int8 kernel's are not)."""
+    import onnx
+    from onnx import numpy_helper
+
+    fp32 = graph.with_name(graph.name.replace(INT8, "fp32"))
+    model = onnx.load(str(fp32))
+    largest = max(model.graph.initializer, key=lambda t: int(np.prod(t.dims)))
+    values = numpy_helper.to_array(largest).copy()
+    np.random.default_rng(0).shuffle(values)
+    largest.CopyFrom(numpy_helper.from_array(values, largest.name))
+    graph.unlink()
+    onnx.save(model, str(graph))
+
+
+def test_the_quantised_graph_passes_its_fidelity_check_on_this_cpu(built_cache, tmp_path, model_path, embedder):
+    cache = _copy_cache(built_cache, tmp_path / "cache")
+    int8 = OnnxEmbedder(model_path, cache, quantization="int8")
+    decision = int8.decision
+    assert decision.in_effect == "int8" and decision.fidelity.passed, decision.reason
+    assert decision.fidelity.mean >= FIDELITY_MIN_MEAN and decision.fidelity.min >= FIDELITY_MIN
+    assert decision.fidelity.cpu_key == cpu_identity().key and decision.fidelity.texts == len(PROBE_TEXTS)
+    assert int8.model_id == f"{model_id_for(model_path)}+{INT8}"
+    # the served vectors against the plain sentence-transformers model, one at a time and batched
+    reference = embedder.embed(list(PROBE_TEXTS))
+    cosines = np.concatenate([(int8.embed(list(PROBE_TEXTS)) * reference).sum(axis=1),
+                              [float(int8.embed([t])[0] @ r) for t, r in zip(PROBE_TEXTS, reference)]])
+    assert cosines.mean() >= FIDELITY_MIN_MEAN and cosines.min() >= FIDELITY_MIN, cosines
+
+
+def test_a_graph_that_fails_its_fidelity_check_is_not_used_and_fp32_serves(built_cache, tmp_path, model_path, embedder):
+    cache = _copy_cache(built_cache, tmp_path / "cache")
+    artifacts = ModelArtifacts(model_path, cache)
+    _break_graph(artifacts.graph_path(INT8))
+
+    documents = OnnxEmbedder(model_path, cache, quantization="int8")
+    decision = documents.decision
+    assert decision.in_effect == "none" and not decision.fidelity.passed
+    assert "FAILED" in decision.reason and "fp32 serves" in decision.reason
+    assert decision.fidelity.mean < FIDELITY_MIN_MEAN
+    # its vectors are fp32's, under fp32's id: never mixed with int8 vectors made where the graph is right
+    assert documents.model_id == model_id_for(model_path) and documents.backend == "onnx"
+    assert documents.onnx_path == artifacts.fp32_path
+    vectors = documents.embed(["what does error E42 mean", "Pump"])
+    assert np.allclose((vectors * embedder.embed(["what does error E42 mean", "Pump"])).sum(axis=1), 1.0, atol=1e-4)
+
+    # the verdict is recorded for this CPU: the next process reads it instead of checking again
+    recorded = json.loads(artifacts.fidelity_path(INT8).read_text())
+    assert recorded[cpu_identity().key]["passed"] is False
+    again = OnnxEmbedder(model_path, cache, quantization="int8", purpose="queries")
+    again._check = lambda tag: pytest.fail("checked again although this CPU's verdict is recorded")
+    assert again.decision.in_effect == "none"
+
+    # status pages say why, without building anything
+    settings = Settings(data_dir=tmp_path / "data", models_cache_dir=cache, document_quantization="int8",
+                        query_quantization="int8")
+    status = graph_status(settings)
+    assert status["documents"]["in_effect"] == "none" and "FAILED" in status["documents"]["reason"]
+
+
+def test_a_verdict_recorded_on_another_cpu_is_not_trusted_here(built_cache, tmp_path, model_path):
+    cache = _copy_cache(built_cache, tmp_path / "cache")
+    artifacts = ModelArtifacts(model_path, cache)
+    _break_graph(artifacts.graph_path(INT8))
+    elsewhere = {"cpu_key": "another-cpu", "cpu": "a CPU with VNNI", "flags": ["avx512_vnni"], "onnxruntime": "x",
+                 "texts": 12, "mean": 0.995, "min": 0.99, "passed": True, "checked_at": "2026-01-01T00:00:00+00:00",
+                 "seconds": 1.0}
+    artifacts.fidelity_path(INT8).write_text(json.dumps({"another-cpu": elsewhere}))
+
+    decision = OnnxEmbedder(model_path, cache, quantization="int8").decision
+    assert decision.in_effect == "none" and decision.fidelity.cpu_key == cpu_identity().key
+    recorded = json.loads(artifacts.fidelity_path(INT8).read_text())
+    assert set(recorded) == {"another-cpu", cpu_identity().key}  # both verdicts kept, each for its own CPU
+
+
+def test_graphs_are_built_once_per_machine_and_shared_by_every_data_dir(built_cache, tmp_path, model_path, monkeypatch):
+    cache = _copy_cache(built_cache, tmp_path / "cache")
+    first = Settings(data_dir=tmp_path / "one", models_cache_dir=cache, document_quantization="int8")
+    second = Settings(data_dir=tmp_path / "two", models_cache_dir=cache, document_quantization="int8")
+    one = OnnxEmbedder(model_path, first.models_cache_dir, quantization="int8").load()
+    assert one.loaded and one.quantization == "int8"
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("exported again although the machine's cache holds the graph")
+
+    monkeypatch.setattr(artifacts_module, "export_fp32", no_export)
+    monkeypatch.setattr(artifacts_module, "quantise", no_export)
+    two = OnnxEmbedder(model_path, second.models_cache_dir, quantization="int8").load()
+    assert two.onnx_path == one.onnx_path and two.embed(["Pump"]).shape == (1, one.dim)
+    for data_dir in (first.data_dir, second.data_dir):
+        assert not list(Path(data_dir).rglob("*.onnx"))
+
+
+def test_a_missing_graph_is_built_atomically_under_the_cache_lock(tmp_path, model_path, monkeypatch):
+    cache = tmp_path / "cache"
+    artifacts = ModelArtifacts(model_path, cache)
+    states: list[str] = []
+
+    def failing_export(model, target):
+        Path(target).with_name(f".{Path(target).name}.tmp-left").write_text("half")
+        raise artifacts_module.ModelArtifactError("export interrupted")
+
+    monkeypatch.setattr(artifacts_module, "export_fp32", failing_export)
+    with pytest.raises(artifacts_module.ModelArtifactError, match="export interrupted"):
+        artifacts.ensure("", states.append)
+    assert not artifacts.fp32_path.exists() and states == ["exporting"]
+    monkeypatch.undo()
+    assert artifacts.ensure("", states.append) == artifacts.fp32_path and artifacts.fp32_path.is_file()
+    assert states[-1] == "idle" and "exporting" in states
+    # the folder names what the graphs depend on: the weights' digest and ONNX Runtime's version
+    import onnxruntime
+
+    assert artifacts.folder.name == f"onnxruntime-{onnxruntime.__version__}"
+    assert artifacts.folder.parent.parent == cache
