@@ -11,7 +11,7 @@ from knowledge_store.core.progress import install_terminal_progress
 from pipelines.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, NOTEBOOK_ASSETS, EvaluationResource
 from pipelines.finetuning import FINETUNE_JOB_NAME, FINETUNING_ASSETS, FINETUNING_CHECKS, build_finetune_sensor
 from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
-from pipelines.maintenance import MAINTENANCE_ASSETS, query_log_retention_daily, purge_query_log_job
+from pipelines.maintenance import MAINTENANCE_ASSETS, purge_query_log_job, query_log_retention_daily
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource, RetrievalResource
 from pipelines.sensors import INGEST_JOB_NAME, build_failure_sensor, build_schedule, build_sensor
 from pipelines.sources import SOURCE_ASSETS, SYNC_SOURCE_JOB_NAME, build_source_registry_sensor
