@@ -899,10 +899,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``groundwork serve`` and ``dagster dev`` side by side, stopped together (``app.launcher``): what
     ``make run`` starts.  The options reach both through the environment (the Dagster project reads the data
     dir from it too)."""
-    if args.stop_timeout <= 0:
+    if not args.stop_timeout > 0:  # NaN too
         raise ConfigError("--stop-timeout", args.stop_timeout, "must be more than 0 seconds")
     commands = workbench_commands(Path(args.workspace), args.dagster_host, args.dagster_port)
-    if args.data_dir:  # the code servers of dagster dev run in the workspace's directory, not in this one
+    if args.data_dir:  # absolute: every process they start reads the same folder, whatever its working directory
         args.data_dir = str(Path(args.data_dir).resolve())
     _options_to_environment(args)
     return run_together(commands, args.stop_timeout)

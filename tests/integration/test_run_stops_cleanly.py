@@ -35,14 +35,15 @@ import json, sys
 from knowledge_store.app.launcher import Command, run_together
 sys.exit(run_together([Command(name, argv) for name, argv in json.loads(sys.argv[1])], float(sys.argv[2])))
 """
-# A stand-in command: starts one grandchild like itself; on SIGINT both exit 0 (the parent after its grandchild),
-# unless IGNORE_SIGINT is set, then neither reacts; EXIT_AFTER=N: the parent exits with status N after a second
+# A stand-in command (SOURCE is its own text, prepended by _stand_in): starts one grandchild like itself; on SIGINT
+# both exit 0 (the parent after its grandchild), unless IGNORE_SIGINT is set, then neither reacts; EXIT_AFTER=N: the
+# parent exits with status N after a second
 STAND_IN = """
 import os, signal, subprocess, sys, time
 if os.environ.get("IGNORE_SIGINT"):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 if len(sys.argv) == 1:
-    grandchild = subprocess.Popen([sys.executable, "-c", sys.argv[0] if sys.argv[0] != "-c" else SOURCE, "leaf"])
+    grandchild = subprocess.Popen([sys.executable, "-c", SOURCE, "leaf"])
     if not os.environ.get("IGNORE_SIGINT"):
         signal.signal(signal.SIGINT, lambda *_: (grandchild.wait(), sys.exit(0)))
     if os.environ.get("EXIT_AFTER"):
