@@ -12,6 +12,7 @@
     groundwork adapt [--labels FILE] [--dry-run] [--json] | --reset
     groundwork notebook alpha_sweep -p dataset DIR -p alphas '[0, 0.5, 1]'
     groundwork serve [--host 127.0.0.1] [--port 8080]
+    groundwork run [--port 8080] [--dagster-host 127.0.0.1] [--dagster-port 3000] [--workspace workspace.yaml]
     groundwork mcp
     groundwork models prepare|status [--model NAME] [--json]
     groundwork sample-corpus DIR
@@ -37,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from knowledge_store.app.launcher import DEFAULT_STOP_TIMEOUT_S, run_together, workbench_commands
 from knowledge_store.app.status import store_status
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import ConfigError, GroundworkError
@@ -868,14 +870,19 @@ def cmd_notebook(args: argparse.Namespace) -> int:
     return 0
 
 
+def _options_to_environment(args: argparse.Namespace) -> None:
+    """Put the command's setting options into this process's environment (``GROUNDWORK_*``), for the processes
+    it starts; the settings are checked first, so a bad value is one ``error:`` line."""
+    _settings(args)
+    os.environ.update({f"GROUNDWORK_{setting.upper()}": str(getattr(args, arg))
+                       for arg, setting in _ARG_SETTINGS.items() if getattr(args, arg, None)})
+
+
 def _launch_server(args: argparse.Namespace, command: str) -> int:
     """Become ``python -m knowledge_store.server COMMAND`` with this command's options in the environment: the
     settings are checked here first (a bad value is one ``error:`` line), then the process is replaced, so the
     server keeps this process's id, signals and standard streams (MCP over stdio speaks on them)."""
-    _settings(args)
-    overrides = {f"GROUNDWORK_{setting.upper()}": str(getattr(args, arg)) for arg, setting in _ARG_SETTINGS.items()
-                 if getattr(args, arg, None)}
-    os.environ.update(overrides)
+    _options_to_environment(args)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, [sys.executable, "-m", "knowledge_store.server", command])
@@ -918,6 +925,19 @@ def _print_graphs(graphs: dict) -> None:
         decision = graphs[purpose]
         running = {"none": "fp32", None: "not known yet"}.get(decision["in_effect"], decision["in_effect"])
         print(f"  {purpose}: {running} (asked for {decision['requested']}): {decision['reason']}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``groundwork serve`` and ``dagster dev`` side by side, stopped together (``app.launcher``): what
+    ``make run`` starts.  The options reach both through the environment (the Dagster project reads the data
+    dir from it too)."""
+    if not args.stop_timeout > 0:  # NaN too
+        raise ConfigError("--stop-timeout", args.stop_timeout, "must be more than 0 seconds")
+    commands = workbench_commands(Path(args.workspace), args.dagster_host, args.dagster_port)
+    if args.data_dir:  # absolute: every process they start reads the same folder, whatever its working directory
+        args.data_dir = str(Path(args.data_dir).resolve())
+    _options_to_environment(args)
+    return run_together(commands, args.stop_timeout)
 
 
 def cmd_sample_corpus(args: argparse.Namespace) -> int:
@@ -1128,6 +1148,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ssl-certfile", help="TLS certificate (PEM); with --ssl-keyfile (default GROUNDWORK_SSL_CERTFILE)")
     serve.add_argument("--ssl-keyfile", help="TLS private key (PEM); with --ssl-certfile (default GROUNDWORK_SSL_KEYFILE)")
     serve.set_defaults(func=cmd_serve)
+
+    run = sub.add_parser("run", help="start the console/API (groundwork serve) and the Dagster UI (dagster dev) "
+                                     "together; Ctrl-C, SIGTERM or SIGHUP stops both and everything they started")
+    run.add_argument("--host", help="API bind address (default GROUNDWORK_SERVER_HOST or 127.0.0.1)")
+    run.add_argument("--port", type=int, help="API port (default GROUNDWORK_SERVER_PORT or 8080)")
+    run.add_argument("--data-dir", help="store location, for both (default: GROUNDWORK_DATA_DIR or ./data)")
+    run.add_argument("--dagster-host", default="127.0.0.1", help="Dagster UI bind address (default 127.0.0.1)")
+    run.add_argument("--dagster-port", type=int, default=3000, help="Dagster UI port (default 3000)")
+    run.add_argument("--workspace", default="workspace.yaml", help="Dagster workspace file (default workspace.yaml)")
+    run.add_argument("--stop-timeout", type=float, default=DEFAULT_STOP_TIMEOUT_S, metavar="SECONDS",
+                     help="after a stop, kill what is still running after this long (default %(default)g)")
+    run.set_defaults(func=cmd_run)
 
     mcp = sub.add_parser("mcp", help="serve the MCP tools over stdio (for IDEs and agents)")
     mcp.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")

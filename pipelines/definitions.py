@@ -11,7 +11,7 @@ from knowledge_store.core.progress import install_terminal_progress
 from pipelines.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, NOTEBOOK_ASSETS, EvaluationResource
 from pipelines.finetuning import FINETUNE_JOB_NAME, FINETUNING_ASSETS, FINETUNING_CHECKS, build_finetune_sensor
 from pipelines.ingestion import INGESTION_ASSETS, INGESTION_CHECKS
-from pipelines.maintenance import MAINTENANCE_ASSETS, query_log_retention_daily, query_log_retention_job
+from pipelines.maintenance import MAINTENANCE_ASSETS, purge_query_log_job, query_log_retention_daily
 from pipelines.resources import EmbeddingModelResource, KnowledgeStoreResource, RetrievalResource
 from pipelines.sensors import INGEST_JOB_NAME, build_failure_sensor, build_schedule, build_sensor
 from pipelines.sources import SOURCE_ASSETS, SYNC_SOURCE_JOB_NAME, build_source_registry_sensor
@@ -90,11 +90,11 @@ def build_definitions(
         assets=[*INGESTION_ASSETS, *SOURCE_ASSETS, *TUNING_ASSETS, *FINETUNING_ASSETS, *EVALUATION_ASSETS,
                 *NOTEBOOK_ASSETS, *MAINTENANCE_ASSETS],
         asset_checks=[*INGESTION_CHECKS, *TUNING_CHECKS, *FINETUNING_CHECKS, *EVALUATION_CHECKS],
-        jobs=[ingest_job, sync_source_job, tune_job, finetune_job, evaluate_job, query_log_retention_job],
+        jobs=[ingest_job, sync_source_job, tune_job, finetune_job, evaluate_job, purge_query_log_job],
         sensors=[
             build_sensor(ingest_job, settings.sensor_interval_s),
             build_failure_sensor([ingest_job, sync_source_job, tune_job, finetune_job, evaluate_job,
-                                  query_log_retention_job]),
+                                  purge_query_log_job]),
             build_source_registry_sensor(),
             build_feedback_sensor(tune_job, settings.feedback_check_interval_s),
             build_finetune_sensor(finetune_job),

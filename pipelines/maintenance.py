@@ -1,8 +1,10 @@
 """Maintenance: the query log's retention, applied daily.
 
-``query_log_retention`` deletes logged queries (and their feedback) older than
-``GROUNDWORK_QUERY_LOG_RETENTION_DAYS`` (``knowledge_store.storage.query_log.purge_query_log``);
-its schedule runs by default, and a retention of 0 keeps everything.
+The job ``purge_query_log`` materialises the asset ``retained_query_log``: logged queries (and their
+feedback) older than ``GROUNDWORK_QUERY_LOG_RETENTION_DAYS`` deleted
+(``knowledge_store.storage.query_log.purge_query_log``). Its schedule ``query_log_retention_daily`` runs by
+default, and a retention of 0 keeps everything. The asset is named for what it holds and the job for what it
+does: Dagster refuses a code location whose job shares its name with an asset (the asset's op).
 """
 
 import dagster as dg
@@ -11,12 +13,12 @@ from knowledge_store.storage.query_log import purge_query_log
 from pipelines.resources import KnowledgeStoreResource
 
 GROUP = "maintenance"
-QUERY_LOG_RETENTION_JOB_NAME = "query_log_retention"
+PURGE_QUERY_LOG_JOB_NAME = "purge_query_log"
 
 
 @dg.asset(group_name=GROUP, kinds={"duckdb"},
           description="The query log with queries older than the retention (and their feedback) deleted.")
-def query_log_retention(context: dg.AssetExecutionContext, store: KnowledgeStoreResource) -> dg.MaterializeResult:
+def retained_query_log(context: dg.AssetExecutionContext, store: KnowledgeStoreResource) -> dg.MaterializeResult:
     settings = store.settings()
     result = purge_query_log(settings)
     if result.kept_everything:
@@ -34,20 +36,20 @@ def query_log_retention(context: dg.AssetExecutionContext, store: KnowledgeStore
     })
 
 
-query_log_retention_job = dg.define_asset_job(
-    name=QUERY_LOG_RETENTION_JOB_NAME,
-    selection=dg.AssetSelection.assets(query_log_retention),
+purge_query_log_job = dg.define_asset_job(
+    name=PURGE_QUERY_LOG_JOB_NAME,
+    selection=dg.AssetSelection.assets(retained_query_log),
     description="Delete logged queries and feedback older than GROUNDWORK_QUERY_LOG_RETENTION_DAYS.",
     tags={"groundwork/job": "maintenance"},
 )
 
 query_log_retention_daily = dg.ScheduleDefinition(
     name="query_log_retention_daily",
-    job=query_log_retention_job,
+    job=purge_query_log_job,
     cron_schedule="30 1 * * *",
     default_status=dg.DefaultScheduleStatus.RUNNING,
     tags={"groundwork/trigger": "schedule"},
     description="Apply the query-log retention at 01:30 every day (GROUNDWORK_QUERY_LOG_RETENTION_DAYS; 0 keeps everything).",
 )
 
-MAINTENANCE_ASSETS = [query_log_retention]
+MAINTENANCE_ASSETS = [retained_query_log]

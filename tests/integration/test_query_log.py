@@ -289,7 +289,7 @@ def test_the_configured_retention_runs_from_the_cli_and_the_daily_dagster_job(tm
     from knowledge_store.cli import main
     from knowledge_store.config.settings import Settings
     from pipelines.definitions import build_definitions
-    from pipelines.maintenance import QUERY_LOG_RETENTION_JOB_NAME
+    from pipelines.maintenance import PURGE_QUERY_LOG_JOB_NAME
     from pipelines.resources import KnowledgeStoreResource
 
     monkeypatch.setenv("GROUNDWORK_DATA_DIR", str(tmp_path / "data"))
@@ -312,9 +312,9 @@ def test_the_configured_retention_runs_from_the_cli_and_the_daily_dagster_job(tm
     schedule = next(s for s in defs.schedules if s.name == "query_log_retention_daily")
     assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
     monkeypatch.setenv("GROUNDWORK_QUERY_LOG_RETENTION_DAYS", "30")
-    run = defs.resolve_job_def(QUERY_LOG_RETENTION_JOB_NAME).execute_in_process()
+    run = defs.resolve_job_def(PURGE_QUERY_LOG_JOB_NAME).execute_in_process()
     assert run.success
-    materialised = run.asset_materializations_for_node("query_log_retention")[0].metadata
+    materialised = run.asset_materializations_for_node("retained_query_log")[0].metadata
     assert (materialised["queries_deleted"].value, materialised["queries_left"].value) == (1, 1)
 
     monkeypatch.setenv("GROUNDWORK_QUERY_LOG_RETENTION_DAYS", "0")  # retention off: the schedule keeps everything
