@@ -120,6 +120,40 @@ def model_id_for(model_path: Path) -> str:
     return f"{name}:{digest.hexdigest()[:12]}"
 
 
+# Seconds each loading step takes on the 2-core reference machine, as (fixed, per MB of weights); the fixed part is
+# mostly imports (torch and transformers to export, sentence-transformers to run torch).  Measured on a fresh cache:
+# all-MiniLM-L6-v2 (91 MB) exports in 9 s and loads in torch in 7 s; all-mpnet-base-v2 (438 MB) exports in 19 s,
+# quantises to int8 in 15 s and opens its ONNX session in 0.5 s.  They only tell waiting clients when to come back
+# (``models.loading.ModelLoad``, a 503's Retry-After): a busier machine takes longer.
+STEP_SECONDS = {"exporting": (6.0, 0.030), "quantising": (0.5, 0.034), "loading": (0.3, 0.0005),
+                "loading torch": (7.0, 0.002)}
+
+
+def step_seconds(step: str, model_path: Path) -> float:
+    """The expected seconds of loading ``step`` (``STEP_SECONDS``) for the weights in ``model_path``."""
+    fixed, per_mb = STEP_SECONDS[step]
+    weights = [p for p in (Path(model_path) / name for name in ("model.safetensors", "pytorch_model.bin")) if p.is_file()]
+    megabytes = weights[0].stat().st_size / 1e6 if weights else 100.0
+    return round(fixed + per_mb * megabytes, 1)
+
+
+def report_step(embedder, step: str) -> None:
+    """Tell ``embedder.on_phase`` (when someone listens) that loading ``step`` starts."""
+    listener = getattr(embedder, "on_phase", None)
+    if listener is not None:
+        listener(step)
+
+
+_ARTIFACT_LOCKS: dict[str, threading.Lock] = {}
+_ARTIFACT_LOCKS_GUARD = threading.Lock()
+
+
+def _artifact_lock(path: Path) -> threading.Lock:
+    """The lock of one derived model file in this process (exported or quantised once, by one thread)."""
+    with _ARTIFACT_LOCKS_GUARD:
+        return _ARTIFACT_LOCKS.setdefault(str(path), threading.Lock())
+
+
 class Embedder:
     """Sentence-transformers model loaded from a path, L2-normalised float32 output.
 
@@ -139,6 +173,7 @@ class Embedder:
         self.prefix = prefix
         self._model = None
         self._lock = threading.Lock()
+        self.on_phase: Callable[[str], None] | None = None  # told each loading step as it starts (``load_steps``)
         if not (self.model_path / "config.json").is_file():
             raise ConfigError("model_path", str(model_path), "not a sentence-transformers model folder (no config.json)")
         # ``bare_weight`` only names the chunk-vector recipe (ingestion's ``embed_chunks`` reads it off the id);
@@ -149,9 +184,14 @@ class Embedder:
     def loaded(self) -> bool:
         return self._model is not None
 
+    def load_steps(self) -> list[tuple[str, float]]:
+        """What ``load`` has left to do, as (step, expected seconds): reading the weights with torch."""
+        return [] if self.loaded else [("loading", step_seconds("loading torch", self.model_path))]
+
     def _load(self):
         with self._lock:
             if self._model is None:
+                report_step(self, "loading")
                 import torch  # noqa: PLC0415 - torch, ~1.5 s to import
                 from sentence_transformers import SentenceTransformer  # noqa: PLC0415 - sentence-transformers, ~6 s
 
@@ -443,6 +483,7 @@ class OnnxEmbedder:
         self._tokenizer = None
         self._torch: Embedder | None = None
         self._lock = threading.Lock()
+        self.on_phase: Callable[[str], None] | None = None  # told each loading step as it starts (``load_steps``)
 
     @property
     def backend(self) -> str:
@@ -513,13 +554,29 @@ class OnnxEmbedder:
         )
         os.replace(tmp, self.onnx_path)
 
+    def load_steps(self) -> list[tuple[str, float]]:
+        """What ``load`` has left to do, as (step, expected seconds): exporting the ONNX graph when it is not in
+        the cache yet, quantising it when the int8 graph is not, then loading the session."""
+        if self.loaded:
+            return []
+        steps = [] if self.fp32_path.is_file() else [("exporting", step_seconds("exporting", self.model_path))]
+        if self.onnx_path != self.fp32_path and not self.onnx_path.is_file():
+            steps.append(("quantising", step_seconds("quantising", self.model_path)))
+        return steps + [("loading", step_seconds("loading", self.model_path))]
+
     def _load_onnx(self) -> None:
         import onnxruntime as ort  # noqa: PLC0415 - ONNX Runtime, ~0.2 s to import
 
-        if not self.fp32_path.is_file():
-            self._export()
-        if not self.onnx_path.is_file():
-            self._quantize()
+        # one export (and quantisation) of a model at a time in this process: a query model loading in the
+        # background and an ingestion job's document model write the same files
+        with _artifact_lock(self.fp32_path):
+            if not self.fp32_path.is_file():
+                report_step(self, "exporting")
+                self._export()
+            if not self.onnx_path.is_file():
+                report_step(self, "quantising")
+                self._quantize()
+        report_step(self, "loading")
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
@@ -539,10 +596,12 @@ class OnnxEmbedder:
                 except Exception as error:
                     if not (self.torch_fallback and self.quantization == "none"):
                         raise
-                    logging.getLogger(__name__).warning("ONNX document encoder unavailable (%s); using torch", error)
-                    self._torch = Embedder(self.model_path, batch_size=32, torch_threads=self.torch_threads, dim=self.dim,
-                                           prefix=self.prefix)
-                    self._torch.load()
+                    logging.getLogger(__name__).warning("ONNX encoder of %s unavailable (%s); using torch",
+                                                        self.model_id, error)
+                    fallback = Embedder(self.model_path, batch_size=32, torch_threads=self.torch_threads, dim=self.dim,
+                                        prefix=self.prefix)
+                    fallback.on_phase = self.on_phase
+                    self._torch = fallback.load()  # kept once loaded: a failed fallback leaves this not loaded
         return self
 
     def _embed_batch(self, encodings: list, out: np.ndarray, rows: list[int],
@@ -610,7 +669,7 @@ class OnnxEmbedder:
 
 
 def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int, dim: int | None = None,
-                   prefix: str = "", quantization: str = "none"):
+                   prefix: str = "", quantization: str = "none", load: bool = True):
     """The embedder for queries: ONNX Runtime when asked for and it loads, else torch.
 
     Falls back to the sentence-transformers model (and says so in the log) if
@@ -619,12 +678,16 @@ def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int
     query through the int8 graph of the document recipe, whose vectors are within cosine ~0.99 of fp32;
     it has no torch fallback (torch would give other vectors than the ones asked for), so a failure to
     build it raises.  Query vectors are compared with the stored ones and never stored themselves.
+    ``load=False``: the same embedder not loaded yet (nothing exported, imported or read; its model id and
+    width are known): it loads on its first ``load`` or ``embed``, falling back to torch the same way.
     """
     if quantization != "none":
         if backend != "onnx":
             raise ConfigError("query_quantization", quantization, "needs query_encoder=onnx")
-        return OnnxEmbedder(model_path, cache_dir, threads=threads, dim=dim, prefix=prefix,
-                            quantization=quantization).load()
+        embedder = OnnxEmbedder(model_path, cache_dir, threads=threads, dim=dim, prefix=prefix, quantization=quantization)
+        return embedder.load() if load else embedder
+    if backend == "onnx" and not load:
+        return OnnxEmbedder(model_path, cache_dir, threads=threads, dim=dim, prefix=prefix, torch_fallback=True)
     if backend == "onnx":
         try:
             return OnnxEmbedder(model_path, cache_dir, threads=threads, dim=dim, prefix=prefix).load()
@@ -634,15 +697,15 @@ def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int
 
 
 def settings_query_embedder(settings: Settings, model_path: Path | None = None, cache_dir: Path | None = None,
-                            threads: int | None = None):
+                            threads: int | None = None, load: bool = True):
     """``query_embedder`` as the settings describe it (encoder, width, query prefix, quantisation): every
     place that embeds queries (the engine, evaluation, fine-tuning's decision) embeds them alike.
     ``model_path`` (default ``settings.model_path``), ``cache_dir`` (default ``settings.models_cache_dir``) and
     ``threads`` (default ``settings.query_torch_threads``) are for callers that embed with another model,
-    cache or core count."""
+    cache or core count; ``load=False`` leaves the loading to the embedder's first use (the engine)."""
     return query_embedder(Path(model_path or settings.model_path), settings.query_encoder,
                           cache_dir or settings.models_cache_dir, threads or settings.query_torch_threads,
-                          settings.embedding_dim, settings.embedding_query_prefix, settings.query_quantization)
+                          settings.embedding_dim, settings.embedding_query_prefix, settings.query_quantization, load)
 
 
 def document_embedder(settings, workers: int = 1, cache_dir: Path | None = None, model_path: Path | None = None):

@@ -107,7 +107,8 @@ def test_a_model_that_cannot_load_is_unhealthy_and_says_why(shared_sample_index,
             engine.warm_up_in_background().result(timeout=60)
         code, health = get_health(client)
     assert code == 503 and health["status"] == "unhealthy", health
-    assert health["services"]["model"] == "failed" and "model weights are corrupt" in health["reasons"]["model"]
+    assert health["services"]["model"] == "error" and "model weights are corrupt" in health["reasons"]["model"]
+    assert health["model_load"]["state"] == "failed" and "model weights are corrupt" in health["model_load"]["error"]
     assert "model weights are corrupt" in health["warm_up"]["error"]
 
 
