@@ -134,14 +134,16 @@ def start_serve(env: dict[str, str], log_path: Path, cwd: Path | None = None) ->
 
 
 def wait_healthy(proc, base: str, log_path: Path, timeout_s: float = 120.0) -> None:
-    """Until ``/health`` answers 200 (TLS certificates are not checked); fails with the server's log when it
-    exits or the time is up."""
+    """Until ``/health`` answers 200 with the embedding model loaded (the server answers from its start, and
+    queries answer 503 model_loading until its model is loaded; TLS certificates are not checked); fails with the
+    server's log when it exits or the time is up."""
     import httpx
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{base}/health", timeout=2, verify=False).status_code == 200:
+            response = httpx.get(f"{base}/health", timeout=2, verify=False)
+            if response.status_code == 200 and response.json().get("services", {}).get("model", "up") == "up":
                 return
         except httpx.HTTPError:
             pass

@@ -22,12 +22,14 @@ from knowledge_store.core.errors import GroundworkError, ModelLoadFailedError, M
 
 log = logging.getLogger(__name__)
 
-# the wait a client is told when the load has no estimate (an embedder that does not say its steps) or has taken
-# longer than estimated: look again soon
+# the wait a client is told when the load has no estimate (an embedder that does not say its steps), and when it
+# has taken longer than estimated (it should end any moment; a busy machine is slower than the estimates)
 UNKNOWN_RETRY_S = 5
-# what each step means, for reasons people read
-PHASE_TEXT = {"exporting": "exporting it to ONNX (once per model)", "quantising": "quantising it to int8 (once per model)",
-              "loading": "loading it"}
+OVERDUE_RETRY_S = 2
+# what each step means, for reasons people read ("starting": a warm-up on its way to the load, reading the index
+# that says which model it needs)
+PHASE_TEXT = {"starting": "starting", "exporting": "exporting it to ONNX (once per model)",
+              "quantising": "quantising it to int8 (once per model)", "loading": "loading it"}
 
 
 class ModelLoad:
@@ -119,13 +121,17 @@ class ModelLoad:
             self._step_started = time.monotonic()
         log.info("the embedding model %s: %s", self.name, PHASE_TEXT.get(phase, phase))
 
-    def status(self) -> dict[str, Any]:
-        """``state`` (not_loaded | loading | ready | failed), ``phase`` (while loading: exporting | quantising |
-        loading), ``seconds`` (so far while loading; of the last attempt otherwise), ``retry_after_s`` (while
-        loading: the estimated seconds left, at least 1) and ``error`` (of a failed load, ``Type: message``)."""
+    def status(self, pending: bool = False) -> dict[str, Any]:
+        """``state`` (not_loaded | loading | ready | failed), ``phase`` (while loading: starting | exporting |
+        quantising | loading), ``seconds`` (so far while loading; of the last attempt otherwise), ``retry_after_s``
+        (while loading: the estimated seconds left, at least 1) and ``error`` (of a failed load, ``Type: message``).
+        ``pending``: a warm-up is on its way to this load (not started yet: loading, phase starting)."""
         loaded = self.loaded
         with self._lock:
             now = time.monotonic()
+            if pending and not loaded and not (self._loading or self._queued):
+                return {"state": "loading", "phase": "starting", "seconds": 0.0, "error": None,
+                        "retry_after_s": self._expected()}
             loading = not loaded and (self._loading or self._queued)
             if loaded:
                 state = "ready"
@@ -148,13 +154,19 @@ class ModelLoad:
             return UNKNOWN_RETRY_S
         left = max(0.0, self._steps[self._step][1] - (now - self._step_started))
         left += sum(seconds for _, seconds in self._steps[self._step + 1:])
-        return max(1, math.ceil(left)) if left > 0 else UNKNOWN_RETRY_S
+        return max(1, math.ceil(left)) if left > 0 else OVERDUE_RETRY_S
 
-    def not_ready(self) -> GroundworkError | None:
+    def _expected(self) -> int:
+        """The estimated seconds of a whole load not started yet."""
+        estimate = getattr(self.model, "load_steps", None)
+        steps = list(estimate()) if callable(estimate) else []
+        return max(1, math.ceil(sum(seconds for _, seconds in steps))) if steps else UNKNOWN_RETRY_S
+
+    def not_ready(self, pending: bool = False) -> GroundworkError | None:
         """The error a query that needs this model gets while it is not loaded (None once it is):
         ``ModelLoadFailedError`` when the last load failed, else ``ModelLoadingError``; a load is started in the
-        background when none runs."""
-        status = self.status()
+        background when none runs and no warm-up is on its way to it (``pending``)."""
+        status = self.status(pending)
         if status["state"] == "not_loaded":
             self.start_in_background()
             status = self.status()

@@ -339,8 +339,12 @@ class RetrievalEngine:
         return self._model_loads.get(key) or self._model_loads[self._default_key]
 
     def model_status(self) -> dict[str, Any]:
-        """``ModelLoad.status`` of the served snapshot's query model (what ``/health`` reports)."""
-        return self.model_load().status()
+        """``ModelLoad.status`` of the served snapshot's query model (what ``/health`` reports); loading (phase
+        starting) while the warm-up has not reached it yet."""
+        return self.model_load().status(pending=self._warming())
+
+    def _warming(self) -> bool:
+        return self._warm_up.status()["state"] == "warming"
 
     def require_model(self, snapshot: LoadedSnapshot) -> None:
         """In an engine that loads its models in the background (``loads_in_background``, a server): raise at once
@@ -351,7 +355,7 @@ class RetrievalEngine:
             return
         load = self.model_load(snapshot)
         if not load.loaded:
-            error = load.not_ready()
+            error = load.not_ready(pending=self._warming())
             if error is not None:
                 raise error
 
