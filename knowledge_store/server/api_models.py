@@ -343,8 +343,8 @@ class Health(Open):
     store: bool = Field(..., description="The store file exists.")
     model_loaded: bool
     model_load: dict[str, Any] | None = Field(None, description="The served query model's load: state (not_loaded | "
-                                              "loading | ready | failed), phase while loading (exporting | quantising "
-                                              "| loading), seconds (so far, or of the last attempt), retry_after_s (the "
+                                              "loading | ready | failed), phase while loading (starting | exporting | "
+                                              "quantising | loading), seconds (so far, or of the last attempt), retry_after_s (the "
                                               "estimated seconds left while loading), error; null when its folder is "
                                               "missing.")
     warm_up: dict[str, Any] = Field(..., description="The engine's warm-up: state (not_started | warming | ready | "

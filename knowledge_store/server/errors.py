@@ -158,6 +158,9 @@ def openapi_with_json_errors(app: FastAPI) -> dict[str, Any]:
         for operations in schema.get("paths", {}).values():
             for operation in operations.values():
                 for code, response in operation.get("responses", {}).items():
+                    declared = (response.get("content") or {}).get("application/json", {}).get("schema", {}).get("$ref", "")
+                    if declared and not declared.endswith(("/ErrorBody", "/HTTPValidationError")):
+                        continue  # a route that states its own error body (/health's 503 is its Health report)
                     if code[0] in "45":
                         response["content"] = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
         app.openapi_schema = schema
