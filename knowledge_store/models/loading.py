@@ -73,7 +73,7 @@ class ModelLoad:
                 self._started = self._step_started = time.monotonic()
                 self._steps, self._step = steps, 0
             expected = sum(seconds for _, seconds in steps)
-            log.info("loading the embedding model %s in the background: %s%s", self.name,
+            log.info("loading the embedding model %s: %s%s", self.name,
                      ", ".join(step for step, _ in steps) or "loading",
                      f" (about {expected:.0f} s)" if steps else "")
             try:
