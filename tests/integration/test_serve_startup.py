@@ -89,7 +89,9 @@ def test_the_port_answers_while_the_model_exports_and_queries_get_503_until_it_i
         load = health["model_load"]
         assert load["state"] == "loading" and load["phase"] in ("starting", "exporting", "loading"), load
         assert load["retry_after_s"] >= 1 and load["seconds"] >= 0 and "loading" in health["reasons"]["model"]
-        assert answered - started < 30  # seconds: Python's imports on a busy 2-core machine, not a model export
+        # ~3 s of Python imports on an idle machine (docs/BENCHMARKS.md); 22 s was seen at load 12 on two cores: the
+        # bound only catches a start that waits for something slow again, the check above that it came first
+        assert answered - started < 60
 
         query = httpx.post(f"{base}/api/knowledge/query", json={"query": QUESTION, "k": 3}, timeout=10)
         assert query.status_code == 503, query.text
