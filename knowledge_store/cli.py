@@ -903,7 +903,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     settings = Settings(**({"embedding_model": args.model} if args.model else {}))
     if args.models_command == "prepare":
         start = time.perf_counter()
-        decisions = prepare_embedders(settings, on_state=lambda state: print(f"{settings.embedding_model}: {state}",
+        decisions = prepare_embedders(settings, on_phase=lambda state: print(f"{settings.embedding_model}: {state}",
                                                                              file=sys.stderr, flush=True))
         report = {"model": settings.embedding_model, "seconds": round(time.perf_counter() - start, 1),
                   **{purpose: decision.to_dict() for purpose, decision in decisions.items()},

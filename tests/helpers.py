@@ -10,6 +10,7 @@ import json
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,9 +54,11 @@ def require_browser(test: str):
 
 
 @contextmanager
-def served_app(settings, engine, port: int | None = None, name: str = "uvicorn") -> Iterator[str]:
+def served_app(settings, engine, port: int | None = None, name: str = "uvicorn",
+               until_healthy: bool = True) -> Iterator[str]:
     """The real app (``create_app``) served by uvicorn on a loopback thread; yields its base URL once
-    ``/health`` answers 200 (fails the test after 60 s), and stops it afterwards."""
+    ``/health`` answers 200 (``until_healthy=False``: answers at all, 503 unhealthy too; fails the test after
+    60 s), and stops it afterwards."""
     import pytest
     import uvicorn
 
@@ -72,7 +75,10 @@ def served_app(settings, engine, port: int | None = None, name: str = "uvicorn")
             with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
                 if response.status == 200:
                     break
-        except Exception:  # noqa: BLE001 - not up yet (connection refused, 503 while warming)
+        except urllib.error.HTTPError:  # it answers, unhealthy (no index, a model that failed to load)
+            if not until_healthy:
+                break
+        except Exception:  # noqa: BLE001 - not up yet (connection refused)
             pass
         if time.monotonic() > deadline or not thread.is_alive():
             server.should_exit = True
@@ -134,14 +140,16 @@ def start_serve(env: dict[str, str], log_path: Path, cwd: Path | None = None) ->
 
 
 def wait_healthy(proc, base: str, log_path: Path, timeout_s: float = 120.0) -> None:
-    """Until ``/health`` answers 200 (TLS certificates are not checked); fails with the server's log when it
-    exits or the time is up."""
+    """Until ``/health`` answers 200 with the embedding model loaded (the server answers from its start, and
+    queries answer 503 model_loading until its model is loaded; TLS certificates are not checked); fails with the
+    server's log when it exits or the time is up."""
     import httpx
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{base}/health", timeout=2, verify=False).status_code == 200:
+            response = httpx.get(f"{base}/health", timeout=2, verify=False)
+            if response.status_code == 200 and response.json().get("services", {}).get("model", "up") == "up":
                 return
         except httpx.HTTPError:
             pass
@@ -160,6 +168,31 @@ def stop(proc) -> None:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+class GatedModel:
+    """The real model behind a load that waits until ``release`` is set (a cold process reading its weights)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.model_id, self.dim, self.torch_threads = inner, inner.model_id, inner.dim, 1
+        self.release = threading.Event()
+        self.loaded = False
+
+    def load(self):
+        if not self.release.wait(timeout=60):
+            raise TimeoutError("the test never released the model")
+        self.loaded = True
+        return self
+
+    def embed(self, texts):
+        return self.inner.embed(texts)
+
+
+class CorruptModel(GatedModel):
+    """The real model behind a load that fails (weights that cannot be read)."""
+
+    def load(self):
+        raise RuntimeError("model weights are corrupt")
 
 
 class CountingEmbedder:

@@ -51,7 +51,7 @@ URL_MAX = 500
 EXCERPT_MAX = 150
 
 _engine = None
-_build_lock = threading.Lock()  # held while the process-wide engine is built (its model session loads)
+_build_lock = threading.Lock()  # held while the process-wide engine is built (it opens the index; the model loads later)
 _building: concurrent.futures.Future | None = None  # building and warming the engine in the background
 _building_lock = threading.Lock()
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="retrieve_knowledge")
@@ -108,9 +108,9 @@ def _build_and_warm(future: concurrent.futures.Future) -> None:
 
 
 def _not_built() -> dict[str, Any]:
-    """The answer while the process-wide engine is still being built (its constructor loads the model session,
-    the first time ever also exports it): empty at once, the build started in the background; a failed build
-    is the gap and is tried again."""
+    """The answer while the process-wide engine is still being built (then warmed up: its model loaded, the first
+    time ever also exported): empty at once, the build started in the background; a failed build is the gap and
+    is tried again."""
     building = _building
     error = building.exception() if building is not None and building.done() else None
     warm_up()

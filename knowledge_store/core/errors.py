@@ -202,6 +202,31 @@ class ModelUnavailableError(GroundworkError):
                          "missing; run `groundwork adapt --embedder --rollback` to serve the base model again")
 
 
+class ModelLoadingError(GroundworkError):
+    """The embedding model a query needs is still being loaded in the background (a server that bound its port
+    before the model was ready): the query is refused at once instead of waiting.  Carries the model, what the
+    load is doing (``phase``: exporting, quantising or loading), how long it has run, and ``retry_after_s``, the
+    estimated seconds until it is ready (the HTTP API's 503 ``Retry-After``)."""
+
+    def __init__(self, model_id: str, phase: str, seconds: float, retry_after_s: int) -> None:
+        self.model_id = model_id
+        self.phase = phase
+        self.seconds = seconds
+        self.retry_after_s = retry_after_s
+        super().__init__(f"the embedding model {model_id} is still loading ({phase}, {seconds:.0f} s so far); "
+                         f"queries are answered once it is ready, in about {retry_after_s} s")
+
+
+class ModelLoadFailedError(GroundworkError):
+    """Loading the embedding model a query needs failed (in the background): carries the model and the load's
+    own error (``reason``, ``Type: message``), so every refused query says why."""
+
+    def __init__(self, model_id: str, reason: str) -> None:
+        self.model_id = model_id
+        self.reason = reason
+        super().__init__(f"the embedding model {model_id} could not be loaded: {reason}")
+
+
 class ConfigError(GroundworkError):
     """A setting has a value that cannot work; names the setting and the value."""
 

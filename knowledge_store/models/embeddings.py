@@ -132,6 +132,31 @@ def model_id_for(model_path: Path) -> str:
     return f"{name}:{digest.hexdigest()[:12]}"
 
 
+# Seconds each loading step takes on the 2-core reference machine, as (fixed, per MB of weights); the fixed part is
+# mostly imports (torch and transformers to export, sentence-transformers to run torch).  Measured on a fresh cache:
+# all-MiniLM-L6-v2 (91 MB) exports in 9 s and loads in torch in 7 s; all-mpnet-base-v2 (438 MB) exports in 19 s,
+# quantises to int8 in 15 s, is checked against fp32 on the CPU in about 6 s and opens its ONNX session in 0.5 s.
+# They only tell waiting clients when to come back
+# (``models.loading.ModelLoad``, a 503's Retry-After): a busier machine takes longer.
+STEP_SECONDS = {"exporting": (6.0, 0.030), "quantising": (0.5, 0.034), "checking": (2.0, 0.010), "loading": (0.3, 0.0005),
+                "loading torch": (7.0, 0.002)}
+
+
+def step_seconds(step: str, model_path: Path) -> float:
+    """The expected seconds of loading ``step`` (``STEP_SECONDS``) for the weights in ``model_path``."""
+    fixed, per_mb = STEP_SECONDS[step]
+    weights = [p for p in (Path(model_path) / name for name in ("model.safetensors", "pytorch_model.bin")) if p.is_file()]
+    megabytes = weights[0].stat().st_size / 1e6 if weights else 100.0
+    return round(fixed + per_mb * megabytes, 1)
+
+
+def report_step(embedder, step: str) -> None:
+    """Tell ``embedder.on_phase`` (when someone listens) that loading ``step`` starts."""
+    listener = getattr(embedder, "on_phase", None)
+    if listener is not None:
+        listener(step)
+
+
 class Embedder:
     """Sentence-transformers model loaded from a path, L2-normalised float32 output.
 
@@ -151,6 +176,7 @@ class Embedder:
         self.prefix = prefix
         self._model = None
         self._lock = threading.Lock()
+        self.on_phase: Callable[[str], None] | None = None  # told each loading step as it starts (``load_steps``)
         if not (self.model_path / "config.json").is_file():
             raise ConfigError("model_path", str(model_path), "not a sentence-transformers model folder (no config.json)")
         # ``bare_weight`` only names the chunk-vector recipe (ingestion's ``embed_chunks`` reads it off the id);
@@ -161,9 +187,14 @@ class Embedder:
     def loaded(self) -> bool:
         return self._model is not None
 
+    def load_steps(self) -> list[tuple[str, float]]:
+        """What ``load`` has left to do, as (step, expected seconds): reading the weights with torch."""
+        return [] if self.loaded else [("loading", step_seconds("loading torch", self.model_path))]
+
     def _load(self):
         with self._lock:
             if self._model is None:
+                report_step(self, "loading")
                 import torch  # noqa: PLC0415 - torch, ~1.5 s to import
                 from sentence_transformers import SentenceTransformer  # noqa: PLC0415 - sentence-transformers, ~6 s
 
@@ -519,7 +550,7 @@ class OnnxEmbedder:
         self._graph: _Graph | None = None
         self._torch: Embedder | None = None
         self._lock = threading.RLock()
-        self.on_state: Callable[[str], None] | None = None  # told what loading does: exporting, quantising, checking
+        self.on_phase: Callable[[str], None] | None = None  # told each loading step as it starts (``load_steps``)
 
     # ------------------------------------------------------------------ which graph
     @property
@@ -574,10 +605,9 @@ class OnnxEmbedder:
         """Build fp32 and ``tag`` graphs if missing, embed the probe set with both (one at a time, and the candidate
         in one padded batch too), time the short probe texts on each, and record the verdict for this CPU."""
         start = time.perf_counter()
-        fp32_path = self.artifacts.ensure("", self.on_state)
-        candidate_path = self.artifacts.ensure(tag, self.on_state)
-        if self.on_state is not None:
-            self.on_state("checking")
+        fp32_path = self.artifacts.ensure("", self._phase)
+        candidate_path = self.artifacts.ensure(tag, self._phase)
+        report_step(self, "checking")
         tokenizer = self._make_tokenizer()
         reference, candidate = _Graph(fp32_path, tokenizer, self.threads), _Graph(candidate_path, tokenizer, self.threads)
         texts = list(PROBE_TEXTS)
@@ -632,10 +662,29 @@ class OnnxEmbedder:
         tokenizer.no_padding()
         return tokenizer
 
+    def _phase(self, state: str) -> None:
+        """``ModelArtifacts.ensure``'s states (exporting, quantising, idle) as loading steps."""
+        if state != "idle":
+            report_step(self, state)
+
+    def load_steps(self) -> list[tuple[str, float]]:
+        """What ``load`` has left to do, as (step, expected seconds): exporting the ONNX graph when the machine's
+        cache does not hold it yet, quantising it when the quantised graph is missing, checking that graph on this
+        CPU when it never was, then loading the session."""
+        if self.loaded:
+            return []
+        tag = QUANTIZATION_RECIPES[self.requested_quantization]
+        artifacts = self.artifacts
+        steps = [] if artifacts.fp32_path.is_file() else [("exporting", step_seconds("exporting", self.model_path))]
+        if tag and not artifacts.graph_path(tag).is_file():
+            steps.append(("quantising", step_seconds("quantising", self.model_path)))
+        if tag and self._decision is None and (not artifacts.graph_path(tag).is_file() or artifacts.fidelity(tag) is None):
+            steps.append(("checking", step_seconds("checking", self.model_path)))
+        return steps + [("loading", step_seconds("loading", self.model_path))]
+
     def _load_onnx(self) -> None:
-        path = self.artifacts.ensure(QUANTIZATION_RECIPES[self.quantization], self.on_state)
-        if self.on_state is not None:
-            self.on_state("loading")
+        path = self.artifacts.ensure(QUANTIZATION_RECIPES[self.quantization], self._phase)
+        report_step(self, "loading")
         self._graph = _Graph(path, self._make_tokenizer(), self.threads)
 
     def load(self) -> "OnnxEmbedder":
@@ -646,10 +695,12 @@ class OnnxEmbedder:
                 except Exception as error:
                     if not (self.torch_fallback and self.requested_quantization == "none"):
                         raise
-                    logging.getLogger(__name__).warning("ONNX document encoder unavailable (%s); using torch", error)
-                    self._torch = Embedder(self.model_path, batch_size=32, torch_threads=self.torch_threads, dim=self.dim,
-                                           prefix=self.prefix)
-                    self._torch.load()
+                    logging.getLogger(__name__).warning("ONNX encoder of %s unavailable (%s); using torch",
+                                                        self.base_model_id, error)
+                    fallback = Embedder(self.model_path, batch_size=32, torch_threads=self.torch_threads, dim=self.dim,
+                                        prefix=self.prefix)
+                    fallback.on_phase = self.on_phase
+                    self._torch = fallback.load()  # kept once loaded: a failed fallback leaves this not loaded
         return self
 
     def _embed_batch(self, encodings: list, out: np.ndarray, rows: list[int],
@@ -704,7 +755,7 @@ class OnnxEmbedder:
 
 
 def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int, dim: int | None = None,
-                   prefix: str = "", quantization: str = "none"):
+                   prefix: str = "", quantization: str = "none", load: bool = True):
     """The embedder for queries: ONNX Runtime when asked for and it loads, else torch.
 
     Falls back to the sentence-transformers model (and says so in the log) if
@@ -714,12 +765,18 @@ def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int
     CPU and embeds queries faster than fp32 there (``OnnxEmbedder.decision``), else through the fp32 graph;
     it has no torch fallback (torch would give other vectors than the ones asked for), so a failure to
     build the graphs raises.  Query vectors are compared with the stored ones and never stored themselves.
+    ``load=False``: the same embedder not loaded yet (nothing exported, imported or read; its model id and
+    width are known): it loads on its first ``load`` or ``embed``, falling back to torch the same way.
     """
     if quantization != "none":
         if backend != "onnx":
             raise ConfigError("query_quantization", quantization, "needs query_encoder=onnx")
-        return OnnxEmbedder(model_path, cache_dir, threads=threads, dim=dim, prefix=prefix,
-                            quantization=quantization, purpose="queries").load()
+        embedder = OnnxEmbedder(model_path, cache_dir, threads=threads, dim=dim, prefix=prefix, quantization=quantization,
+                                purpose="queries")
+        return embedder.load() if load else embedder
+    if backend == "onnx" and not load:
+        return OnnxEmbedder(model_path, cache_dir, threads=threads, dim=dim, prefix=prefix, torch_fallback=True,
+                            purpose="queries")
     if backend == "onnx":
         try:
             return OnnxEmbedder(model_path, cache_dir, threads=threads, dim=dim, prefix=prefix, purpose="queries").load()
@@ -729,15 +786,15 @@ def query_embedder(model_path: Path, backend: str, cache_dir: Path, threads: int
 
 
 def settings_query_embedder(settings: Settings, model_path: Path | None = None, cache_dir: Path | None = None,
-                            threads: int | None = None):
+                            threads: int | None = None, load: bool = True):
     """``query_embedder`` as the settings describe it (encoder, width, query prefix, quantisation): every
     place that embeds queries (the engine, evaluation, fine-tuning's decision) embeds them alike.
     ``model_path`` (default ``settings.model_path``), ``cache_dir`` (default ``settings.models_cache_dir``) and
     ``threads`` (default ``settings.query_torch_threads``) are for callers that embed with another model,
-    cache or core count."""
+    cache or core count; ``load=False`` leaves the loading to the embedder's first use (the engine)."""
     return query_embedder(Path(model_path or settings.model_path), settings.query_encoder,
                           cache_dir or settings.models_cache_dir, threads or settings.query_torch_threads,
-                          settings.embedding_dim, settings.embedding_query_prefix, settings.query_quantization)
+                          settings.embedding_dim, settings.embedding_query_prefix, settings.query_quantization, load)
 
 
 def document_embedder(settings, workers: int = 1, cache_dir: Path | None = None, model_path: Path | None = None):
@@ -769,7 +826,7 @@ def document_embedder(settings, workers: int = 1, cache_dir: Path | None = None,
 
 
 def prepare_embedders(settings: Settings, model_path: Path | None = None,
-                      on_state: Callable[[str], None] | None = None) -> dict[str, RecipeDecision]:
+                      on_phase: Callable[[str], None] | None = None) -> dict[str, RecipeDecision]:
     """Build the settings' model graphs in the per-user cache and check them on this CPU, as the document and the
     query embedders will run them; returns each one's ``RecipeDecision``.  What ``make install`` runs
     (``groundwork models prepare``), so a first ingest or ``groundwork serve`` finds everything made."""
@@ -781,8 +838,8 @@ def prepare_embedders(settings: Settings, model_path: Path | None = None,
             continue
         embedder = OnnxEmbedder(Path(model_path or settings.model_path), settings.models_cache_dir,
                                 quantization=quantization, purpose=purpose)
-        embedder.on_state = on_state
-        embedder.artifacts.ensure("", on_state)
+        embedder.on_phase = on_phase
+        embedder.artifacts.ensure("", embedder._phase)
         decisions[purpose] = embedder.decision
     return decisions
 

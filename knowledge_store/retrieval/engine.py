@@ -32,6 +32,7 @@ from knowledge_store.models.embeddings import (
     model_id_for,
     settings_query_embedder,
 )
+from knowledge_store.models.loading import ModelLoad
 from knowledge_store.models.serving import model_path_for, serving_model_id, serving_model_path
 from knowledge_store.retrieval.ann import AnnConfig
 from knowledge_store.retrieval.answer import ANSWER_MODES, Answer, LLMAnswerer, extractive_answer
@@ -248,11 +249,16 @@ class RetrievalEngine:
         self.settings = settings or Settings()
         check_ranking_names(self.settings)
         # the query embedder of each model a served snapshot was made with (the base model, a fine-tuned one):
-        # a query is embedded with its snapshot's model (``embedder_for``); the configured one is built here
+        # a query is embedded with its snapshot's model (``embedder_for``); the configured one is made here, not
+        # loaded: nothing is exported, imported or read until the first query or the warm-up (``model_load``)
         self._embedders: dict[str, QueryEmbeddingCache] = {}
+        self._model_loads: dict[str, ModelLoad] = {}  # each query embedder's load, under the same key
         self._document_embedders: dict[str, Any] = {}
         self._embedders_lock = threading.Lock()
+        self._default_key = model_id_for(self.settings.model_path)
         self._default_embedder = self._query_embedder(self.settings.model_path, embedder)
+        # set by ``warm_up_in_background``: models load in the background and a query never waits for one
+        self.loads_in_background = False
         self.snapshots = SnapshotManager(snapshot_dir or self.settings.index_dir, ann=AnnConfig.from_settings(self.settings))
         self.masks = MaskCache()
         self.adapters = AdapterCache(self.settings.index_dir, self.settings.embedding_dim)
@@ -274,9 +280,11 @@ class RetrievalEngine:
         whatever id it reports: tests wrap the real one), else that model's own."""
         # concurrent queries share model calls (see BatchingEmbedder); a lone query is not delayed;
         # repeated queries are served from QueryEmbeddingCache (retrieval/query_cache.py)
-        wrapped = QueryEmbeddingCache(embedder or BatchingEmbedder(settings_query_embedder(self.settings, model_path),
-                                                                   cache_size=0), size=self.settings.query_cache_size)
-        self._embedders[model_id_for(model_path)] = wrapped
+        model = embedder or settings_query_embedder(self.settings, model_path, load=False)
+        wrapped = QueryEmbeddingCache(embedder or BatchingEmbedder(model, cache_size=0), size=self.settings.query_cache_size)
+        key = model_id_for(model_path)
+        self._embedders[key] = wrapped
+        self._model_loads[key] = ModelLoad(model, wrapped, name=key)
         return wrapped
 
     def embedder_for(self, snapshot: LoadedSnapshot) -> QueryEmbeddingCache:
@@ -319,6 +327,38 @@ class RetrievalEngine:
         snapshot = self._snapshot_or_none()
         return self._default_embedder if snapshot is None else self.embedder_for(snapshot)
 
+    def model_load(self, snapshot: LoadedSnapshot | None = None) -> ModelLoad:
+        """The load of the query model of ``snapshot`` (default: the served one; the configured model before any
+        snapshot): its state, step and estimate (``ModelLoad.status``).  ``ModelUnavailableError`` as
+        ``embedder_for``."""
+        snapshot = snapshot if snapshot is not None else self._snapshot_or_none()
+        if snapshot is None:
+            return self._model_loads[self._default_key]
+        self.embedder_for(snapshot)  # made on first use
+        key = (snapshot.info.model_id or "").split("+", 1)[0]
+        return self._model_loads.get(key) or self._model_loads[self._default_key]
+
+    def model_status(self) -> dict[str, Any]:
+        """``ModelLoad.status`` of the served snapshot's query model (what ``/health`` reports); loading (phase
+        starting) while the warm-up has not reached it yet."""
+        return self.model_load().status(pending=self._warming())
+
+    def _warming(self) -> bool:
+        return self._warm_up.status()["state"] == "warming"
+
+    def require_model(self, snapshot: LoadedSnapshot) -> None:
+        """In an engine that loads its models in the background (``loads_in_background``, a server): raise at once
+        when ``snapshot``'s query model is not loaded - ``ModelLoadingError`` while it loads (a load is started if
+        none runs), ``ModelLoadFailedError`` after its load failed - rather than wait minutes for it.  Elsewhere
+        (the CLI, evaluation) a query loads the model itself, and this does nothing."""
+        if not self.loads_in_background:
+            return
+        load = self.model_load(snapshot)
+        if not load.loaded:
+            error = load.not_ready(pending=self._warming())
+            if error is not None:
+                raise error
+
     @property
     def query_log(self):
         """The query log, opened on first use.  Opened here, it also writes each query's JSON line (seed 004) to
@@ -332,12 +372,13 @@ class RetrievalEngine:
 
     def warm_up(self) -> None:
         """Load the model, the snapshot and LlamaIndex now rather than on the first query (blocking).  The outcome
-        is recorded for ``warm_up_status``: ready after the first success, else the last error."""
+        is recorded for ``warm_up_status``: ready after the first success, else the last error.  The model comes
+        first: it is what queries wait for (``require_model``); its load is recorded in ``model_status``."""
         started = time.perf_counter()
         try:
-            _rerank_steps()
-            self.embedder.load()
+            self.model_load().load()
             self.embedder.embed(["warm up"])
+            _rerank_steps()
             self.snapshots.current()
         except Exception as error:
             self._warm_up.failed(error, time.perf_counter() - started)
@@ -346,7 +387,9 @@ class RetrievalEngine:
 
     def warm_up_in_background(self) -> concurrent.futures.Future:
         """``warm_up`` in one daemon thread, without waiting for it: idempotent while it runs or once it
-        succeeded (the same future); after a failure, a new attempt.  The future carries the error, if any."""
+        succeeded (the same future); after a failure, a new attempt.  The future carries the error, if any.
+        From then on queries never wait for a model to load (``loads_in_background``, ``require_model``)."""
+        self.loads_in_background = True
         return self._warm_up.start(self.warm_up)
 
     @property
@@ -556,6 +599,9 @@ class RetrievalEngine:
             raise
 
     def _search(self, request: SearchRequest, started: float, log: bool, answer_fn: AnswerFn | None = None) -> SearchResponse:
+        snapshot = self._snapshot_or_none()
+        if snapshot is not None:  # without an index the query fails on that (IndexNotBuiltError), model or not
+            self.require_model(snapshot)
         reranker = self.reranker(request.reranker)
         pool_size = max(request.k * 4, 20) if reranker is not None else request.k
         found = self.candidates(request, pool_size)

@@ -41,6 +41,8 @@ class ErrorBody(Open):
     error: str = Field(..., description="Stable machine-readable code, e.g. validation_error, not_found, source_conflict.")
     message: str = Field(..., description="What was wrong, in plain words.")
     errors: list[FieldError] | None = Field(None, description="Per-field problems (422 only).")
+    retry_after_s: int | None = Field(None, description="503 model_loading only: the Retry-After seconds (the "
+                                                        "estimated time until the embedding model is ready).")
 
 
 _ERROR_TEXT = {
@@ -54,7 +56,9 @@ _ERROR_TEXT = {
     421: "Host header not served here (DNS-rebinding protection); configure GROUNDWORK_ALLOWED_HOSTS.",
     422: "Invalid input; ``errors`` names each offending field.",
     500: "Unexpected server error (logged); the body never carries a traceback.",
-    503: "The index or store is not available yet (no snapshot published, or the store is busy).",
+    503: "Not available yet: no index snapshot published (index_not_built), the store is busy, or - on routes that "
+         "embed a query - the embedding model is still loading (model_loading, with Retry-After: the estimated "
+         "seconds until it is ready) or failed to load (model_load_failed, with the reason).",
 }
 
 
@@ -65,6 +69,17 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 # every route can answer these: the origin policy (403/421), bad input (400/422), unexpected (500), unavailable (503)
 COMMON_ERRORS = error_responses(400, 403, 405, 421, 422, 500, 503)
+# the 503 of a route that embeds its query (query, ask, ask-local): the server answers from the moment it starts,
+# and its model may still be loading (exported and quantised on a fresh data folder) or have failed to load
+MODEL_ERRORS: dict[int | str, dict[str, Any]] = {"503": {
+    "model": ErrorBody,
+    "description": "model_loading: the embedding model is still loading (the server answers while it loads; "
+                   "/health says what it is doing); Retry-After (and retry_after_s) gives the estimated seconds until "
+                   "it is ready. model_load_failed: the model could not be loaded (the message says why; /health "
+                   "too); no Retry-After. index_not_built: no index snapshot published yet.",
+    "headers": {"Retry-After": {"description": "model_loading: seconds until the model should be ready (an "
+                                               "estimate from the load's steps)", "schema": {"type": "integer"}}},
+}}
 
 
 # ------------------------------------------------------------------ knowledge
@@ -320,13 +335,18 @@ class Health(Open):
                          "load (503).")
     services: dict[str, str] = Field(
         ..., description="store, index, model, query_log, dagster_home: each 'up' or missing | loading | not_loaded "
-                         "| failed | down | not_configured.")
+                         "| error | down | not_configured.")
     version: str = Field(..., description="The groundwork package version.")
     reasons: dict[str, str] = Field(..., description="Why each service that is not up is not (service -> reason).")
     reason: str | None = Field(None, description="All reasons on one line; absent when healthy.")
     uptime_s: float
     store: bool = Field(..., description="The store file exists.")
     model_loaded: bool
+    model_load: dict[str, Any] | None = Field(None, description="The served query model's load: state (not_loaded | "
+                                              "loading | ready | failed), phase while loading (starting | exporting | "
+                                              "quantising | loading), seconds (so far, or of the last attempt), retry_after_s (the "
+                                              "estimated seconds left while loading), error; null when its folder is "
+                                              "missing.")
     warm_up: dict[str, Any] = Field(..., description="The engine's warm-up: state (not_started | warming | ready | "
                                                      "failed), seconds, error.")
     remote: bool = Field(..., description="Started in remote mode (GROUNDWORK_ALLOW_REMOTE).")

@@ -34,6 +34,10 @@ Generated from the served OpenAPI schema by `python -m knowledge_store.server.ap
 in docs/MCP.md.
 
 Conventions: every error has the body `{error, message}` (422 adds `errors: [{field, message}]`);
+the server answers from the moment it starts: while its embedding model loads (on a fresh data folder it is
+first exported to ONNX and quantised, a minute or two) `/health` is `degraded` with the model `loading` and
+the routes that embed a query answer **503** `model_loading` with `Retry-After` (the estimated seconds until
+it is ready); a model that failed to load is `error` in `/health` and 503 `model_load_failed` on those routes;
 timestamps are ISO-8601; the `reranker` and `answer` enums list what this server can run
 (a cross-encoder appears when `GROUNDWORK_CROSS_ENCODER_PATH` is set, `llm` when an
 OpenAI-compatible endpoint is configured). Seed contracts: `/api/kb/articles` (seed 001),
@@ -45,10 +49,10 @@ OpenAI-compatible endpoint is configured). Seed contracts: `/api/kb/articles` (s
 def served_schema(embedder: Any = None) -> dict[str, Any]:
     """The OpenAPI document of an app over an empty data folder (the schema does not depend on data).
 
-    ``embedder``: a loaded query embedder to reuse (tests); else the configured one is built."""
+    ``embedder``: a query embedder to reuse (tests); else the configured one is made (never loaded: building
+    the schema needs no model)."""
     with tempfile.TemporaryDirectory(prefix="gw-api-reference-") as tmp:
-        settings = Settings(data_dir=Path(tmp), models_cache_dir=Settings().models_cache_dir,  # reuse the ONNX export
-                            cross_encoder_path=None, llm_base_url=None, llm_model=None)
+        settings = Settings(data_dir=Path(tmp), cross_encoder_path=None, llm_base_url=None, llm_model=None)
         engine = RetrievalEngine(settings, embedder=embedder) if embedder is not None else None
         return create_app(settings, engine, mount_mcp=False).openapi()
 
@@ -157,8 +161,9 @@ def render(schema: dict[str, Any]) -> str:
     """The Markdown reference: endpoints grouped by tag, then every model's fields.
 
     The error statuses every route can answer (``COMMON_ERRORS``) are listed once; each
-    endpoint lists its success and its own error statuses."""
-    common = {str(status) for status in COMMON_ERRORS}
+    endpoint lists its success and its own error statuses, and a common status it says more about
+    (the 503 of the routes that embed a query)."""
+    common = {str(status): entry["description"] for status, entry in COMMON_ERRORS.items()}
     by_tag: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
     for path, item in schema.get("paths", {}).items():
         for method in METHODS:
@@ -167,9 +172,8 @@ def render(schema: dict[str, Any]) -> str:
                 tag = (operation.get("tags") or ["other"])[0]
                 by_tag.setdefault(tag, []).append((path, method, operation))
     out = [HEADER, "Errors any route can answer:", "", "| status | meaning |", "|---|---|"]
-    first = next(iter(next(iter(schema["paths"].values())).values()))
     for status in sorted(common):
-        out.append(f"| {status} | {_cell(first['responses'].get(status, {}).get('description', ''))} |")
+        out.append(f"| {status} | {_cell(common[status])} |")
     out += ["", *_surfaces_section(schema), "## Endpoints", ""]
     for tag in by_tag:
         out.append(f"- **{tag}**: " + ", ".join(f"`{m.upper()} {p}`" for p, m, _ in by_tag[tag]))
@@ -201,12 +205,14 @@ def render(schema: dict[str, Any]) -> str:
             responses = operation.get("responses", {})
             rows = []
             for status in sorted(responses):
-                if status in common or status == "401":  # 401: see "Who may call what"
-                    continue
                 response = responses[status]
+                if common.get(status) == response.get("description") or status == "401":  # 401: "Who may call what"
+                    continue
                 found = _body_schema(response.get("content", {}))
                 kind = f"{type_of(found[1])} (`{found[0]}`)" if found else ""
-                rows.append(f"| {status} | {kind} | {_cell(response.get('description', ''))} |")
+                headers = ", ".join(f"`{name}` header" for name in response.get("headers", {}))
+                rows.append(f"| {status} | {kind}{' + ' + headers if headers else ''} | "
+                            f"{_cell(response.get('description', ''))} |")
             out += ["| status | body | meaning |", "|---|---|---|", *rows, ""]
     components = schema.get("components", {}).get("schemas", {})
     out += ["## Models", ""]

@@ -17,6 +17,8 @@ own modules (``errors.py``, ``middleware.py``, ``ingest_jobs.py``).
 
 
 import ipaddress
+import logging
+import sys
 
 import uvicorn
 from fastapi import FastAPI
@@ -78,6 +80,24 @@ def _schema(app: FastAPI, state: ServerState) -> dict:
     return app.openapi_schema
 
 
+class _UvicornLike(logging.Formatter):
+    """``INFO:     message``: the model's load reads like the server's own lines around it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname + ':':<9} {record.getMessage()}"
+
+
+def show_model_load_progress() -> None:
+    """Print the embedding model's background load (``models.loading``: its steps, when it is ready, why it failed)
+    on stderr beside uvicorn's lines: the port is bound long before an export finishes."""
+    logger = logging.getLogger("knowledge_store.models.loading")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_UvicornLike())
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 def serve(settings: Settings | None = None, announce=print) -> None:
     """Run the API with uvicorn on the configured host/port (loopback unless allowed), with TLS when a
     certificate and key are configured; ``announce`` says where the admin token is in remote mode."""
@@ -102,6 +122,7 @@ def serve(settings: Settings | None = None, announce=print) -> None:
                  else "GROUNDWORK_ADMIN_TOKEN")
         announce(f"remote mode: the admin surface needs the admin token ({where}); public callers see public "
                  f"sources only{'' if access.tls else '; no TLS: put a TLS reverse proxy in front or pass --ssl-certfile/--ssl-keyfile'}")
+    show_model_load_progress()
     # uvicorn believes X-Forwarded-For/-Proto from 127.0.0.1 unless told otherwise: only the configured proxies
     # may name the client (and the scheme of the links the server writes)
     trusted = settings.trusted_proxies

@@ -22,6 +22,8 @@ from knowledge_store.core.errors import (
     GroundworkError,
     IndexNotBuiltError,
     InvalidSourceError,
+    ModelLoadFailedError,
+    ModelLoadingError,
     QueryValidationError,
     SourceExistsError,
     SourceNotFoundError,
@@ -37,6 +39,9 @@ HTTP_ERROR_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allow
 # typed errors that are not about one field: status and the stable error code clients branch on
 PLAIN_ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
     (IndexNotBuiltError, 503, "index_not_built"),
+    # the query model's load failed: 503 like the other parts a query needs and the server lacks (a server with
+    # its model is "unavailable", not broken by this request); no Retry-After: waiting does not fix it
+    (ModelLoadFailedError, 503, "model_load_failed"),
     (SourceNotFoundError, 404, "source_not_found"),
     (FailureNotFoundError, 404, "failure_not_found"),
     (SourceExistsError, 409, "source_conflict"),
@@ -120,6 +125,12 @@ def _plain_error(status: int, code: str):
     return handler
 
 
+def model_loading(request: Request, exc: ModelLoadingError) -> JSONResponse:
+    # the query model is still loading: come back when it should be ready (the load's own estimate)
+    return JSONResponse(status_code=503, headers={"Retry-After": str(exc.retry_after_s)}, content={
+        "error": "model_loading", "message": str(exc), "retry_after_s": exc.retry_after_s})
+
+
 async def unavailable(request: Request, exc: GroundworkError) -> JSONResponse:
     # any other library error: the store or index cannot serve now (secrets in paths/URLs redacted)
     return JSONResponse(status_code=503, content={"error": type(exc).__name__, "message": redact(str(exc))})
@@ -135,6 +146,7 @@ def install_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(error_type, invalid_field)
     for error_type, status, code in PLAIN_ERRORS:
         app.add_exception_handler(error_type, _plain_error(status, code))
+    app.add_exception_handler(ModelLoadingError, model_loading)
     app.add_exception_handler(GroundworkError, unavailable)
 
 
@@ -146,6 +158,9 @@ def openapi_with_json_errors(app: FastAPI) -> dict[str, Any]:
         for operations in schema.get("paths", {}).values():
             for operation in operations.values():
                 for code, response in operation.get("responses", {}).items():
+                    declared = (response.get("content") or {}).get("application/json", {}).get("schema", {}).get("$ref", "")
+                    if declared and not declared.endswith(("/ErrorBody", "/HTTPValidationError")):
+                        continue  # a route that states its own error body (/health's 503 is its Health report)
                     if code[0] in "45":
                         response["content"] = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
         app.openapi_schema = schema

@@ -14,7 +14,9 @@ from tests.helpers import CountingEmbedder, build_sample_index
 def embedder(model_path: Path):
     from knowledge_store.models.embeddings import Embedder
 
-    return Embedder(model_path, batch_size=32, torch_threads=2)
+    # loaded here: an app over an engine with this embedder answers queries from its start (a model still loading
+    # would make them 503 model_loading until its warm-up is done)
+    return Embedder(model_path, batch_size=32, torch_threads=2).load()
 
 
 @pytest.fixture()

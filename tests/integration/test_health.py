@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from fastapi.testclient import TestClient
 
@@ -11,11 +9,13 @@ from knowledge_store.config.settings import Settings
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server.app import create_app
 from knowledge_store.storage.query_log import QueryLog
+from tests.helpers import CorruptModel, GatedModel
 
 pytestmark = pytest.mark.slow
 
 BASE = "http://127.0.0.1:8080"
 SERVICES = {"store", "index", "model", "query_log", "dagster_home"}
+QUESTION = "how do I reset the Aurora to factory settings"
 
 
 @pytest.fixture()
@@ -24,29 +24,6 @@ def dagster_home(tmp_path, monkeypatch):
     home.mkdir()
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     return home
-
-
-class GatedModel:
-    """The real model behind a load that waits until ``release`` is set (a cold process reading its weights)."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.model_id, self.dim, self.torch_threads = inner, inner.model_id, inner.dim, 1
-        self.release = threading.Event()
-        self.loaded = False
-
-    def load(self):
-        if not self.release.wait(timeout=60):
-            raise TimeoutError("the test never released the model")
-        self.loaded = True
-        return self
-
-    def embed(self, texts):
-        return self.inner.embed(texts)
-
-
-class CorruptModel(GatedModel):
-    def load(self):
-        raise RuntimeError("model weights are corrupt")
 
 
 def engine_over(settings: Settings, model, tmp_path) -> RetrievalEngine:
@@ -92,11 +69,16 @@ def test_a_loading_model_is_degraded_then_healthy_once_loaded(shared_sample_inde
             assert code == 200 and health["status"] == "degraded", health
             assert health["services"]["model"] == "loading" and "loading" in health["reasons"]["model"]
             assert health["services"]["index"] == "up" and health["model_loaded"] is False
-            assert health["warm_up"]["state"] == "warming"
+            assert health["warm_up"]["state"] == "warming" and health["model_load"]["state"] == "loading"
+            # a query does not wait for the model: 503 at once, with when to come back
+            query = client.post("/api/knowledge/query", json={"query": QUESTION})
+            assert query.status_code == 503 and query.json()["error"] == "model_loading", query.text
+            assert int(query.headers["Retry-After"]) >= 1 and "still loading" in query.json()["message"]
         finally:
             model.release.set()
         engine.warm_up_in_background().result(timeout=60)
         code, health = get_health(client)
+        assert client.post("/api/knowledge/query", json={"query": QUESTION}).status_code == 200
     assert code == 200 and health["status"] == "healthy" and health["services"]["model"] == "up", health
 
 
@@ -106,9 +88,13 @@ def test_a_model_that_cannot_load_is_unhealthy_and_says_why(shared_sample_index,
         with pytest.raises(RuntimeError):
             engine.warm_up_in_background().result(timeout=60)
         code, health = get_health(client)
+        refused = client.post("/api/knowledge/query", json={"query": QUESTION})
     assert code == 503 and health["status"] == "unhealthy", health
-    assert health["services"]["model"] == "failed" and "model weights are corrupt" in health["reasons"]["model"]
+    assert health["services"]["model"] == "error" and "model weights are corrupt" in health["reasons"]["model"]
+    assert health["model_load"]["state"] == "failed" and "model weights are corrupt" in health["model_load"]["error"]
     assert "model weights are corrupt" in health["warm_up"]["error"]
+    assert refused.status_code == 503 and refused.json()["error"] == "model_load_failed", refused.text
+    assert "model weights are corrupt" in refused.json()["message"] and "Retry-After" not in refused.headers
 
 
 def test_optional_parts_missing_are_degraded_with_reasons_and_no_dagster_is_healthy(shared_sample_index, embedder, tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ from knowledge_store.retrieval.ranking_defaults import ranking_sources, reranker
 from knowledge_store.retrieval.reranker_registry import reranker_labels
 from knowledge_store.server import api_models as out
 from knowledge_store.server.access import Caller
-from knowledge_store.server.api_models import error_responses
+from knowledge_store.server.api_models import MODEL_ERRORS, error_responses
 from knowledge_store.server.ask import ask
 from knowledge_store.server.request_models import (
     AskBody,
@@ -170,12 +170,13 @@ def config(state: State) -> dict[str, Any]:
 def router(models: RequestModels) -> APIRouter:
     """The knowledge routes of one app, their bodies typed as its served ``models``."""
     routes = APIRouter(tags=["knowledge"])
+    # the routes that embed their query: 503 model_loading (Retry-After) until the model is ready
     routes.add_api_route("/api/knowledge/query", with_body_model(query, models.query), methods=["POST"],
-                         response_model=out.QueryResponse)
+                         response_model=out.QueryResponse, responses=MODEL_ERRORS)
     routes.add_api_route("/api/ask", with_body_model(ask_book, models.ask), methods=["POST"],
-                         response_model=out.AskResponse)
+                         response_model=out.AskResponse, responses=MODEL_ERRORS)
     routes.add_api_route("/api/ask-local", with_body_model(ask_local, models.ask_local), methods=["POST"],
-                         response_model=out.AskResponse)
+                         response_model=out.AskResponse, responses=MODEL_ERRORS)
     routes.add_api_route("/api/knowledge/feedback", with_body_model(feedback, models.feedback), methods=["POST"],
                          status_code=201, response_model=out.FeedbackStored, responses=error_responses(404))
     routes.add_api_route("/api/knowledge/feedback", list_feedback, methods=["GET"], response_model=out.FeedbackList)

@@ -13,6 +13,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from knowledge_store.core.errors import GroundworkError
+from knowledge_store.models.loading import PHASE_TEXT
 from knowledge_store.server import api_models as out
 from knowledge_store.server.state import ServerState, State
 
@@ -33,21 +34,24 @@ def _version() -> str:
 VERSION = _version()
 
 
-def _model_service(state: ServerState) -> tuple[str, str | None, bool]:
-    """(state, reason, loaded) of the query embedding model, from the engine's warm-up."""
-    engine = state.engine
+def _model_service(state: ServerState) -> tuple[str, str | None, dict[str, Any] | None]:
+    """(state, reason, load status) of the served query embedding model, from its load (``ModelLoad.status``):
+    ``up``, ``loading`` (what it is doing, for how long, the estimate), ``error`` (the load's error; queries are
+    refused until the server is restarted), ``not_loaded`` or ``missing`` (its folder is gone)."""
     try:
-        loaded = bool(engine.embedder.loaded)
+        load = state.engine.model_status()
     except GroundworkError as error:  # e.g. the served snapshot's model folder is gone
-        return "missing", str(error), False
-    if loaded:
-        return UP, None, True
-    warm_up = engine.warm_up_status()
-    if warm_up["state"] == "warming":
-        return "loading", f"the model is loading ({warm_up['seconds']:g} s so far)", False
-    if warm_up["state"] == "failed":
-        return "failed", f"warming up failed: {warm_up['error']}", False
-    return "not_loaded", "not loaded yet: it loads with the first query", False
+        return "missing", str(error), None
+    if load["state"] == "ready":
+        return UP, None, load
+    if load["state"] == "loading":
+        doing = PHASE_TEXT.get(load["phase"], load["phase"])
+        return "loading", (f"the embedding model is loading: {doing}, {load['seconds']:g} s so far; queries are "
+                           f"answered once it is ready, in about {load['retry_after_s']} s"), load
+    if load["state"] == "failed":
+        return "error", (f"the embedding model could not be loaded: {load['error']}; queries are refused (503) "
+                         "until it loads: fix the cause and restart the server"), load
+    return "not_loaded", "not loaded yet: the warm-up or the first query loads it", load
 
 
 def _dagster_home() -> tuple[str, str | None]:
@@ -84,7 +88,7 @@ def health_report(state: ServerState) -> dict[str, Any]:
         record("index", UP, None)
     except GroundworkError as error:
         record("index", "missing", str(error))
-    model_state, model_reason, model_loaded = _model_service(state)
+    model_state, model_reason, model_load = _model_service(state)
     record("model", model_state, model_reason)
     log_problem = state.query_log.problem()
     record("query_log", UP if log_problem is None else "down", log_problem)
@@ -100,8 +104,8 @@ def health_report(state: ServerState) -> dict[str, Any]:
         status = "degraded"
     body: dict[str, Any] = {
         "status": status, "services": services, "version": VERSION, "reasons": reasons,
-        "uptime_s": round(time.time() - state.started_at, 1), "store": store, "model_loaded": model_loaded,
-        "warm_up": engine.warm_up_status(), "remote": state.access.remote, "tls": state.access.tls,
+        "uptime_s": round(time.time() - state.started_at, 1), "store": store, "model_loaded": model_state == UP,
+        "model_load": model_load, "warm_up": engine.warm_up_status(), "remote": state.access.remote, "tls": state.access.tls,
         "admin_token_required": state.access.token_required, "index": index,
     }
     stats = getattr(engine.embedder, "stats", None) if services["model"] != "missing" else None
@@ -121,7 +125,10 @@ def health(state: State) -> JSONResponse:
     not configured at all counts as up (a server runs without Dagster); ``unhealthy`` (503)
     without an index or when the model cannot load.  ``services``: ``store``, ``index``, ``model``,
     ``query_log``, ``dagster_home``, each ``up`` or a state (``missing``, ``loading``, ``not_loaded``,
-    ``failed``, ``down``, ``not_configured``) whose reason is in ``reasons``."""
+    ``error``, ``down``, ``not_configured``) whose reason is in ``reasons``.  The server answers at once after
+    it starts, also while its model loads (on a fresh data folder it is first exported to ONNX and quantised):
+    ``model_load`` then says what the load is doing (``phase``), for how long (``seconds``) and the estimated
+    seconds left (``retry_after_s``), and queries answer 503 ``model_loading`` with ``Retry-After``."""
     body = health_report(state)
     return JSONResponse(status_code=503 if body["status"] == "unhealthy" else 200, content=body)
 

@@ -7,6 +7,7 @@
 
   var QUERY_URL = "/api/knowledge/query";
   var CONFIG_URL = "/api/knowledge/config";
+  var HEALTH_URL = "/health";
   var FEEDBACK_URL = "/api/knowledge/feedback";
   var NOTE_LIMIT = 1000; // the server's default max_note_chars; the server has the final word
   var SAVED = "Thanks \u2014 feedback saved";
@@ -216,7 +217,7 @@
       return response.text().then(function (raw) {
         var body = null;
         try { body = raw ? JSON.parse(raw) : null; } catch (e) { body = null; }
-        return { ok: response.ok, status: response.status, body: body };
+        return { ok: response.ok, status: response.status, body: body, retryAfter: response.headers.get("Retry-After") };
       });
     });
   }
@@ -350,6 +351,18 @@
         var errors = (res.body && res.body.errors) || [];
         showFormError(messageOf(res.body, res.status), errors.map(function (e) { return e.field; }));
         statusEl.textContent = "Please correct the search.";
+      } else if (res.status === 503 && res.body && res.body.error === "model_loading") {
+        // the server is up, its model is not yet: this search runs by itself once it is
+        show(errorPanel, false);
+        waitingBody = body;
+        var wait = Number(res.retryAfter) || res.body.retry_after_s;
+        showModelLoading(wait, null);
+        statusEl.textContent = "The model is still loading \u2014 your search will run as soon as it is ready" +
+          (wait > 0 ? " (in about " + Math.ceil(wait) + " s)." : ".");
+        scheduleModelCheck(wait);
+      } else if (res.status === 503 && res.body && res.body.error === "model_load_failed") {
+        showModelError(messageOf(res.body, res.status));
+        serverDown(messageOf(res.body, res.status), "The model could not be loaded");
       } else if (res.status >= 500) {
         serverDown(messageOf(res.body, res.status), "The server could not answer (HTTP " + res.status + ")");
       } else {
@@ -362,6 +375,82 @@
                  "Cannot reach the server");
     }).then(function () {
       if (mine === seq) setBusy(false);
+    });
+  }
+
+  // ------------------------------------------------------------ the model loading (GET /health)
+  // The server answers from the moment it starts, while its embedding model may still be loading (the first time
+  // on a data folder it is exported and quantised: a minute or two); searches answer 503 model_loading with
+  // Retry-After until it is ready.  The notice says so and when, the search box explains, /health is polled until
+  // the model is up, and a search that came in meanwhile runs then.
+  var modelNotice = $("model-notice"), queryHint = $("query-hint");
+  var QUERY_HINT = queryHint.textContent;
+  var PHASES = { starting: "starting", exporting: "exporting it to ONNX, once per model",
+                 quantising: "quantising it, once per model", loading: "loading it" };
+  var modelState = "unknown", modelPoll = null, waitingBody = null, readyTimer = null;
+
+  function showModelLoading(seconds, phase) {
+    modelState = "loading";
+    if (readyTimer) { clearTimeout(readyTimer); readyTimer = null; }
+    var about = seconds > 0 ? "about " + Math.ceil(seconds) + " s" : "a moment";
+    modelNotice.textContent = "Model loading \u2014 answers available in " + about +
+      (PHASES[phase] ? " (" + PHASES[phase] + ")" : "") + ".";
+    modelNotice.className = "model-notice";
+    show(modelNotice, true);
+    queryHint.textContent = "The model is still loading: a search started now runs as soon as it is ready.";
+  }
+
+  function showModelError(reason) {
+    modelState = "error";
+    waitingBody = null;
+    modelNotice.textContent = "The model could not be loaded, so searches cannot be answered" +
+      (reason ? ": " + reason : ".");
+    modelNotice.className = "model-notice error";
+    show(modelNotice, true);
+    queryHint.textContent = "Searches are refused until the server's model loads (see Health).";
+  }
+
+  function modelReady() {
+    var was = modelState;
+    modelState = "up";
+    queryHint.textContent = QUERY_HINT;
+    if (was === "loading") {  // said once, then the notice goes
+      modelNotice.textContent = "The model is ready.";
+      modelNotice.className = "model-notice ready";
+      readyTimer = setTimeout(function () { show(modelNotice, false); readyTimer = null; }, 4000);
+    } else if (was !== "up") {
+      show(modelNotice, false);
+    }
+    if (waitingBody) {
+      var body = waitingBody;
+      waitingBody = null;
+      runQuery(body);
+    }
+  }
+
+  function scheduleModelCheck(seconds) {
+    if (modelPoll) clearTimeout(modelPoll);
+    var wait = Math.min(5, Math.max(1, Number(seconds) || 2));  // at least every 5 s: the estimate may be long
+    modelPoll = setTimeout(checkModel, wait * 1000);
+  }
+
+  function checkModel() {
+    modelPoll = null;
+    fetch(HEALTH_URL, { headers: { "Accept": "application/json" } }).then(function (response) {
+      return response.json();
+    }).then(function (health) {
+      var model = health && health.services ? health.services.model : null;
+      var load = (health && health.model_load) || {};
+      if (model === "loading" || model === "not_loaded") {
+        showModelLoading(load.retry_after_s, load.phase);
+        scheduleModelCheck(load.retry_after_s);
+      } else if (model === "error") {
+        showModelError((health.reasons || {}).model || load.error || "");
+      } else {  // up, or a /health that does not say: a search says for itself (503 model_loading)
+        modelReady();
+      }
+    }, function () {
+      if (modelState === "loading" || waitingBody) scheduleModelCheck(5);  // not reachable now: look again
     });
   }
 
@@ -711,6 +800,7 @@
   }
 
   loadConfig();
+  checkModel();
 
   // the Sources, Upload, Failures, Settings and Evaluation pages live in admin.js
   function cell(row, text, cls) {

@@ -412,6 +412,11 @@
     if (status === 429) {
       return new WidgetError("busy", "Too many questions right now", "Wait a few seconds, then try again.", true);
     }
+    if (status === 503 && code === "model_loading") {  // a server that just started: its model is still loading
+      var wait = body && body.retry_after_s > 0 ? "in about " + Math.ceil(body.retry_after_s) + " s" : "in a moment";
+      return new WidgetError("loading", "The assistant is still starting",
+        "Its model is loading; answers are available " + wait + ". Please try again then.", true);
+    }
     if (status >= 500) {
       return new WidgetError("server", "The assistant ran into a problem (HTTP " + status + ")",
         (message || "It could not answer just now.") + " Please try again in a moment.", true);

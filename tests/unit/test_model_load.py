@@ -1,0 +1,134 @@
+"""``models.loading.ModelLoad``: a background load's state, step, estimate and error, without a model (the real
+export and load run in tests/integration/test_serve_startup.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from knowledge_store.config.embedding_models import QUANTIZATION_RECIPES
+from knowledge_store.core.errors import ModelLoadFailedError, ModelLoadingError
+from knowledge_store.models.embeddings import OnnxEmbedder, report_step, step_seconds
+from knowledge_store.models.loading import OVERDUE_RETRY_S, UNKNOWN_RETRY_S, ModelLoad
+
+STEPS = [("exporting", 10.0), ("loading", 1.0)]
+
+
+class SteppedModel:
+    """An embedder whose load reports its steps and waits at each until the test lets it go on."""
+
+    model_id, dim, torch_threads = "stepped", 4, 1
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.on_phase = None
+        self.loaded = False
+        self.fail = fail
+        self.gates = {step: threading.Event() for step, _ in STEPS}
+        self.reached = {step: threading.Event() for step, _ in STEPS}
+        self.loads = 0
+
+    def load_steps(self):
+        return [] if self.loaded else list(STEPS)
+
+    def load(self):
+        self.loads += 1
+        for step, _ in STEPS:
+            report_step(self, step)
+            self.reached[step].set()
+            assert self.gates[step].wait(10), f"the test never let {step} finish"
+            if self.fail is not None and step == "exporting":
+                raise self.fail
+        self.loaded = True
+        return self
+
+
+def test_a_load_says_its_step_and_the_seconds_left_then_ready():
+    model = SteppedModel()
+    load = ModelLoad(model, name="stepped")
+    assert load.status()["state"] == "not_loaded"
+    assert load.status(pending=True) == {"state": "loading", "phase": "starting", "seconds": 0.0, "error": None,
+                                         "retry_after_s": 11}  # a warm-up on its way: the whole estimate
+    load.start_in_background()
+    assert model.reached["exporting"].wait(10)
+    exporting = load.status()
+    assert (exporting["state"], exporting["phase"]) == ("loading", "exporting") and 10 <= exporting["retry_after_s"] <= 11
+    error = load.not_ready()
+    assert isinstance(error, ModelLoadingError) and error.phase == "exporting" and error.retry_after_s == exporting["retry_after_s"]
+    assert "still loading (exporting" in str(error) and model.loads == 1  # no second load while one runs
+    model.gates["exporting"].set()
+    assert model.reached["loading"].wait(10)
+    assert load.status()["phase"] == "loading" and load.status()["retry_after_s"] == 1
+    model.gates["loading"].set()
+    for _ in range(200):
+        if load.status()["state"] == "ready":
+            break
+        threading.Event().wait(0.01)
+    ready = load.status()
+    assert ready["state"] == "ready" and ready["seconds"] is not None and ready["retry_after_s"] is None
+    assert load.not_ready() is None
+
+
+def test_a_failed_load_keeps_its_error_and_queries_are_told_it_without_a_new_load():
+    model = SteppedModel(fail=OSError("weights unreadable"))
+    model.gates["exporting"].set()
+    load = ModelLoad(model, name="stepped")
+    with pytest.raises(OSError):
+        load.load()
+    status = load.status()
+    assert status["state"] == "failed" and status["error"] == "OSError: weights unreadable"
+    error = load.not_ready()
+    assert isinstance(error, ModelLoadFailedError) and error.reason == "OSError: weights unreadable"
+    assert "could not be loaded: OSError: weights unreadable" in str(error) and model.loads == 1
+
+
+def test_a_query_for_a_model_nobody_loads_starts_its_load_unless_a_warm_up_is_on_its_way():
+    model = SteppedModel()
+    load = ModelLoad(model, name="stepped")
+    pending = load.not_ready(pending=True)
+    assert isinstance(pending, ModelLoadingError) and pending.phase == "starting" and model.loads == 0
+    started = load.not_ready()
+    assert isinstance(started, ModelLoadingError) and model.reached["exporting"].wait(10) and model.loads == 1
+    for gate in model.gates.values():
+        gate.set()
+
+
+def test_an_embedder_without_estimates_or_overdue_steps_gets_a_short_retry():
+    class Plain:
+        model_id, dim, torch_threads, loaded = "plain", 4, 1, False
+        release = threading.Event()
+
+        def load(self):
+            assert self.release.wait(10)
+            self.loaded = True
+
+    plain = Plain()
+    load = ModelLoad(plain)
+    load.start_in_background()
+    assert load.status()["retry_after_s"] == UNKNOWN_RETRY_S and load.status()["phase"] == "loading"
+    plain.release.set()
+
+    quick = SteppedModel()
+    load = ModelLoad(quick)
+    load._steps, load._step, load._step_started = [("loading", 0.0)], 0, 0.0  # an estimate long passed
+    assert load._retry_after(now=100.0) == OVERDUE_RETRY_S
+
+
+def test_step_estimates_follow_the_weights_and_the_files_left_to_make(tmp_path, model_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    with (folder / "model.safetensors").open("wb") as weights:
+        weights.truncate(400_000_000)  # 400 MB, sparse
+    assert step_seconds("exporting", folder) == pytest.approx(6.0 + 0.03 * 400, abs=0.1)
+    assert step_seconds("quantising", folder) > step_seconds("loading", folder)
+
+    int8 = OnnxEmbedder(model_path, tmp_path / "cache", quantization="int8")
+    assert [step for step, _ in int8.load_steps()] == ["exporting", "quantising", "checking", "loading"]
+    artifacts = int8.artifacts
+    artifacts.folder.mkdir(parents=True)
+    artifacts.fp32_path.write_bytes(b"")  # exported already: the int8 graph, its check and the session are left
+    assert [step for step, _ in int8.load_steps()] == ["quantising", "checking", "loading"]
+    artifacts.graph_path(QUANTIZATION_RECIPES["int8"]).write_bytes(b"")  # quantised, never checked on this CPU
+    assert [step for step, _ in int8.load_steps()] == ["checking", "loading"]
+    fp32 = OnnxEmbedder(model_path, tmp_path / "cache")
+    assert [step for step, _ in fp32.load_steps()] == ["loading"]
