@@ -346,6 +346,17 @@ class RetrievalEngine:
     def _warming(self) -> bool:
         return self._warm_up.status()["state"] == "warming"
 
+    def query_graph(self) -> dict[str, Any] | None:
+        """Which ONNX graph embeds the configured model's queries on this CPU and why (``OnnxEmbedder.decision``: the
+        quantised graph only where it passed its fidelity check), as far as it is known without building or
+        checking anything; None for an embedder that runs no ONNX graph (torch)."""
+        inner = self._default_embedder
+        while hasattr(inner, "inner"):
+            inner = inner.inner
+        recorded = getattr(inner, "recorded_decision", None)
+        decision = recorded() if recorded is not None else None
+        return None if decision is None else decision.to_dict()
+
     def require_model(self, snapshot: LoadedSnapshot) -> None:
         """In an engine that loads its models in the background (``loads_in_background``, a server): raise at once
         when ``snapshot``'s query model is not loaded - ``ModelLoadingError`` while it loads (a load is started if

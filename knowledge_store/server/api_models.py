@@ -347,6 +347,10 @@ class Health(Open):
                                               "quantising | loading), seconds (so far, or of the last attempt), retry_after_s (the "
                                               "estimated seconds left while loading), error; null when its folder is "
                                               "missing.")
+    model_graph: dict[str, Any] | None = Field(None, description="Which ONNX graph embeds queries on this CPU and why: "
+                                              "requested and in_effect quantisation (none = fp32), recipe, reason and the "
+                                              "quantised graph's fidelity check (cosine to fp32 on the probe set; it runs "
+                                              "only where it passed); null until known or for the torch encoder.")
     warm_up: dict[str, Any] = Field(..., description="The engine's warm-up: state (not_started | warming | ready | "
                                                      "failed), seconds, error.")
     remote: bool = Field(..., description="Started in remote mode (GROUNDWORK_ALLOW_REMOTE).")

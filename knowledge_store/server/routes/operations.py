@@ -54,6 +54,13 @@ def _model_service(state: ServerState) -> tuple[str, str | None, dict[str, Any] 
     return "not_loaded", "not loaded yet: the warm-up or the first query loads it", load
 
 
+def _query_graph(engine) -> dict[str, Any] | None:
+    try:
+        return engine.query_graph()
+    except Exception as error:  # noqa: BLE001 - /health reports what it cannot read instead of failing
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
 def _dagster_home() -> tuple[str, str | None]:
     home = os.environ.get("DAGSTER_HOME")
     if not home:
@@ -106,6 +113,8 @@ def health_report(state: ServerState) -> dict[str, Any]:
         "status": status, "services": services, "version": VERSION, "reasons": reasons,
         "uptime_s": round(time.time() - state.started_at, 1), "store": store, "model_loaded": model_state == UP,
         "model_load": model_load, "warm_up": engine.warm_up_status(), "remote": state.access.remote, "tls": state.access.tls,
+        # the graph queries run through and why: fp32 where the quantised graph failed its check on this CPU
+        "model_graph": _query_graph(engine),
         "admin_token_required": state.access.token_required, "index": index,
     }
     stats = getattr(engine.embedder, "stats", None) if services["model"] != "missing" else None

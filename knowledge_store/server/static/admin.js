@@ -1039,10 +1039,25 @@
     if (!model) return;
     fact(facts, "Serving", (model.served_model_id || model.base_model_id) + (model.fine_tuned
       ? " \u2014 fine-tuned for this corpus, adopted " + when(model.adopted_at) : " \u2014 the base model"));
-    fact(facts, "Vectors", "documents " + (model.document_quantization === "int8" ? "int8" : "fp32") + ", queries " +
-      (model.query_quantization === "int8" ? "int8" : "fp32") + (model.sentence_encoding === "in_context"
+    var graphs = model.graphs || {};
+    /* what runs on this CPU: the quantised graph only where it passed its fidelity check against fp32 */
+    function running(purpose, asked) {
+      var decision = graphs[purpose];
+      if (!decision) return asked === "int8" ? "int8" : "fp32";
+      if (decision.in_effect === null || decision.in_effect === undefined) return asked + " (not checked on this CPU yet)";
+      return decision.in_effect === "none" ? "fp32" + (asked !== "none" ? " (" + asked + " asked for)" : "") : decision.in_effect;
+    }
+    fact(facts, "Vectors", "documents " + running("documents", model.document_quantization) + ", queries " +
+      running("queries", model.query_quantization) + (model.sentence_encoding === "in_context"
         ? ", sentences pooled from their chunks' pass" : model.sentence_encoding ? ", sentences embedded one by one" : "") +
       " (GROUNDWORK_DOCUMENT_QUANTIZATION, GROUNDWORK_QUERY_QUANTIZATION, GROUNDWORK_SENTENCE_ENCODING)");
+    ["documents", "queries"].forEach(function (purpose) {
+      var decision = graphs[purpose];
+      if (decision && decision.requested !== "none") {
+        fact(facts, "Model graph (" + purpose + ")", decision.reason);
+      }
+    });
+    if (graphs.cache_dir) fact(facts, "Model cache", graphs.cache_dir + " (" + graphs.cpu + ")");
     fact(facts, "Fine-tuning", model.finetune_enabled ? "on: runs after syncs that change the corpus, within " +
       fmt(model.budget_s, 0) + " s of training" : "off (GROUNDWORK_FINETUNE_EMBEDDER=false)");
     var last = model.last_decision;
