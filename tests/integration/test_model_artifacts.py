@@ -4,6 +4,7 @@ passed its fidelity check on the CPU that runs it (``models.artifacts``, ``OnnxE
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -156,3 +157,28 @@ def test_a_missing_graph_is_built_atomically_under_the_cache_lock(tmp_path, mode
 
     assert artifacts.folder.name == f"onnxruntime-{onnxruntime.__version__}"
     assert artifacts.folder.parent.parent == cache
+
+
+def test_health_and_the_config_say_why_fp32_serves_where_the_quantised_graph_failed(built_cache, tmp_path, model_path,
+                                                                                   embedder):
+    import httpx
+
+    from knowledge_store.retrieval.engine import RetrievalEngine
+    from tests.helpers import build_sample_index, served_app
+
+    cache = _copy_cache(built_cache, tmp_path / "cache")
+    _break_graph(ModelArtifacts(model_path, cache).graph_path(INT8))
+    sample = build_sample_index(tmp_path / "sample", embedder)
+    settings = sample.model_copy(update={"models_cache_dir": cache, "query_quantization": "int8"})
+    with served_app(settings, RetrievalEngine(settings)) as base:
+        deadline = time.monotonic() + 300
+        while (health := httpx.get(f"{base}/health", timeout=30).json())["services"]["model"] == "loading":
+            assert time.monotonic() < deadline, health
+            time.sleep(0.5)
+        graph = health["model_graph"]
+        assert graph["requested"] == "int8" and graph["in_effect"] == "none", graph
+        assert "FAILED" in graph["reason"] and graph["fidelity"]["passed"] is False
+        answer = httpx.post(f"{base}/api/knowledge/query", json={"query": "what does error E42 mean", "k": 3}, timeout=60)
+        assert answer.status_code == 200 and answer.json()["results"]
+        config = httpx.get(f"{base}/api/knowledge/config", timeout=30).json()
+        assert "FAILED" in config["embedding_model"]["graphs"]["queries"]["reason"]
