@@ -349,6 +349,9 @@ class ServerSettings(BaseModel):
     search_workers: int = Field(8, ge=1, description="Queries the API runs at once; more wait (and share embedding batches).")
     max_query_chars: int = Field(2000, ge=10, description="Longer queries are rejected with 422.")
     max_note_chars: int = Field(1000, ge=1, description="Feedback notes longer than this are rejected.")
+    max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body the API reads (every route "
+                                "but uploads, which take max_file_mb): a larger one is answered 413 before it is "
+                                "read, at once when its Content-Length says so.")
 
 
 class WebSettings(BaseModel):

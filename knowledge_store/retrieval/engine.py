@@ -338,7 +338,8 @@ class RetrievalEngine:
             _rerank_steps()
             self.embedder.load()
             self.embedder.embed(["warm up"])
-            self.snapshots.current()
+            # and the public view, so a public caller's first search does not build it
+            self.searched_snapshot(SearchFilters().public_only(), self.snapshots.current())
         except Exception as error:
             self._warm_up.failed(error, time.perf_counter() - started)
             raise
@@ -419,7 +420,15 @@ class RetrievalEngine:
         k = s.default_k if k is None else k
         if not isinstance(k, int) or not 1 <= k <= 100:
             raise QueryValidationError("k", k, "must be an integer from 1 to 100")
-        form = query_form(query, self._snapshot_or_none())  # the entities a query names are the corpus's
+        if isinstance(filters, dict):
+            try:
+                filters = SearchFilters(**filters)
+            except Exception as error:  # pydantic ValidationError -> a field-named message
+                raise QueryValidationError("filters", filters, str(error).splitlines()[0]) from error
+        filters = filters or SearchFilters()
+        # the entities a query names are those of the documents it searches (``searched_snapshot``)
+        served = self._snapshot_or_none()
+        form = query_form(query, None if served is None else self.searched_snapshot(filters, served))
         alpha = alpha_for_form(form, defaults.alpha, self.question_alpha()) if alpha is None else alpha
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
             raise QueryValidationError("alpha", alpha, "must be between 0 (pure BM25) and 1 (pure vector)")
@@ -436,14 +445,9 @@ class RetrievalEngine:
             raise QueryValidationError("reranker", reranker, RERANKERS.one_of())
         if answer not in ANSWER_MODES:
             raise QueryValidationError("answer", answer, ANSWER_MODES.one_of())
-        if isinstance(filters, dict):
-            try:
-                filters = SearchFilters(**filters)
-            except Exception as error:  # pydantic ValidationError -> a field-named message
-                raise QueryValidationError("filters", filters, str(error).splitlines()[0]) from error
         floor = s.min_relevance if min_relevance is None else min_relevance
         return SearchRequest(query=query.strip(), k=k, alpha=float(alpha), fusion=fusion, reranker=reranker,
-                             filters=filters or SearchFilters(), min_relevance=float(floor), answer=answer, client=client,
+                             filters=filters, min_relevance=float(floor), answer=answer, client=client,
                              section_weight=float(section_weight), lead_weight=float(lead_weight),
                              query_form=form)
 
@@ -464,6 +468,14 @@ class RetrievalEngine:
     def ranking_pipeline(self) -> RankingPipeline:
         """The ranking steps this engine's settings turn on (``ranking.RANKING_STEPS``)."""
         return RankingPipeline.served(self.settings)
+
+    @staticmethod
+    def searched_snapshot(filters: SearchFilters, snapshot: LoadedSnapshot) -> LoadedSnapshot:
+        """What a search with ``filters`` runs on: ``snapshot``, or - when they name visibilities, as every search of
+        the public surface does - its view of those sources alone (``LoadedSnapshot.view``), whose statistics
+        (BM25, entities, sections) are its own: nothing a search of public sources answers depends on what
+        internal sources hold."""
+        return snapshot.view(filters.visibility) if filters.visibility else snapshot
 
     def _snapshot_or_none(self) -> LoadedSnapshot | None:
         """The served snapshot, or None before one is published (a request can be checked without an index)."""
@@ -486,7 +498,7 @@ class RetrievalEngine:
         """Hybrid retrieval: BM25 and vector over the filtered snapshot, fused, best ``pool_size`` kept."""
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
-        snapshot = self.snapshots.current()
+        snapshot = self.searched_snapshot(request.filters, self.snapshots.current())
 
         def lexical():
             started = time.perf_counter()

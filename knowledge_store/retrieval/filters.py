@@ -119,15 +119,15 @@ def document_matches(doc: dict, filters: SearchFilters) -> bool:
 
 
 class MaskCache:
-    """Masks per (snapshot version, filter) - the same filter on the same snapshot is free."""
+    """Masks per (snapshot version, visibility view, filter) - the same filter on the same snapshot is free."""
 
     def __init__(self, size: int = 256) -> None:
         self.size = size
-        self._cache: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, tuple[str, ...] | None, str], np.ndarray] = OrderedDict()
 
     def mask(self, snapshot: LoadedSnapshot, filters: SearchFilters | None) -> np.ndarray:
         filters = filters or SearchFilters()
-        key = (snapshot.info.snapshot_version, filters.key())
+        key = (snapshot.info.snapshot_version, snapshot.view_of, filters.key())
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)

@@ -46,6 +46,7 @@ from knowledge_store.server.origin_policy import ASGIApp, headers_of, refuse
 PUBLIC = "public"
 ADMIN = "admin"
 TOKEN_FILE = "admin_token"
+MIN_TOKEN_CHARS = 16  # a configured admin token in remote mode (the generated one has 43)
 
 # Every route of the API schema, by method and path template.  A route missing here fails ``create_app``
 # (``check_classified``) and the test that walks the OpenAPI schema: nothing is exposed by omission.
@@ -94,7 +95,7 @@ WHY_PUBLIC = {
     "/api/ask-local": "answers from public sources only, unless the admin token is sent",
     "/api/knowledge/feedback": "rates a result a caller was shown",
     "/api/knowledge/sources/{doc_id}/file": "only documents of public sources, unless the admin token is sent",
-    "/health": "no data; says whether the server runs remote and with TLS",
+    "/health": "status, each service's state and the version only; the details need the admin token",
 }
 UNAUTHORIZED = {"error": "unauthorized",
                 "message": "this needs the admin token: send it as 'Authorization: Bearer <token>' "
@@ -163,14 +164,20 @@ def _in(address: str, networks: tuple) -> bool:
 def client_address(peer: str, forwarded_for: str | None, trusted: tuple) -> str:
     """Who the client is: the peer, unless the peer is a trusted proxy; then the right-most address of
     ``X-Forwarded-For`` that is not a trusted proxy (proxies append, so entries left of the first untrusted
-    one are the client's own claims and never believed)."""
+    one are the client's own claims and never believed).  That entry must be an IP address (written in its
+    canonical form): anything else (``unknown``, a name, ``1.2.3.4:80``) is no client identity, and the peer
+    answers for the request."""
     if not trusted or not _in(peer, trusted) or not forwarded_for:
         return peer
     hops = [hop.strip() for hop in forwarded_for.split(",") if hop.strip()]
     for hop in reversed(hops):
-        if not _in(hop, trusted):
-            return hop
-    return hops[0] if hops else peer
+        try:
+            address = ipaddress.ip_address(hop)
+        except ValueError:
+            return peer
+        if not any(address in network for network in trusted):
+            return str(address)
+    return str(ipaddress.ip_address(hops[0])) if hops else peer
 
 
 def is_loopback(address: str) -> bool:
@@ -232,8 +239,16 @@ class AccessPolicy:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AccessPolicy:
+        """The policy of ``settings``; ``ConfigError`` naming ``admin_token`` for a configured token shorter than
+        ``MIN_TOKEN_CHARS`` in remote mode (the token is never repeated)."""
         token_file = None
         token = settings.admin_token.get_secret_value() if settings.admin_token else None
+        if token is not None and settings.allow_remote and len(token) < MIN_TOKEN_CHARS:
+            raise ConfigError("admin_token", f"({len(token)} characters)",
+                              f"is too short for remote mode: a server others can reach needs at least "
+                              f"{MIN_TOKEN_CHARS} characters, or a guessable token opens the admin surface; unset "
+                              "GROUNDWORK_ADMIN_TOKEN to have one generated, or set e.g. "
+                              "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`")
         if token is None and settings.allow_remote:
             token, token_file = load_or_create_token(settings.data_dir)
         limiter = RateLimiter(settings.public_rate, settings.public_burst) if settings.public_rate > 0 else None

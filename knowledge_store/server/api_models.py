@@ -50,7 +50,8 @@ _ERROR_TEXT = {
     405: "Method not allowed; the Allow header lists the methods of this path.",
     409: "Conflict (duplicate upload, source name or folder already registered).",
     410: "The resource existed but is gone (e.g. the original file left its source folder).",
-    413: "Upload larger than the configured limit.",
+    413: "Request body over the configured limit (GROUNDWORK_MAX_BODY_BYTES; uploads: GROUNDWORK_MAX_FILE_MB), "
+         "refused before it is read.",
     421: "Host header not served here (DNS-rebinding protection); configure GROUNDWORK_ALLOWED_HOSTS.",
     422: "Invalid input; ``errors`` names each offending field.",
     500: "Unexpected server error (logged); the body never carries a traceback.",
@@ -63,8 +64,9 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {str(status): {"model": ErrorBody, "description": _ERROR_TEXT[status]} for status in statuses}
 
 
-# every route can answer these: the origin policy (403/421), bad input (400/422), unexpected (500), unavailable (503)
-COMMON_ERRORS = error_responses(400, 403, 405, 421, 422, 500, 503)
+# every route can answer these: the origin policy (403/421), bad input (400/422), a body over the limit (413),
+# unexpected (500), unavailable (503)
+COMMON_ERRORS = error_responses(400, 403, 405, 413, 421, 422, 500, 503)
 
 
 # ------------------------------------------------------------------ knowledge
@@ -312,7 +314,8 @@ class ConfigResponse(Open):
 
 
 class Health(Open):
-    """Seed 004's ``{"status", "services", "version"}``, each non-up service's reason, and the details."""
+    """Seed 004's ``{"status", "services", "version"}``; for admin callers also each non-up service's reason and
+    the details (public callers get the three fields only: nothing about the corpus or the machine)."""
 
     status: Literal["healthy", "degraded", "unhealthy"] = Field(
         ..., description="healthy: every service up (200); degraded: the model is loading or an optional part "
@@ -322,19 +325,22 @@ class Health(Open):
         ..., description="store, index, model, query_log, dagster_home: each 'up' or missing | loading | not_loaded "
                          "| failed | down | not_configured.")
     version: str = Field(..., description="The groundwork package version.")
-    reasons: dict[str, str] = Field(..., description="Why each service that is not up is not (service -> reason).")
-    reason: str | None = Field(None, description="All reasons on one line; absent when healthy.")
-    uptime_s: float
-    store: bool = Field(..., description="The store file exists.")
-    model_loaded: bool
-    warm_up: dict[str, Any] = Field(..., description="The engine's warm-up: state (not_started | warming | ready | "
-                                                     "failed), seconds, error.")
-    remote: bool = Field(..., description="Started in remote mode (GROUNDWORK_ALLOW_REMOTE).")
-    tls: bool = Field(..., description="Serving TLS itself (--ssl-certfile/--ssl-keyfile); false behind a TLS proxy.")
-    admin_token_required: bool = Field(..., description="The admin surface needs the admin token.")
-    index: dict[str, Any] | None = Field(..., description="The served snapshot: snapshot_version, chunks, documents, "
-                                                          "published; null without one.")
-    query_cache: dict[str, Any] | None = Field(None, description="The query-embedding cache: hits, misses, hit_rate.")
+    reasons: dict[str, str] | None = Field(None, description="Admin: why each service that is not up is not "
+                                                             "(service -> reason).")
+    reason: str | None = Field(None, description="Admin: all reasons on one line; absent when healthy.")
+    uptime_s: float | None = Field(None, description="Admin.")
+    store: bool | None = Field(None, description="Admin: the store file exists.")
+    model_loaded: bool | None = Field(None, description="Admin.")
+    warm_up: dict[str, Any] | None = Field(None, description="Admin: the engine's warm-up: state (not_started | "
+                                                             "warming | ready | failed), seconds, error.")
+    remote: bool | None = Field(None, description="Admin: started in remote mode (GROUNDWORK_ALLOW_REMOTE).")
+    tls: bool | None = Field(None, description="Admin: serving TLS itself (--ssl-certfile/--ssl-keyfile); false "
+                                               "behind a TLS proxy.")
+    admin_token_required: bool | None = Field(None, description="Admin: the admin surface needs the admin token.")
+    index: dict[str, Any] | None = Field(None, description="Admin: the served snapshot: snapshot_version, chunks, "
+                                                           "documents, published; null without one.")
+    query_cache: dict[str, Any] | None = Field(None, description="Admin: the query-embedding cache: hits, misses, "
+                                                                 "hit_rate.")
 
 
 # ------------------------------------------------------------------ console: ranking settings, evaluation

@@ -39,9 +39,13 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
     """The server: API routes, console, MCP at ``/mcp`` (``mount_mcp``), over ``settings`` (default: the
     environment) and ``engine`` (default: a new one; pass one to share its loaded model and query log)."""
     state = ServerState.build(settings or Settings(), engine)
+    # the interactive API docs load Swagger UI and ReDoc from a CDN (no copy is installed): not in remote mode,
+    # where a reader's browser would run third-party script in this server's origin; /openapi.json stays
+    remote = state.settings.allow_remote
     app = FastAPI(
         title="Groundwork",
         version="0.1.0",
+        docs_url=None if remote else "/docs", redoc_url=None if remote else "/redoc",
         description="Grounded retrieval with citations: query, feedback, ingestion, documents, articles. "
                     "Every error has the body {error, message} (422 adds errors: [{field, message}]).",
         lifespan=lifespan,

@@ -15,6 +15,8 @@ follow, and one policy stops both:
 * **DNS rebinding.**  ``evil.example`` re-resolved to 127.0.0.1 makes the page
   "same-origin" with us, but its requests still carry ``Host: evil.example``.
   A Host outside the allow-list is refused with **421**, before any route runs.
+  A request with more than one ``Host`` header is **400**: the allow-list and
+  the links and redirects the server writes must read the same, validated one.
 
 Hosts: ``localhost``, ``127.0.0.1``, ``[::1]`` (any port) plus ``allowed_hosts``
 (and the bind address under ``allow_remote``).  ``/mcp`` keeps what MCP
@@ -113,6 +115,12 @@ class OriginPolicyMiddleware:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
+            return
+        hosts = [value for name, value in scope.get("headers", []) if name.lower() == b"host"]
+        if len(hosts) > 1:
+            # which one counts is up to each reader (the allow-list read the last, URLs the first): none does
+            await refuse(scope, send, 400, {"error": "bad_request", "message": f"{len(hosts)} Host headers: a request "
+                                            "names exactly one host"}, [(b"vary", b"Origin")])
             return
         headers = headers_of(scope)
         refusal = self.policy.check(scope.get("method", "GET"), headers.get("host"), headers.get("origin"),

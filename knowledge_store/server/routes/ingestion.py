@@ -29,9 +29,10 @@ router = APIRouter(tags=["ingestion"])
 READ_BYTES = 1024 * 1024  # an upload is streamed to disk in pieces of this size, hashed and size-checked as it goes
 # multipart framing around the file: a Content-Length this much over the limit may still hold an acceptable file
 MULTIPART_SLACK_BYTES = 1024 * 64
+UPLOAD_PATH = "/api/knowledge/ingest"  # its body limit is the file limit, not GROUNDWORK_MAX_BODY_BYTES
 
 
-@router.post("/api/knowledge/ingest", status_code=202, response_model=out.UploadAccepted,
+@router.post(UPLOAD_PATH, status_code=202, response_model=out.UploadAccepted,
              responses=error_responses(409, 413))
 async def ingest(request: Request, state: State, file: UploadFile = File(...), force: bool = Form(False)) -> JSONResponse:
     """Upload a PDF/DOCX/HTML/MD/TXT file; it is checked, stored in the uploads source and ingested."""
