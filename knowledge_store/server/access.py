@@ -234,6 +234,8 @@ class AccessPolicy:
     trusted_proxies: tuple = ()
     source_roots: tuple[Path, ...] | None = None  # None: folders anywhere (loopback, no token, no roots set)
     tls: bool = False
+    # this machine's folders (the data folder, the configured sources, the roots): no public answer names them
+    private_paths: tuple[str, ...] = ()
     _routes: list[tuple[re.Pattern[str], str, str]] = field(default_factory=list)  # (path regex, method, template)
     _public_docs: tuple[int | None, frozenset[str]] = (None, frozenset())
 
@@ -259,7 +261,8 @@ class AccessPolicy:
                    trusted_proxies=_networks(settings.trusted_proxies),
                    source_roots=None if roots is None else tuple(dict.fromkeys(
                        Path(root).expanduser().resolve() for root in roots)),
-                   tls=bool(settings.ssl_certfile))
+                   tls=bool(settings.ssl_certfile),
+                   private_paths=private_paths([settings.data_dir, *settings.source_dirs, *settings.source_roots]))
 
     def __post_init__(self) -> None:
         self._routes = [(_template_regex(path), method, path) for method, path in ROUTE_SURFACES]
@@ -329,6 +332,13 @@ class AccessPolicy:
             if item.get("superseded_by") and item["superseded_by"] not in visible:
                 item["superseded_by"] = None
 
+    def scrub(self, text: str) -> str:
+        """``text`` with this machine's folders (``private_paths``) replaced by ``<server folder>``: what an error
+        message tells a public caller."""
+        for path in self.private_paths:
+            text = text.replace(path, "<server folder>")
+        return text
+
     def check_source_folder(self, folder: str) -> None:
         """A folder source must lie inside a source root (symbolic links resolved): 422 naming ``folder``."""
         if self.source_roots is None:
@@ -338,6 +348,15 @@ class AccessPolicy:
             raise InvalidSourceError("folder", folder, "is outside every source root; the server indexes folders only "
                                      "inside GROUNDWORK_SOURCE_ROOTS (default: its data folder and the folders "
                                      "configured at start)")
+
+
+def private_paths(folders: Iterable[Path]) -> tuple[str, ...]:
+    """Each folder as written, absolute and resolved, longest first (a folder inside another is replaced whole)."""
+    spelled: set[str] = set()
+    for folder in folders:
+        folder = Path(folder).expanduser()
+        spelled |= {str(folder), str(folder.absolute()), str(folder.resolve())}
+    return tuple(sorted((p for p in spelled if p not in ("", ".", "/")), key=len, reverse=True))
 
 
 def check_classified(routes: Iterable[tuple[str, str]]) -> None:

@@ -72,7 +72,12 @@ COMMON_ERRORS = error_responses(400, 403, 405, 413, 421, 422, 500, 503)
 # ------------------------------------------------------------------ knowledge
 
 class QueryResult(Citation):
+    """One result.  For public callers ``url`` and ``source_path`` of a file are ``source_url`` (no path on the
+    server's disk is ever shown to them); web pages keep their address."""
+
     source_url: str = Field(..., description="This server's link to the original file (with #page=N / #anchor).")
+    source: str = Field("", description="The name of the document's source.")
+    file: str = Field("", description="The document's path relative to its source (the page URL for web sources).")
 
 
 class QueryResponse(BaseModel):
@@ -93,6 +98,7 @@ class AskSource(Open):
 
     file: str = Field(..., description="The document's path relative to its source (the page URL for web sources): "
                                        "what /api/ask-local's source_file takes.")
+    source: str = Field("", description="The name of the document's source.")
     section: str = Field(..., description="Heading path of the passage, 'Chapter > Section'.")
     url: str = Field(..., description="Absolute link to the original at the passage: the page URL for web sources, "
                                       "this server's /api/knowledge/sources/{doc_id}/file#page=N|#anchor otherwise.")
@@ -107,7 +113,8 @@ class AskSource(Open):
     valid_from: str | None = Field(None, description="ISO-8601 UTC: since when this version is the valid one.")
     valid_to: str | None = Field(None, description="ISO-8601 UTC: until when it was valid; null while it is.")
     # the rest of seed 003's citation, as /api/knowledge/query results carry it (same meaning, same descriptions)
-    source_path: str = Field("", description=Citation.model_fields["source_path"].description)
+    source_path: str = Field("", description=Citation.model_fields["source_path"].description + " Public callers: "
+                             "the same link as url (no path on the server's disk).")
     superseded_by: str | None = Field(None, description=Citation.model_fields["superseded_by"].description)
     supersedes: list[str] = Field(default_factory=list, description=Citation.model_fields["supersedes"].description)
     see_also: list[str] = Field(default_factory=list, description=Citation.model_fields["see_also"].description)

@@ -153,7 +153,7 @@ class AskLocalBody(AskBody):
     context: str = _text_field("The text the reader selected (searched together with the question).",
                                max_length=20000)
     source_file: str = _text_field("The document the selection is from: its path relative to its source (as in "
-                                   "GET /api/kb/articles), an absolute path, a file name or a glob; the page URL "
+                                   "GET /api/kb/articles), an absolute path (admin callers only), a file name or a glob; the page URL "
                                    "for web sources. Retrieval is restricted to it.", max_length=2000)
 
     @field_validator("context", "source_file")
