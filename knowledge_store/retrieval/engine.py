@@ -165,6 +165,15 @@ def _logged_params(request: SearchRequest) -> dict[str, Any]:
     }
 
 
+def searched_visibilities(params: Any) -> tuple[str, ...] | None:
+    """The visibilities a logged search was filtered to (its ``params.filters.visibility``), sorted; None: all."""
+    filters = (params or {}).get("filters") if isinstance(params, dict) else None
+    visibility = (filters or {}).get("visibility") if isinstance(filters, dict) else None
+    if isinstance(visibility, str):
+        visibility = [visibility]
+    return tuple(sorted(set(visibility))) if visibility else None
+
+
 def check_ranking_names(settings: Settings) -> None:
     """The settings' default fusion and reranker are names the registries know (``ConfigError`` naming the setting):
     settings built before this package was imported were not checked against them."""
@@ -364,34 +373,43 @@ class RetrievalEngine:
         """The rerankers this configuration can run (what clients should offer)."""
         return list(available_rerankers(self.settings))
 
-    def reranker(self, name: str):
+    def reranker(self, name: str, scope: list[str] | tuple[str, ...] | None = None):
         """The reranker registered as ``name`` (``reranker_registry``), built on first use and kept;
-        None keeps the fused order.  RerankerUnavailable when these settings cannot run it."""
+        None keeps the fused order.  RerankerUnavailable when these settings cannot run it.  One that reads
+        feedback is built per ``scope`` (the visibilities a search is filtered to) and reads only the feedback
+        given on searches of that scope (``feedback_rows``)."""
         spec = RERANKER_REGISTRY.get(name)
         if spec is None:
             raise QueryValidationError("reranker", name, RERANKERS.one_of())
-        if name in self._rerankers:
-            return self._rerankers[name]
+        scope = tuple(sorted(set(scope))) if scope and spec.reads_feedback else None
+        key = name if scope is None else f"{name}@{','.join(scope)}"
+        if key in self._rerankers:
+            return self._rerankers[key]
         if not spec.available(self.settings):
             raise RerankerUnavailable(name, f"{spec.unavailable_reason()}; available here: {', '.join(self.available_rerankers())}")
         with LLAMA_INDEX_IMPORT_LOCK:  # a reranker's module imports LlamaIndex
-            reranker = spec.build(RerankerContext(self.settings, self.feedback_rows, lambda texts: self.embedder.embed(texts)))
+            reranker = spec.build(RerankerContext(self.settings, lambda: self.feedback_rows(scope),
+                                                  lambda texts: self.embedder.embed(texts)))
         if reranker is not None:
-            self._rerankers[name] = reranker
+            self._rerankers[key] = reranker
         return reranker
 
-    def feedback_rows(self) -> list[dict[str, Any]]:
-        """Feedback joined with its query, with each rated chunk's content hash; cached for 2 s."""
+    def feedback_rows(self, scope: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+        """Feedback joined with its query, with each rated chunk's content hash; cached for 2 s.  ``scope``: only
+        the feedback on searches filtered to exactly those visibilities (the public surface's: ``("public",)``)."""
         now = time.monotonic()
         cached = getattr(self, "_feedback_cache", None)
         if cached is not None and now - cached[0] < 2.0:
-            return cached[1]
-        rows = []
-        for row in self.query_log.feedback_with_queries():
-            hashes = {r.get("chunk_id"): r.get("content_hash") for r in (row.get("results_pre") or []) + (row.get("results_post") or [])}
-            rows.append({**row, "content_hash": hashes.get(row.get("chunk_id"))})
-        self._feedback_cache = (now, rows)
-        return rows
+            rows = cached[1]
+        else:
+            rows = []
+            for row in self.query_log.feedback_with_queries():
+                hashes = {r.get("chunk_id"): r.get("content_hash") for r in (row.get("results_pre") or []) + (row.get("results_post") or [])}
+                rows.append({**row, "content_hash": hashes.get(row.get("chunk_id"))})
+            self._feedback_cache = (now, rows)
+        if scope is None:
+            return rows
+        return [row for row in rows if searched_visibilities(row.get("params")) == tuple(scope)]
 
     def forget_feedback_cache(self) -> None:
         self._feedback_cache = None
@@ -568,7 +586,7 @@ class RetrievalEngine:
             raise
 
     def _search(self, request: SearchRequest, started: float, log: bool, answer_fn: AnswerFn | None = None) -> SearchResponse:
-        reranker = self.reranker(request.reranker)
+        reranker = self.reranker(request.reranker, request.filters.visibility)
         pool_size = max(request.k * 4, 20) if reranker is not None else request.k
         found = self.candidates(request, pool_size)
         timings = found.timings

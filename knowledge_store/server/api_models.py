@@ -140,6 +140,8 @@ class FeedbackStored(BaseModel):
     rating: Literal["up", "down"]
     note: str | None
     created_at: str
+    replaced: int = Field(0, description="This client's earlier ratings of the same passage (or answer) of the same "
+                                         "request that this one replaced: one rating per client counts.")
 
 
 class FeedbackList(BaseModel):

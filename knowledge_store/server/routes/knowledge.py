@@ -114,8 +114,10 @@ async def ask_local(body: AskLocalBody, request: Request, state: State, caller: 
                       client="api-ask-local")
 
 
-def feedback(body: FeedbackBody, state: State) -> dict[str, Any]:
-    """Thumbs up/down (and an optional note) on a logged request or one of its passages."""
+def feedback(body: FeedbackBody, state: State, caller: CallerOf) -> dict[str, Any]:
+    """Thumbs up/down (and an optional note) on a logged request or one of its passages.  One rating per client
+    (its address, kept as a keyed pseudonym), request and passage counts: rating again replaces the earlier one
+    (``replaced``).  Public callers share the public rate limit with ask and query."""
     settings, query_log = state.settings, state.query_log
     if body.note is not None and len(body.note) > settings.max_note_chars:
         raise QueryValidationError("note", f"{len(body.note)} characters", f"must be at most {settings.max_note_chars} characters")
@@ -126,7 +128,8 @@ def feedback(body: FeedbackBody, state: State) -> dict[str, Any]:
         shown = {r.get("chunk_id") for r in record.results_post} | {r.get("chunk_id") for r in record.results_pre}
         if body.chunk_id not in shown:
             raise QueryValidationError("chunk_id", body.chunk_id, f"was not among the results of request {body.retrieval_request_id}")
-    stored = query_log.add_feedback(body.retrieval_request_id, body.rating, chunk_id=body.chunk_id, note=body.note)
+    stored = query_log.add_feedback(body.retrieval_request_id, body.rating, chunk_id=body.chunk_id, note=body.note,
+                                    client=query_log.client_pseudonym(caller.address))
     state.metrics.feedback.labels(rating=body.rating).inc()
     state.engine.forget_feedback_cache()
     return stored
