@@ -540,6 +540,20 @@ class Settings(BaseSettings, OcrSettings, WebSettings, ServerSettings, QueryLogS
             dirs.append(uploads)
         return dirs
 
+    @property
+    def source_roots_in_force(self) -> tuple[Path, ...] | None:
+        """The folders inside which every folder source must lie, resolved now (symbolic links followed), or None
+        where folders may be anywhere: ``source_roots`` when set, else - whenever the admin surface needs a token
+        (remote mode, or an admin token set) - the data folder and the configured folders; on loopback without a
+        token, None (a local user already owns every file)."""
+        if self.source_roots:
+            roots = list(self.source_roots)
+        elif self.allow_remote or self.admin_token is not None:
+            roots = [self.data_dir, *self.source_dirs]
+        else:
+            return None
+        return tuple(dict.fromkeys(Path(root).expanduser().resolve() for root in roots))
+
     def section(self, kind: type[SectionT]) -> SectionT:
         """The values of one section (``RankingSettings``, ...) as an object of that section alone."""
         return kind.model_construct(**{name: getattr(self, name) for name in kind.model_fields})

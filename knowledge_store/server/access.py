@@ -41,6 +41,7 @@ from fastapi import Request
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import ConfigError, InvalidSourceError
+from knowledge_store.ingest.sources import outside_roots
 from knowledge_store.server.origin_policy import ASGIApp, headers_of, refuse
 
 PUBLIC = "public"
@@ -254,13 +255,12 @@ class AccessPolicy:
         if token is None and settings.allow_remote:
             token, token_file = load_or_create_token(settings.data_dir)
         limiter = RateLimiter(settings.public_rate, settings.public_burst) if settings.public_rate > 0 else None
-        # roots bind whoever holds the token; a local user with no token set already owns every file
-        roots = settings.source_roots or ([settings.data_dir, *settings.source_dirs] if token is not None else None)
+        # roots bind whoever holds the token (resolved once, at start); a local user with no token set already owns
+        # every file
         return cls(token=token, remote=settings.allow_remote, token_file=token_file,
                    public_metrics=settings.public_metrics, limiter=limiter,
                    trusted_proxies=_networks(settings.trusted_proxies),
-                   source_roots=None if roots is None else tuple(dict.fromkeys(
-                       Path(root).expanduser().resolve() for root in roots)),
+                   source_roots=settings.source_roots_in_force,
                    tls=bool(settings.ssl_certfile),
                    private_paths=private_paths([settings.data_dir, *settings.source_dirs, *settings.source_roots]))
 
@@ -341,13 +341,14 @@ class AccessPolicy:
 
     def check_source_folder(self, folder: str) -> None:
         """A folder source must lie inside a source root (symbolic links resolved): 422 naming ``folder``."""
-        if self.source_roots is None:
-            return
-        resolved = Path(folder).expanduser().resolve()
-        if not any(resolved == root or resolved.is_relative_to(root) for root in self.source_roots):
+        if outside_roots(folder, self.source_roots) is not None:
             raise InvalidSourceError("folder", folder, "is outside every source root; the server indexes folders only "
                                      "inside GROUNDWORK_SOURCE_ROOTS (default: its data folder and the folders "
                                      "configured at start)")
+
+    def servable(self, path: Path) -> bool:
+        """A file may be served: its real path lies inside a source root (or no roots are in force)."""
+        return outside_roots(path, self.source_roots) is None
 
 
 def private_paths(folders: Iterable[Path]) -> tuple[str, ...]:

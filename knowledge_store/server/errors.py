@@ -28,7 +28,7 @@ from knowledge_store.core.errors import (
 )
 from knowledge_store.ingest.source_actions import FailureNotFoundError
 from knowledge_store.server.access import caller_of
-from knowledge_store.server.middleware import SECURITY_HEADERS
+from knowledge_store.server.origin_policy import SECURITY_HEADERS
 from knowledge_store.storage.query_log import redact
 from knowledge_store.storage.tuned import InvalidRankingError
 

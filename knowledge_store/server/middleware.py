@@ -19,16 +19,9 @@ from starlette.responses import Response
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.server.access import AccessMiddleware
-from knowledge_store.server.origin_policy import ASGIApp, OriginPolicyMiddleware, refuse
+from knowledge_store.server.origin_policy import HSTS, SECURITY_HEADERS, ASGIApp, OriginPolicyMiddleware, refuse
 from knowledge_store.server.routes.ingestion import MULTIPART_SLACK_BYTES, UPLOAD_PATH
 from knowledge_store.server.state import ServerState
-
-# on every response, unless the route set its own (the original-file route's CSP sandbox): no content-type
-# guessing, no Referer to other sites, never framed by another page (clickjacking of the console)
-SECURITY_HEADERS = ((b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
-                    (b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'"))
-# over TLS only (a browser ignores it over plain HTTP): stay on HTTPS for a year
-HSTS = (b"strict-transport-security", b"max-age=31536000")
 
 
 def route_template(request: Request) -> str:

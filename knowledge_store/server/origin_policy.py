@@ -36,6 +36,12 @@ from typing import Any
 from knowledge_store.config.settings import Settings
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+# on every response, unless the route set its own (the original-file route's CSP sandbox): no content-type
+# guessing, no Referer to other sites, never framed by another page (clickjacking of the console)
+SECURITY_HEADERS = ((b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
+                    (b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'"))
+# over TLS only (a browser ignores it over plain HTTP): stay on HTTPS for a year
+HSTS = (b"strict-transport-security", b"max-age=31536000")
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
