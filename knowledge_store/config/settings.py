@@ -306,6 +306,10 @@ class QueryLogSettings(BaseModel):
                                  "at query_log_max_mb, query_log_keep_days kept.")
     query_log_max_mb: float = Field(100.0, gt=0, description="Size at which query.log is rotated (besides midnight UTC).")
     query_log_keep_days: int = Field(7, ge=1, description="Rotated query.log files kept.")
+    log_answers: bool = Field(False, description="Write each answer's text into the query line (stdout and "
+                              "query.log). Off: the line has answer null and its retrieval_request_id, and the text "
+                              "stays in the query log (logs.duckdb) - an admin's answer may quote internal documents, "
+                              "and container logs travel further than the data folder.")
 
 
 class ServerSettings(BaseModel):

@@ -17,12 +17,14 @@ own modules (``errors.py``, ``middleware.py``, ``ingest_jobs.py``).
 
 
 import ipaddress
+import os
 
 import uvicorn
 from fastapi import FastAPI
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import ConfigError, GroundworkError
+from knowledge_store.core.files import PRIVATE_UMASK
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server import admin_api
 from knowledge_store.server.access import document_surfaces
@@ -99,6 +101,8 @@ def serve(settings: Settings | None = None, announce=print) -> None:
         path = getattr(settings, name)
         if path is not None and not path.is_file():
             raise ConfigError(name, str(path), "no such file")
+    # everything this process writes (store, query log, snapshots, query.log, uploads) is its user's alone
+    os.umask(PRIVATE_UMASK)
     app = create_app(settings)
     access = app.state.server.access
     if access.remote:
