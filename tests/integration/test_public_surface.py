@@ -154,6 +154,43 @@ def test_an_internal_only_id_and_an_unknown_id_get_byte_identical_public_answers
         assert comparable(by_entity[0], INTERNAL_ID) == comparable(by_entity[1], UNKNOWN_ID)
 
 
+def test_the_public_view_has_the_statistics_of_an_index_of_the_public_documents_alone(corpus, embedder, tmp_path):
+    """What makes public answers independent of internal sources: the view a public search runs on scores BM25,
+    sections, entities and the query form exactly as an index built from the public documents alone."""
+    import numpy as np
+
+    from knowledge_store.retrieval.query_form import query_form
+    from knowledge_store.retrieval.snapshot_reader import load_snapshot
+
+    root, _ = corpus
+    mixed = Settings(data_dir=tmp_path / "mixed", sources=[root / "garden", root / "runbooks"])
+    alone = Settings(data_dir=tmp_path / "alone", sources=[root / "garden"])
+    for settings in (mixed, alone):
+        run_sync(settings, embedder)
+    update_source_now(mixed, "garden", {"visibility": "public"})
+    full, only = load_snapshot(mixed.index_dir), load_snapshot(alone.index_dir)
+    try:
+        view = full.view(["public"])
+        assert view.size == only.size < full.size and view.num_docs == only.num_docs
+        assert view.avgdl == pytest.approx(only.avgdl) and set(view.term_ids) == set(only.term_ids)
+        assert set(view.entity_rows) == set(only.entity_rows) and view.sections.count == only.sections.count
+        for query in ("water tomato plants deeply", f"what does {INTERNAL_ID} say about {SECRET} keys?", "prune roses"):
+            seen, alone_terms = view.query_terms(query), only.query_terms(query)
+            assert (seen.known, seen.unknown) == (alone_terms.known, alone_terms.unknown)
+            np.testing.assert_allclose(seen.idf, alone_terms.idf)
+            assert seen.total_weight == pytest.approx(alone_terms.total_weight)
+            for scores in (lambda s, t: s.bm25_scores(t)[0], lambda s, t: s.bm25_scores(t)[1],
+                           lambda s, t: s.section_bm25_scores(t)):
+                by_chunk = dict(zip(view.chunk_ids, scores(view, seen).tolist()))
+                np.testing.assert_allclose([by_chunk[c] for c in only.chunk_ids], scores(only, alone_terms), rtol=1e-5)
+            assert query_form(query, view) == query_form(query, only)
+        assert query_form(f"what does {INTERNAL_ID} say?", full) == "named_entity"  # the whole index knows it
+        assert full.view(["public", "internal"]) is full  # every document qualifies: no copy
+    finally:
+        full.close()
+        only.close()
+
+
 def test_a_request_with_two_host_headers_is_400_and_links_name_the_allowed_host(server):
     spoofed = (f"GET /api/sources/ HTTP/1.1\r\nHost: evil.example\r\nHost: {SITE}\r\n"
                f"Authorization: Bearer {server['token']}\r\nConnection: close\r\n\r\n").encode()

@@ -103,7 +103,7 @@ def test_the_server_logs_lines_and_exports_the_seed_metrics(embedder, shared_sam
 
 @pytest.mark.slow
 def test_the_answer_ask_returns_is_the_one_the_query_log_keeps(tmp_path, embedder):
-    settings = build_sample_index(tmp_path, embedder, query_log_stdout=False)
+    settings = build_sample_index(tmp_path, embedder, query_log_stdout=False, log_answers=True)  # lines carry answers
     engine = RetrievalEngine(settings, embedder=embedder, query_log=QueryLog(settings.logs_path))
     asked = []
     with TestClient(create_app(settings, engine, mount_mcp=False), base_url="http://127.0.0.1:8080") as client:
