@@ -66,8 +66,9 @@ class BodyLimits:
 
 
 def too_large_body(limit: int, size: int | None) -> dict[str, str]:
-    said = f"{size} bytes" if size is not None else "more"
-    return {"error": "too_large", "message": f"the request body is {said}, over the {limit}-byte limit of this route "
+    """The 413 body: the declared size when there was one (a chunked body is stopped at the limit, unmeasured)."""
+    said = f"is {size} bytes, over" if size is not None else "passed"
+    return {"error": "too_large", "message": f"the request body {said} the {limit}-byte limit of this route "
                                              "(GROUNDWORK_MAX_BODY_BYTES; uploads: GROUNDWORK_MAX_FILE_MB)"}
 
 
