@@ -315,6 +315,10 @@ class QueryLogSettings(BaseModel):
                                  "at query_log_max_mb, query_log_keep_days kept.")
     query_log_max_mb: float = Field(100.0, gt=0, description="Size at which query.log is rotated (besides midnight UTC).")
     query_log_keep_days: int = Field(7, ge=1, description="Rotated query.log files kept.")
+    log_answers: bool = Field(False, description="Write each answer's text into the query line (stdout and "
+                              "query.log). Off: the line has answer null and its retrieval_request_id, and the text "
+                              "stays in the query log (logs.duckdb) - an admin's answer may quote internal documents, "
+                              "and container logs travel further than the data folder.")
 
 
 class ServerSettings(BaseModel):
@@ -358,6 +362,9 @@ class ServerSettings(BaseModel):
     search_workers: int = Field(8, ge=1, description="Queries the API runs at once; more wait (and share embedding batches).")
     max_query_chars: int = Field(2000, ge=10, description="Longer queries are rejected with 422.")
     max_note_chars: int = Field(1000, ge=1, description="Feedback notes longer than this are rejected.")
+    max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body the API reads (every route "
+                                "but uploads, which take max_file_mb): a larger one is answered 413 before it is "
+                                "read, at once when its Content-Length says so.")
 
 
 class WebSettings(BaseModel):
@@ -545,6 +552,20 @@ class Settings(BaseSettings, OcrSettings, WebSettings, ServerSettings, QueryLogS
         if uploads.is_dir() and uploads not in dirs:
             dirs.append(uploads)
         return dirs
+
+    @property
+    def source_roots_in_force(self) -> tuple[Path, ...] | None:
+        """The folders inside which every folder source must lie, resolved now (symbolic links followed), or None
+        where folders may be anywhere: ``source_roots`` when set, else - whenever the admin surface needs a token
+        (remote mode, or an admin token set) - the data folder and the configured folders; on loopback without a
+        token, None (a local user already owns every file)."""
+        if self.source_roots:
+            roots = list(self.source_roots)
+        elif self.allow_remote or self.admin_token is not None:
+            roots = [self.data_dir, *self.source_dirs]
+        else:
+            return None
+        return tuple(dict.fromkeys(Path(root).expanduser().resolve() for root in roots))
 
     def section(self, kind: type[SectionT]) -> SectionT:
         """The values of one section (``RankingSettings``, ...) as an object of that section alone."""

@@ -46,3 +46,27 @@ def exclusive_lock(lock_path: Path, thread_lock: threading.Lock) -> Iterator[Non
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+PRIVATE_UMASK = 0o077  # what the server creates is its user's alone: files 0600, folders 0700
+
+
+def make_private(folder: Path) -> int:
+    """Create ``folder`` (mode 0700) if needed and take every permission for group and others off it and off
+    everything under it (symbolic links are not followed): the store, the query log, the snapshots and the logs
+    quote the documents, internal ones included, and are for this user alone - like the admin token file.
+    Returns how many entries were narrowed."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    narrowed = 0
+    for root, dirs, files in os.walk(folder):
+        for name in [".", *dirs, *files]:
+            path = os.path.join(root, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:  # removed meanwhile (a rotated log, a retired snapshot)
+                continue
+            if (mode & 0o077) and not os.path.islink(path):
+                os.chmod(path, mode & ~0o077 & 0o7777)
+                narrowed += 1
+    return narrowed

@@ -82,3 +82,24 @@ def sentence_spans_to_embed(text: str) -> list[tuple[int, int]]:
     if pending:
         out = out[:-1] + [(out[-1][0], pending[-1][1])] if out else [(pending[0][0], pending[-1][1])]
     return out
+
+
+NUL_MESSAGE = "must not contain a NUL character (\\x00): no path, name, URL or text holds one"
+
+
+def without_nul(value: object) -> object:
+    """``value`` unchanged when no string in it (a list's items, a dict's keys and values, at any depth) holds a
+    NUL character; ``ValueError`` (``NUL_MESSAGE``) otherwise.  File systems and C libraries end a string at NUL,
+    so a path or name holding one means something other than it says: every request field is checked with this."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError(NUL_MESSAGE)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            without_nul(key)
+            without_nul(item)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            without_nul(item)
+    return value
+

@@ -29,7 +29,7 @@ from knowledge_store.core.errors import OversizeFileError, UnsupportedTypeError
 from knowledge_store.ingest.entities import delete_mentions_of_chunks
 from knowledge_store.ingest.failures import failure_id, record_failure, resolve_failures
 from knowledge_store.ingest.parsers import SUPPORTED_EXTENSIONS
-from knowledge_store.ingest.sources import source_id_for
+from knowledge_store.ingest.sources import outside_roots, source_id_for
 from knowledge_store.ingest.sync_runs import STOPPED_RUN_STATUSES, add_counts, unpublished_active_versions
 from knowledge_store.storage.store import transaction, utcnow
 
@@ -251,6 +251,7 @@ def scan_sources(settings: Settings, folders: list[SourceFolder] | None = None) 
     folders = configured_folders(settings) if folders is None else folders
     result = ScanResult(folders=folders)
     skip = {settings.data_dir.resolve()}
+    roots = settings.source_roots_in_force
     for folder in folders:
         if not folder.exists:
             continue
@@ -259,6 +260,10 @@ def scan_sources(settings: Settings, folders: list[SourceFolder] | None = None) 
         location = Path(folder.location)
         for path in _walk(location, skip, ignored, links, settings.follow_external_symlinks):
             relative = path.relative_to(location).as_posix()
+            outside = outside_roots(path, roots)
+            if outside is not None:  # a followed link out of the folder that leads out of every root too
+                links.append((relative, outside))
+                continue
             stat = path.stat()
             suffix = path.suffix.lower()
             if suffix not in SUPPORTED_EXTENSIONS:
@@ -308,6 +313,8 @@ def _delete_pending_version(conn: duckdb.DuckDBPyConnection, doc_id: str, versio
 def _missing_reason(folder: SourceFolder, reason: str | None) -> tuple[str, str]:
     if folder.kind == "web":
         return "source_unreachable", f"the site could not be crawled ({reason or 'unreachable'}); its pages are kept as they are"
+    if reason:  # the folder leads outside every source root (run.record_sources)
+        return "outside_source_roots", f"{reason}; not read, its documents are kept as they are"
     return "missing_source", "source folder does not exist; its documents are kept as they are"
 
 

@@ -25,7 +25,7 @@ from knowledge_store.ingest.parse import ParseResult, parse_pending
 from knowledge_store.ingest.publish import PublishResult, publish_index
 from knowledge_store.ingest.raw_documents import RawDocumentsResult, SourceFolder, record_raw_documents, scan_sources
 from knowledge_store.ingest.sample_corpus import write_sample_corpus
-from knowledge_store.ingest.sources import record_source_sync, sources_to_sync
+from knowledge_store.ingest.sources import outside_roots, record_source_sync, sources_to_sync
 from knowledge_store.ingest.sync_runs import end_sync_run, start_sync_run
 from knowledge_store.ingest.web_sources import (
     ProgressCallback,
@@ -98,13 +98,22 @@ def record_sources(
         priors = {s.source_id: ({} if refresh else load_prior_pages(conn, s.source_id, settings.web_revalidate_days),
                                 prior_body_paths(conn, s.source_id))
                   for s in web}
+    # a folder that now leads outside every source root (replaced by a symbolic link since it was registered) is
+    # not read: a failure row names it, and its documents are kept as a missing folder's are
+    roots = settings.source_roots_in_force
+    reasons: dict[str, str] = {}
+    for s in sources:
+        outside = outside_roots(s.location, roots) if s.kind != "web" else None
+        if outside is not None:
+            reasons[s.source_id] = outside
+            logger.warning("source %s not synced: %s", s.name, outside)
     folders = [
-        SourceFolder(s.source_id, s.name, Path(s.location), Path(s.location).is_dir(), s.kind)
+        SourceFolder(s.source_id, s.name, Path(s.location), Path(s.location).is_dir() and s.source_id not in reasons,
+                     s.kind)
         for s in sources if s.kind != "web"
     ]
     scan = scan_sources(settings, folders)
     outcomes: list[WebSourceOutcome] = []
-    reasons: dict[str, str] = {}
     for source in web:
         prior, paths = priors[source.source_id]
         outcome = crawl_web_source(settings, source, prior, paths, progress=progress, client=web_client)
@@ -139,6 +148,8 @@ def record_sources(
                     summary["excluded_items"] = result.excluded_items[source.source_id]
                 if crawl is not None:
                     summary["crawl"] = {**crawl.stats, "complete": crawl.complete, "aborted_reason": crawl.aborted_reason}
+                elif source.source_id in reasons:
+                    summary["outside_source_roots"] = reasons[source.source_id]
                 elif not Path(source.location).is_dir():
                     summary["missing"] = True
                 record_source_sync(conn, source.source_id, summary)

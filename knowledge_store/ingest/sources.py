@@ -213,6 +213,19 @@ _COLUMNS = ("source_id", "name", "kind", "location", "enabled", "origin", "confi
             "last_synced_at", "deleted_at", "resync_needed", "last_sync", "visibility")
 
 
+def outside_roots(path: str | Path, roots: tuple[Path, ...] | None) -> str | None:
+    """None when ``path``, symbolic links resolved, lies inside one of ``roots`` (``Settings.source_roots_in_force``;
+    None: anywhere), else why not - naming where it really leads."""
+    if roots is None:
+        return None
+    resolved = Path(path).expanduser().resolve()
+    if any(resolved == root or resolved.is_relative_to(root) for root in roots):
+        return None
+    return (f"{path} leads to {resolved}, outside every source root ({', '.join(str(r) for r in roots)}); "
+            "folders are indexed and files served only inside GROUNDWORK_SOURCE_ROOTS (default: the data folder and "
+            "the folders configured at start)")
+
+
 def _from_row(row: tuple) -> Source:
     values = dict(zip(_COLUMNS, row))
     for key in ("config", "last_sync"):

@@ -65,6 +65,7 @@ class AnnConfig:
     dtype: str = "i8"
     build_threads: int = 1
     cache: bool = True
+    variant: str = ""  # a graph of part of a snapshot's rows (a visibility view): its own side files
 
     @classmethod
     def from_settings(cls, settings) -> "AnnConfig":
@@ -75,7 +76,7 @@ class AnnConfig:
     @property
     def tag(self) -> str:
         """What a cached graph must have been built with (search-time knobs are not part of it)."""
-        return f"{self.dtype}-m{self.connectivity}-e{self.expansion_add}"
+        return f"{self.dtype}-m{self.connectivity}-e{self.expansion_add}" + (f"-{self.variant}" if self.variant else "")
 
     def wanted(self, rows: int) -> bool:
         return rows >= self.min_chunks

@@ -166,6 +166,15 @@ def _logged_params(request: SearchRequest) -> dict[str, Any]:
     }
 
 
+def searched_visibilities(params: Any) -> tuple[str, ...] | None:
+    """The visibilities a logged search was filtered to (its ``params.filters.visibility``), sorted; None: all."""
+    filters = (params or {}).get("filters") if isinstance(params, dict) else None
+    visibility = (filters or {}).get("visibility") if isinstance(filters, dict) else None
+    if isinstance(visibility, str):
+        visibility = [visibility]
+    return tuple(sorted(set(visibility))) if visibility else None
+
+
 def check_ranking_names(settings: Settings) -> None:
     """The settings' default fusion and reranker are names the registries know (``ConfigError`` naming the setting):
     settings built before this package was imported were not checked against them."""
@@ -390,7 +399,8 @@ class RetrievalEngine:
             self.model_load().load()
             self.embedder.embed(["warm up"])
             _rerank_steps()
-            self.snapshots.current()
+            # and the public view, so a public caller's first search does not build it
+            self.searched_snapshot(SearchFilters().public_only(), self.snapshots.current())
         except Exception as error:
             self._warm_up.failed(error, time.perf_counter() - started)
             raise
@@ -417,34 +427,43 @@ class RetrievalEngine:
         """The rerankers this configuration can run (what clients should offer)."""
         return list(available_rerankers(self.settings))
 
-    def reranker(self, name: str):
+    def reranker(self, name: str, scope: list[str] | tuple[str, ...] | None = None):
         """The reranker registered as ``name`` (``reranker_registry``), built on first use and kept;
-        None keeps the fused order.  RerankerUnavailable when these settings cannot run it."""
+        None keeps the fused order.  RerankerUnavailable when these settings cannot run it.  One that reads
+        feedback is built per ``scope`` (the visibilities a search is filtered to) and reads only the feedback
+        given on searches of that scope (``feedback_rows``)."""
         spec = RERANKER_REGISTRY.get(name)
         if spec is None:
             raise QueryValidationError("reranker", name, RERANKERS.one_of())
-        if name in self._rerankers:
-            return self._rerankers[name]
+        scope = tuple(sorted(set(scope))) if scope and spec.reads_feedback else None
+        key = name if scope is None else f"{name}@{','.join(scope)}"
+        if key in self._rerankers:
+            return self._rerankers[key]
         if not spec.available(self.settings):
             raise RerankerUnavailable(name, f"{spec.unavailable_reason()}; available here: {', '.join(self.available_rerankers())}")
         with LLAMA_INDEX_IMPORT_LOCK:  # a reranker's module imports LlamaIndex
-            reranker = spec.build(RerankerContext(self.settings, self.feedback_rows, lambda texts: self.embedder.embed(texts)))
+            reranker = spec.build(RerankerContext(self.settings, lambda: self.feedback_rows(scope),
+                                                  lambda texts: self.embedder.embed(texts)))
         if reranker is not None:
-            self._rerankers[name] = reranker
+            self._rerankers[key] = reranker
         return reranker
 
-    def feedback_rows(self) -> list[dict[str, Any]]:
-        """Feedback joined with its query, with each rated chunk's content hash; cached for 2 s."""
+    def feedback_rows(self, scope: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+        """Feedback joined with its query, with each rated chunk's content hash; cached for 2 s.  ``scope``: only
+        the feedback on searches filtered to exactly those visibilities (the public surface's: ``("public",)``)."""
         now = time.monotonic()
         cached = getattr(self, "_feedback_cache", None)
         if cached is not None and now - cached[0] < 2.0:
-            return cached[1]
-        rows = []
-        for row in self.query_log.feedback_with_queries():
-            hashes = {r.get("chunk_id"): r.get("content_hash") for r in (row.get("results_pre") or []) + (row.get("results_post") or [])}
-            rows.append({**row, "content_hash": hashes.get(row.get("chunk_id"))})
-        self._feedback_cache = (now, rows)
-        return rows
+            rows = cached[1]
+        else:
+            rows = []
+            for row in self.query_log.feedback_with_queries():
+                hashes = {r.get("chunk_id"): r.get("content_hash") for r in (row.get("results_pre") or []) + (row.get("results_post") or [])}
+                rows.append({**row, "content_hash": hashes.get(row.get("chunk_id"))})
+            self._feedback_cache = (now, rows)
+        if scope is None:
+            return rows
+        return [row for row in rows if searched_visibilities(row.get("params")) == tuple(scope)]
 
     def forget_feedback_cache(self) -> None:
         self._feedback_cache = None
@@ -473,7 +492,15 @@ class RetrievalEngine:
         k = s.default_k if k is None else k
         if not isinstance(k, int) or not 1 <= k <= 100:
             raise QueryValidationError("k", k, "must be an integer from 1 to 100")
-        form = query_form(query, self._snapshot_or_none())  # the entities a query names are the corpus's
+        if isinstance(filters, dict):
+            try:
+                filters = SearchFilters(**filters)
+            except Exception as error:  # pydantic ValidationError -> a field-named message
+                raise QueryValidationError("filters", filters, str(error).splitlines()[0]) from error
+        filters = filters or SearchFilters()
+        # the entities a query names are those of the documents it searches (``searched_snapshot``)
+        served = self._snapshot_or_none()
+        form = query_form(query, None if served is None else self.searched_snapshot(filters, served))
         alpha = alpha_for_form(form, defaults.alpha, self.question_alpha()) if alpha is None else alpha
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
             raise QueryValidationError("alpha", alpha, "must be between 0 (pure BM25) and 1 (pure vector)")
@@ -490,14 +517,9 @@ class RetrievalEngine:
             raise QueryValidationError("reranker", reranker, RERANKERS.one_of())
         if answer not in ANSWER_MODES:
             raise QueryValidationError("answer", answer, ANSWER_MODES.one_of())
-        if isinstance(filters, dict):
-            try:
-                filters = SearchFilters(**filters)
-            except Exception as error:  # pydantic ValidationError -> a field-named message
-                raise QueryValidationError("filters", filters, str(error).splitlines()[0]) from error
         floor = s.min_relevance if min_relevance is None else min_relevance
         return SearchRequest(query=query.strip(), k=k, alpha=float(alpha), fusion=fusion, reranker=reranker,
-                             filters=filters or SearchFilters(), min_relevance=float(floor), answer=answer, client=client,
+                             filters=filters, min_relevance=float(floor), answer=answer, client=client,
                              section_weight=float(section_weight), lead_weight=float(lead_weight),
                              query_form=form)
 
@@ -518,6 +540,14 @@ class RetrievalEngine:
     def ranking_pipeline(self) -> RankingPipeline:
         """The ranking steps this engine's settings turn on (``ranking.RANKING_STEPS``)."""
         return RankingPipeline.served(self.settings)
+
+    @staticmethod
+    def searched_snapshot(filters: SearchFilters, snapshot: LoadedSnapshot) -> LoadedSnapshot:
+        """What a search with ``filters`` runs on: ``snapshot``, or - when they name visibilities, as every search of
+        the public surface does - its view of those sources alone (``LoadedSnapshot.view``), whose statistics
+        (BM25, entities, sections) are its own: nothing a search of public sources answers depends on what
+        internal sources hold."""
+        return snapshot.view(filters.visibility) if filters.visibility else snapshot
 
     def _snapshot_or_none(self) -> LoadedSnapshot | None:
         """The served snapshot, or None before one is published (a request can be checked without an index)."""
@@ -540,7 +570,7 @@ class RetrievalEngine:
         """Hybrid retrieval: BM25 and vector over the filtered snapshot, fused, best ``pool_size`` kept."""
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
-        snapshot = self.snapshots.current()
+        snapshot = self.searched_snapshot(request.filters, self.snapshots.current())
 
         def lexical():
             started = time.perf_counter()
@@ -613,7 +643,7 @@ class RetrievalEngine:
         snapshot = self._snapshot_or_none()
         if snapshot is not None:  # without an index the query fails on that (IndexNotBuiltError), model or not
             self.require_model(snapshot)
-        reranker = self.reranker(request.reranker)
+        reranker = self.reranker(request.reranker, request.filters.visibility)
         pool_size = max(request.k * 4, 20) if reranker is not None else request.k
         found = self.candidates(request, pool_size)
         timings = found.timings

@@ -29,7 +29,8 @@ class SearchFilters(BaseModel):
     - ``sources``: source names or ids (``groundwork status`` lists them).
     - ``doc_ids``: document ids.
     - ``paths``: file paths: absolute, relative to their source, or a glob
-      (``manuals/*.pdf``) - "answer only from this document/chapter".
+      (``manuals/*.pdf``) - "answer only from this document/chapter".  With ``visibility``
+      set (every search of the public surface) only paths relative to their source.
     - ``metadata``: document metadata (Markdown front matter, PDF/DOCX properties),
       e.g. ``{"product": "aurora-hub"}``; a list-valued field (``tags``) matches
       when it contains the value; comparison is case-insensitive.
@@ -94,8 +95,10 @@ def _matches_metadata(doc_meta: dict, wanted: dict[str, str | list[str]]) -> boo
     return True
 
 
-def _matches_path(doc: dict, patterns: list[str]) -> bool:
+def _matches_path(doc: dict, patterns: list[str], relative_only: bool = False) -> bool:
     path, relative = doc["path"], doc["relative_path"]
+    if relative_only:
+        path = relative
     for pattern in patterns:
         if pattern in (path, relative) or path.endswith("/" + pattern.lstrip("/")):
             return True
@@ -111,7 +114,9 @@ def document_matches(doc: dict, filters: SearchFilters) -> bool:
         return False
     if filters.doc_ids and doc["doc_id"] not in filters.doc_ids:
         return False
-    if filters.paths and not _matches_path(doc, filters.paths):
+    # scoped to visibilities (every public search), a document is named as the public surface names it: by its
+    # path relative to its source; its place on the server's disk is no criterion there (nor an oracle for it)
+    if filters.paths and not _matches_path(doc, filters.paths, relative_only=bool(filters.visibility)):
         return False
     if filters.metadata and not _matches_metadata(doc["metadata"], filters.metadata):
         return False
@@ -119,15 +124,15 @@ def document_matches(doc: dict, filters: SearchFilters) -> bool:
 
 
 class MaskCache:
-    """Masks per (snapshot version, filter) - the same filter on the same snapshot is free."""
+    """Masks per (snapshot version, visibility view, filter) - the same filter on the same snapshot is free."""
 
     def __init__(self, size: int = 256) -> None:
         self.size = size
-        self._cache: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, tuple[str, ...] | None, str], np.ndarray] = OrderedDict()
 
     def mask(self, snapshot: LoadedSnapshot, filters: SearchFilters | None) -> np.ndarray:
         filters = filters or SearchFilters()
-        key = (snapshot.info.snapshot_version, filters.key())
+        key = (snapshot.info.snapshot_version, snapshot.view_of, filters.key())
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)

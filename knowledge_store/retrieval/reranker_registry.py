@@ -62,6 +62,9 @@ class RerankerSpec:
     hint: str = ""  # a few words after the name in choice lists ("mmr (diversity)"); "" = the name says it
     needs: str | None = None  # what it cannot run without, said when it is unavailable
     available: Callable[[Settings], bool] = _always  # whether these settings let it run
+    # it reads the feedback: the engine builds one per visibility scope, each reading only the feedback given on
+    # searches of that scope (a public search is never moved by what was rated on searches of internal sources)
+    reads_feedback: bool = False
 
     @property
     def label(self) -> str:
@@ -102,7 +105,7 @@ RERANKER_REGISTRY: dict[str, RerankerSpec] = {spec.name: spec for spec in (
     RerankerSpec("mmr", "maximal marginal relevance: trade relevance against similarity to passages already chosen "
                         "(mmr_lambda)", _mmr, hint="diversity"),
     RerankerSpec("feedback", "move passages by the thumbs up/down people gave them for similar past queries",
-                 _feedback, hint="thumbs from similar queries"),
+                 _feedback, hint="thumbs from similar queries", reads_feedback=True),
     RerankerSpec("cross-encoder", "score each (query, passage) pair with a local sentence-transformers CrossEncoder",
                  _cross_encoder, needs="GROUNDWORK_CROSS_ENCODER_PATH (a local CrossEncoder folder)",
                  available=lambda settings: bool(settings.cross_encoder_path)),

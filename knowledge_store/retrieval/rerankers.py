@@ -104,19 +104,26 @@ class FeedbackReranker(BaseNodePostprocessor):
             return {t: self._cache[t] for t in texts}
 
     def votes(self, query_vector: np.ndarray, feedback: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
-        """Net votes per chunk id and per content hash from similar past queries."""
+        """Net votes per chunk id and per content hash from similar past queries.  Each client votes once per
+        passage: its newest rating given for a similar query (``feedback`` is newest first; a row without a
+        ``client`` is a voter of its own), so one reader rating a passage on many requests moves it once."""
         by_chunk: dict[str, float] = {}
         by_hash: dict[str, float] = {}
         if not feedback:
             return by_chunk, by_hash
         vectors = self._query_vectors([f["query"] for f in feedback])
+        voted: set[tuple[str, str, str]] = set()
         for row in feedback:
             sim = float(vectors[row["query"]] @ query_vector)
             if sim < self.similarity or not row.get("chunk_id"):
                 continue
             vote = sim if row["rating"] == "up" else -sim
-            by_chunk[row["chunk_id"]] = by_chunk.get(row["chunk_id"], 0.0) + vote
-            if row.get("content_hash"):
+            voter = row.get("client") or row.get("feedback_id") or str(id(row))
+            if ("chunk", voter, row["chunk_id"]) not in voted:
+                voted.add(("chunk", voter, row["chunk_id"]))
+                by_chunk[row["chunk_id"]] = by_chunk.get(row["chunk_id"], 0.0) + vote
+            if row.get("content_hash") and ("hash", voter, row["content_hash"]) not in voted:
+                voted.add(("hash", voter, row["content_hash"]))
                 by_hash[row["content_hash"]] = by_hash.get(row["content_hash"], 0.0) + vote
         return by_chunk, by_hash
 

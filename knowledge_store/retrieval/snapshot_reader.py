@@ -20,7 +20,7 @@ import logging
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +114,11 @@ class LoadedSnapshot:
     entity_vocabulary: EntityVocabulary = DEFAULT_VOCABULARY  # the patterns that extracted this snapshot's mentions
     row_entities: dict[int, list[EntityRef]] = field(default_factory=dict)  # row -> entities, first mention first
     entity_rows: dict[str, np.ndarray] = field(default_factory=dict)  # entity_key(canonical value) -> sorted rows
+    # the visibilities this snapshot is the view of (``visibility_view``); None: the whole published snapshot
+    view_of: tuple[str, ...] | None = None
+    views: dict = field(default_factory=dict)  # visibilities -> its view, built once (``view``)
+    ann_config: object | None = None  # how SnapshotManager builds its ANN graphs (views of enough rows get one too)
+    _view_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         if self.post_norm is None:  # derived once, so scoring a term gathers no lengths
@@ -123,6 +128,19 @@ class LoadedSnapshot:
     @property
     def size(self) -> int:
         return len(self.chunk_ids)
+
+    def view(self, visibility: list[str] | tuple[str, ...]) -> LoadedSnapshot:
+        """This snapshot as if it held only the documents of sources with one of ``visibility`` (built on first
+        use, then kept): what a search filtered by visibility - every search of the public surface - runs on.
+        Itself when every document qualifies."""
+        key = tuple(sorted(set(visibility)))
+        found = self.views.get(key)
+        if found is None:
+            with self._view_lock:
+                found = self.views.get(key)
+                if found is None:
+                    found = self.views[key] = visibility_view(self, key)
+        return found
 
     # ------------------------------------------------------------------ BM25
     def query_terms(self, query: str) -> QueryTerms:
@@ -434,18 +452,25 @@ def load_relations(conn) -> tuple[list[dict], dict[str, dict[str, list[str]]]]:
                           "created_at FROM relations ORDER BY src_id, rel_type, dst_id")
     names = [d[0] for d in cursor.description]
     rows: list[dict] = []
-    per_doc: dict[str, dict[str, list[str]]] = {}
-    outgoing = {"supersedes": "supersedes", "seeAlso": "see_also"}
-    incoming = {"supersedes": "superseded_by", "seeAlso": "linked_from"}
     for values in cursor.fetchall():
         row = dict(zip(names, values))
         row["evidence"] = json.loads(row["evidence"]) if row["evidence"] else None
         row["created_at"] = row["created_at"].isoformat() + "Z" if row["created_at"] is not None else None
         rows.append(row)
+    return rows, relations_by_document(rows)
+
+
+def relations_by_document(rows: list[dict]) -> dict[str, dict[str, list[str]]]:
+    """Per document, the ids each kind of relation of ``rows`` names: supersedes / superseded_by / see_also /
+    linked_from."""
+    per_doc: dict[str, dict[str, list[str]]] = {}
+    outgoing = {"supersedes": "supersedes", "seeAlso": "see_also"}
+    incoming = {"supersedes": "superseded_by", "seeAlso": "linked_from"}
+    for row in rows:
         if row["rel_type"] in outgoing:
             per_doc.setdefault(row["src_id"], {}).setdefault(outgoing[row["rel_type"]], []).append(row["dst_id"])
             per_doc.setdefault(row["dst_id"], {}).setdefault(incoming[row["rel_type"]], []).append(row["src_id"])
-    return rows, per_doc
+    return per_doc
 
 
 def document_relations(snapshot: LoadedSnapshot, doc_id: str) -> dict | None:
@@ -624,6 +649,77 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
     )
 
 
+def visibility_view(snapshot: LoadedSnapshot, visibility: tuple[str, ...]) -> LoadedSnapshot:
+    """``snapshot`` restricted to the documents of sources whose visibility is in ``visibility``: their rows
+    (in order), and every statistic a search reads computed again over those rows alone - BM25's document count,
+    average length, document frequencies and term dictionary (a term only other documents hold is unknown here),
+    the sections and their statistics, the entity tables (an entity only other documents mention is unknown),
+    the relations between its own documents.  So what a search on the view answers - results, scores, relevance,
+    coverage, the query's form and alpha - is the same whatever the other documents hold.  Costs a copy of its
+    rows' vectors; ``snapshot`` itself when every document qualifies."""
+    started = time.perf_counter()
+    keep_docs = np.array([d.get("visibility", "internal") in visibility for d in snapshot.documents], dtype=bool)
+    if keep_docs.all():
+        return snapshot
+    doc_map = np.full(len(keep_docs), -1, dtype=np.int32)
+    doc_map[keep_docs] = np.arange(int(keep_docs.sum()), dtype=np.int32)
+    rows = np.flatnonzero(keep_docs[snapshot.doc_index]) if snapshot.size else np.zeros(0, dtype=np.int64)
+    row_map = np.full(snapshot.size + 1, -1, dtype=np.int64)  # the extra slot maps an unmapped (-1) posting to -1
+    row_map[rows] = np.arange(len(rows), dtype=np.int64)
+
+    n_terms = len(snapshot.term_ptr) - 1
+    post_terms = np.repeat(np.arange(n_terms, dtype=np.int64), np.diff(snapshot.term_ptr))
+    mapped = row_map[snapshot.post_rows]
+    kept = mapped >= 0
+    counts = np.bincount(post_terms[kept], minlength=n_terms)
+    term_ptr = np.zeros(n_terms + 1, dtype=np.int64)
+    term_ptr[1:] = np.cumsum(counts)
+    post_rows = mapped[kept].astype(np.int32)
+    post_tf = snapshot.post_tf[kept]
+    doc_len = snapshot.doc_len[rows]
+
+    records = snapshot.records.take(rows)
+    chunk_ids = records.column("chunk_id").to_pylist()
+    doc_index = doc_map[snapshot.doc_index[rows]]
+    documents = [doc for doc, keep in zip(snapshot.documents, keep_docs) if keep]
+    group = section_groups(doc_index, records.column("section_path").to_pylist())
+    visible = {doc["doc_id"] for doc in documents}
+    relations = [r for r in snapshot.relations if r["src_id"] in visible and r["dst_id"] in visible]
+    entity_rows = {}
+    for key, mentioning in snapshot.entity_rows.items():
+        own = row_map[mentioning]
+        if (own >= 0).any():
+            entity_rows[key] = own[own >= 0]
+    sentences = snapshot.sentence_index
+    view = LoadedSnapshot(
+        info=snapshot.info, path=snapshot.path, conn=snapshot.conn, chunk_ids=chunk_ids,
+        row_of={cid: i for i, cid in enumerate(chunk_ids)}, doc_ids=snapshot.doc_ids[rows], doc_index=doc_index,
+        active=snapshot.active[rows], embeddings=np.ascontiguousarray(snapshot.embeddings[rows]), doc_len=doc_len,
+        avgdl=float(doc_len.mean()) if len(rows) else 1.0, num_docs=len(rows), term_ptr=term_ptr,
+        post_rows=post_rows, post_tf=post_tf, df=counts.astype(np.int64),
+        term_ids={term: termid for term, termid in snapshot.term_ids.items() if counts[termid] > 0},
+        records=records, documents=documents, stopwords=snapshot.stopwords,
+        sections=build_section_index(group, doc_len, term_ptr, post_rows, post_tf),
+        sentence_index=None if sentences is None else SentenceIndex(sentences.vectors, sentences.start[rows],
+                                                                    sentences.end[rows]),
+        relations=relations, doc_relations=relations_by_document(relations),
+        entity_vocabulary=snapshot.entity_vocabulary,
+        row_entities={int(row_map[row]): refs for row, refs in snapshot.row_entities.items() if row_map[row] >= 0},
+        entity_rows=entity_rows, view_of=visibility, ann_config=snapshot.ann_config,
+        ann_cancel=snapshot.ann_cancel,  # retired with the snapshot it is a view of
+        _stems=snapshot._stems,  # stems depend on the word, not the corpus
+    )
+    view.load_seconds = time.perf_counter() - started
+    config = snapshot.ann_config
+    if config is not None and config.wanted(view.size):
+        variant = replace(config, variant="-".join(visibility))
+        threading.Thread(target=SnapshotManager._attach_ann, args=(view, variant),
+                         name=f"ann-{snapshot.info.snapshot_version}-{variant.variant}", daemon=True).start()
+    else:
+        view.ann_ready.set()
+    return view
+
+
 class SnapshotManager:
     """Serves the published snapshot and switches to a newer one without a restart.
 
@@ -726,6 +822,7 @@ class SnapshotManager:
     # ------------------------------------------------------------------ ANN
     def _start_ann(self, snapshot: LoadedSnapshot) -> None:
         config = self.ann_config
+        snapshot.ann_config = config  # its views build theirs alike
         if config is None or not config.wanted(snapshot.size):
             snapshot.ann_ready.set()
             return

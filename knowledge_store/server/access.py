@@ -41,11 +41,13 @@ from fastapi import Request
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import ConfigError, InvalidSourceError
+from knowledge_store.ingest.sources import outside_roots
 from knowledge_store.server.origin_policy import ASGIApp, headers_of, refuse
 
 PUBLIC = "public"
 ADMIN = "admin"
 TOKEN_FILE = "admin_token"
+MIN_TOKEN_CHARS = 16  # a configured admin token in remote mode (the generated one has 43)
 
 # Every route of the API schema, by method and path template.  A route missing here fails ``create_app``
 # (``check_classified``) and the test that walks the OpenAPI schema: nothing is exposed by omission.
@@ -94,7 +96,7 @@ WHY_PUBLIC = {
     "/api/ask-local": "answers from public sources only, unless the admin token is sent",
     "/api/knowledge/feedback": "rates a result a caller was shown",
     "/api/knowledge/sources/{doc_id}/file": "only documents of public sources, unless the admin token is sent",
-    "/health": "no data; says whether the server runs remote and with TLS",
+    "/health": "status, each service's state and the version only; the details need the admin token",
 }
 UNAUTHORIZED = {"error": "unauthorized",
                 "message": "this needs the admin token: send it as 'Authorization: Bearer <token>' "
@@ -163,14 +165,20 @@ def _in(address: str, networks: tuple) -> bool:
 def client_address(peer: str, forwarded_for: str | None, trusted: tuple) -> str:
     """Who the client is: the peer, unless the peer is a trusted proxy; then the right-most address of
     ``X-Forwarded-For`` that is not a trusted proxy (proxies append, so entries left of the first untrusted
-    one are the client's own claims and never believed)."""
+    one are the client's own claims and never believed).  That entry must be an IP address (written in its
+    canonical form): anything else (``unknown``, a name, ``1.2.3.4:80``) is no client identity, and the peer
+    answers for the request."""
     if not trusted or not _in(peer, trusted) or not forwarded_for:
         return peer
     hops = [hop.strip() for hop in forwarded_for.split(",") if hop.strip()]
     for hop in reversed(hops):
-        if not _in(hop, trusted):
-            return hop
-    return hops[0] if hops else peer
+        try:
+            address = ipaddress.ip_address(hop)
+        except ValueError:
+            return peer
+        if not any(address in network for network in trusted):
+            return str(address)
+    return str(ipaddress.ip_address(hops[0])) if hops else peer
 
 
 def is_loopback(address: str) -> bool:
@@ -227,24 +235,34 @@ class AccessPolicy:
     trusted_proxies: tuple = ()
     source_roots: tuple[Path, ...] | None = None  # None: folders anywhere (loopback, no token, no roots set)
     tls: bool = False
+    # this machine's folders (the data folder, the configured sources, the roots): no public answer names them
+    private_paths: tuple[str, ...] = ()
     _routes: list[tuple[re.Pattern[str], str, str]] = field(default_factory=list)  # (path regex, method, template)
     _public_docs: tuple[int | None, frozenset[str]] = (None, frozenset())
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AccessPolicy:
+        """The policy of ``settings``; ``ConfigError`` naming ``admin_token`` for a configured token shorter than
+        ``MIN_TOKEN_CHARS`` in remote mode (the token is never repeated)."""
         token_file = None
         token = settings.admin_token.get_secret_value() if settings.admin_token else None
+        if token is not None and settings.allow_remote and len(token) < MIN_TOKEN_CHARS:
+            raise ConfigError("admin_token", f"({len(token)} characters)",
+                              f"is too short for remote mode: a server others can reach needs at least "
+                              f"{MIN_TOKEN_CHARS} characters, or a guessable token opens the admin surface; unset "
+                              "GROUNDWORK_ADMIN_TOKEN to have one generated, or set e.g. "
+                              "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`")
         if token is None and settings.allow_remote:
             token, token_file = load_or_create_token(settings.data_dir)
         limiter = RateLimiter(settings.public_rate, settings.public_burst) if settings.public_rate > 0 else None
-        # roots bind whoever holds the token; a local user with no token set already owns every file
-        roots = settings.source_roots or ([settings.data_dir, *settings.source_dirs] if token is not None else None)
+        # roots bind whoever holds the token (resolved once, at start); a local user with no token set already owns
+        # every file
         return cls(token=token, remote=settings.allow_remote, token_file=token_file,
                    public_metrics=settings.public_metrics, limiter=limiter,
                    trusted_proxies=_networks(settings.trusted_proxies),
-                   source_roots=None if roots is None else tuple(dict.fromkeys(
-                       Path(root).expanduser().resolve() for root in roots)),
-                   tls=bool(settings.ssl_certfile))
+                   source_roots=settings.source_roots_in_force,
+                   tls=bool(settings.ssl_certfile),
+                   private_paths=private_paths([settings.data_dir, *settings.source_dirs, *settings.source_roots]))
 
     def __post_init__(self) -> None:
         self._routes = [(_template_regex(path), method, path) for method, path in ROUTE_SURFACES]
@@ -314,15 +332,32 @@ class AccessPolicy:
             if item.get("superseded_by") and item["superseded_by"] not in visible:
                 item["superseded_by"] = None
 
+    def scrub(self, text: str) -> str:
+        """``text`` with this machine's folders (``private_paths``) replaced by ``<server folder>``: what an error
+        message tells a public caller."""
+        for path in self.private_paths:
+            text = text.replace(path, "<server folder>")
+        return text
+
     def check_source_folder(self, folder: str) -> None:
         """A folder source must lie inside a source root (symbolic links resolved): 422 naming ``folder``."""
-        if self.source_roots is None:
-            return
-        resolved = Path(folder).expanduser().resolve()
-        if not any(resolved == root or resolved.is_relative_to(root) for root in self.source_roots):
+        if outside_roots(folder, self.source_roots) is not None:
             raise InvalidSourceError("folder", folder, "is outside every source root; the server indexes folders only "
                                      "inside GROUNDWORK_SOURCE_ROOTS (default: its data folder and the folders "
                                      "configured at start)")
+
+    def servable(self, path: Path) -> bool:
+        """A file may be served: its real path lies inside a source root (or no roots are in force)."""
+        return outside_roots(path, self.source_roots) is None
+
+
+def private_paths(folders: Iterable[Path]) -> tuple[str, ...]:
+    """Each folder as written, absolute and resolved, longest first (a folder inside another is replaced whole)."""
+    spelled: set[str] = set()
+    for folder in folders:
+        folder = Path(folder).expanduser()
+        spelled |= {str(folder), str(folder.absolute()), str(folder.resolve())}
+    return tuple(sorted((p for p in spelled if p not in ("", ".", "/")), key=len, reverse=True))
 
 
 def check_classified(routes: Iterable[tuple[str, str]]) -> None:

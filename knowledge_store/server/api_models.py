@@ -52,7 +52,8 @@ _ERROR_TEXT = {
     405: "Method not allowed; the Allow header lists the methods of this path.",
     409: "Conflict (duplicate upload, source name or folder already registered).",
     410: "The resource existed but is gone (e.g. the original file left its source folder).",
-    413: "Upload larger than the configured limit.",
+    413: "Request body over the configured limit (GROUNDWORK_MAX_BODY_BYTES; uploads: GROUNDWORK_MAX_FILE_MB), "
+         "refused before it is read.",
     421: "Host header not served here (DNS-rebinding protection); configure GROUNDWORK_ALLOWED_HOSTS.",
     422: "Invalid input; ``errors`` names each offending field.",
     500: "Unexpected server error (logged); the body never carries a traceback.",
@@ -67,8 +68,9 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {str(status): {"model": ErrorBody, "description": _ERROR_TEXT[status]} for status in statuses}
 
 
-# every route can answer these: the origin policy (403/421), bad input (400/422), unexpected (500), unavailable (503)
-COMMON_ERRORS = error_responses(400, 403, 405, 421, 422, 500, 503)
+# every route can answer these: the origin policy (403/421), bad input (400/422), a body over the limit (413),
+# unexpected (500), unavailable (503)
+COMMON_ERRORS = error_responses(400, 403, 405, 413, 421, 422, 500, 503)
 # the 503 of a route that embeds its query (query, ask, ask-local): the server answers from the moment it starts,
 # and its model may still be loading (exported and quantised on a fresh data folder) or have failed to load
 MODEL_ERRORS: dict[int | str, dict[str, Any]] = {"503": {
@@ -85,7 +87,12 @@ MODEL_ERRORS: dict[int | str, dict[str, Any]] = {"503": {
 # ------------------------------------------------------------------ knowledge
 
 class QueryResult(Citation):
+    """One result.  For public callers ``url`` and ``source_path`` of a file are ``source_url`` (no path on the
+    server's disk is ever shown to them); web pages keep their address."""
+
     source_url: str = Field(..., description="This server's link to the original file (with #page=N / #anchor).")
+    source: str = Field("", description="The name of the document's source.")
+    file: str = Field("", description="The document's path relative to its source (the page URL for web sources).")
 
 
 class QueryResponse(BaseModel):
@@ -106,6 +113,7 @@ class AskSource(Open):
 
     file: str = Field(..., description="The document's path relative to its source (the page URL for web sources): "
                                        "what /api/ask-local's source_file takes.")
+    source: str = Field("", description="The name of the document's source.")
     section: str = Field(..., description="Heading path of the passage, 'Chapter > Section'.")
     url: str = Field(..., description="Absolute link to the original at the passage: the page URL for web sources, "
                                       "this server's /api/knowledge/sources/{doc_id}/file#page=N|#anchor otherwise.")
@@ -120,7 +128,8 @@ class AskSource(Open):
     valid_from: str | None = Field(None, description="ISO-8601 UTC: since when this version is the valid one.")
     valid_to: str | None = Field(None, description="ISO-8601 UTC: until when it was valid; null while it is.")
     # the rest of seed 003's citation, as /api/knowledge/query results carry it (same meaning, same descriptions)
-    source_path: str = Field("", description=Citation.model_fields["source_path"].description)
+    source_path: str = Field("", description=Citation.model_fields["source_path"].description + " Public callers: "
+                             "the same link as url (no path on the server's disk).")
     superseded_by: str | None = Field(None, description=Citation.model_fields["superseded_by"].description)
     supersedes: list[str] = Field(default_factory=list, description=Citation.model_fields["supersedes"].description)
     see_also: list[str] = Field(default_factory=list, description=Citation.model_fields["see_also"].description)
@@ -146,6 +155,8 @@ class FeedbackStored(BaseModel):
     rating: Literal["up", "down"]
     note: str | None
     created_at: str
+    replaced: int = Field(0, description="This client's earlier ratings of the same passage (or answer) of the same "
+                                         "request that this one replaced: one rating per client counts.")
 
 
 class FeedbackList(BaseModel):
@@ -327,7 +338,8 @@ class ConfigResponse(Open):
 
 
 class Health(Open):
-    """Seed 004's ``{"status", "services", "version"}``, each non-up service's reason, and the details."""
+    """Seed 004's ``{"status", "services", "version"}``; for admin callers also each non-up service's reason and
+    the details (public callers get the three fields only: nothing about the corpus or the machine)."""
 
     status: Literal["healthy", "degraded", "unhealthy"] = Field(
         ..., description="healthy: every service up (200); degraded: the model is loading or an optional part "
@@ -337,28 +349,32 @@ class Health(Open):
         ..., description="store, index, model, query_log, dagster_home: each 'up' or missing | loading | not_loaded "
                          "| error | down | not_configured.")
     version: str = Field(..., description="The groundwork package version.")
-    reasons: dict[str, str] = Field(..., description="Why each service that is not up is not (service -> reason).")
-    reason: str | None = Field(None, description="All reasons on one line; absent when healthy.")
-    uptime_s: float
-    store: bool = Field(..., description="The store file exists.")
-    model_loaded: bool
-    model_load: dict[str, Any] | None = Field(None, description="The served query model's load: state (not_loaded | "
-                                              "loading | ready | failed), phase while loading (starting | exporting | "
-                                              "quantising | loading), seconds (so far, or of the last attempt), retry_after_s (the "
-                                              "estimated seconds left while loading), error; null when its folder is "
-                                              "missing.")
-    model_graph: dict[str, Any] | None = Field(None, description="Which ONNX graph embeds queries on this CPU and why: "
-                                              "requested and in_effect quantisation (none = fp32), recipe, reason and the "
-                                              "quantised graph's fidelity check (cosine to fp32 on the probe set; it runs "
-                                              "only where it passed); null until known or for the torch encoder.")
-    warm_up: dict[str, Any] = Field(..., description="The engine's warm-up: state (not_started | warming | ready | "
-                                                     "failed), seconds, error.")
-    remote: bool = Field(..., description="Started in remote mode (GROUNDWORK_ALLOW_REMOTE).")
-    tls: bool = Field(..., description="Serving TLS itself (--ssl-certfile/--ssl-keyfile); false behind a TLS proxy.")
-    admin_token_required: bool = Field(..., description="The admin surface needs the admin token.")
-    index: dict[str, Any] | None = Field(..., description="The served snapshot: snapshot_version, chunks, documents, "
-                                                          "published; null without one.")
-    query_cache: dict[str, Any] | None = Field(None, description="The query-embedding cache: hits, misses, hit_rate.")
+    reasons: dict[str, str] | None = Field(None, description="Admin: why each service that is not up is not "
+                                                             "(service -> reason).")
+    reason: str | None = Field(None, description="Admin: all reasons on one line; absent when healthy.")
+    uptime_s: float | None = Field(None, description="Admin.")
+    store: bool | None = Field(None, description="Admin: the store file exists.")
+    model_loaded: bool | None = Field(None, description="Admin.")
+    model_load: dict[str, Any] | None = Field(None, description="Admin: the served query model's load: state "
+                                              "(not_loaded | loading | ready | failed), phase while loading (starting | "
+                                              "exporting | quantising | checking | loading), seconds (so far, or of the "
+                                              "last attempt), retry_after_s (the estimated seconds left while loading), "
+                                              "error; null when its folder is missing.")
+    model_graph: dict[str, Any] | None = Field(None, description="Admin: which ONNX graph embeds queries on this CPU "
+                                              "and why: requested and in_effect quantisation (none = fp32), recipe, "
+                                              "reason and the quantised graph's fidelity check (cosine to fp32 on the "
+                                              "probe set; it runs only where it passed); null until known or for the "
+                                              "torch encoder.")
+    warm_up: dict[str, Any] | None = Field(None, description="Admin: the engine's warm-up: state (not_started | "
+                                                             "warming | ready | failed), seconds, error.")
+    remote: bool | None = Field(None, description="Admin: started in remote mode (GROUNDWORK_ALLOW_REMOTE).")
+    tls: bool | None = Field(None, description="Admin: serving TLS itself (--ssl-certfile/--ssl-keyfile); false "
+                                               "behind a TLS proxy.")
+    admin_token_required: bool | None = Field(None, description="Admin: the admin surface needs the admin token.")
+    index: dict[str, Any] | None = Field(None, description="Admin: the served snapshot: snapshot_version, chunks, "
+                                                           "documents, published; null without one.")
+    query_cache: dict[str, Any] | None = Field(None, description="Admin: the query-embedding cache: hits, misses, "
+                                                                 "hit_rate.")
 
 
 # ------------------------------------------------------------------ console: ranking settings, evaluation

@@ -30,7 +30,7 @@ HEADER = """# HTTP API reference
 
 Generated from the served OpenAPI schema by `python -m knowledge_store.server.api_reference --write`
 (`tests/integration/test_api_reference.py` fails when this file is stale). The live schema is at
-`/openapi.json` and browsable at `/docs` on a running `groundwork serve`. The MCP tools are
+`/openapi.json` and browsable at `/docs` on a running `groundwork serve` (not in remote mode). The MCP tools are
 in docs/MCP.md.
 
 Conventions: every error has the body `{error, message}` (422 adds `errors: [{field, message}]`);

@@ -18,6 +18,7 @@ own modules (``errors.py``, ``middleware.py``, ``ingest_jobs.py``).
 
 import ipaddress
 import logging
+import os
 import sys
 
 import uvicorn
@@ -25,6 +26,7 @@ from fastapi import FastAPI
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import ConfigError, GroundworkError
+from knowledge_store.core.files import PRIVATE_UMASK
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server import admin_api
 from knowledge_store.server.access import document_surfaces
@@ -41,9 +43,13 @@ def create_app(settings: Settings | None = None, engine: RetrievalEngine | None 
     """The server: API routes, console, MCP at ``/mcp`` (``mount_mcp``), over ``settings`` (default: the
     environment) and ``engine`` (default: a new one; pass one to share its loaded model and query log)."""
     state = ServerState.build(settings or Settings(), engine)
+    # the interactive API docs load Swagger UI and ReDoc from a CDN (no copy is installed): not in remote mode,
+    # where a reader's browser would run third-party script in this server's origin; /openapi.json stays
+    remote = state.settings.allow_remote
     app = FastAPI(
         title="Groundwork",
         version="0.1.0",
+        docs_url=None if remote else "/docs", redoc_url=None if remote else "/redoc",
         description="Grounded retrieval with citations: query, feedback, ingestion, documents, articles. "
                     "Every error has the body {error, message} (422 adds errors: [{field, message}]).",
         lifespan=lifespan,
@@ -115,6 +121,8 @@ def serve(settings: Settings | None = None, announce=print) -> None:
         path = getattr(settings, name)
         if path is not None and not path.is_file():
             raise ConfigError(name, str(path), "no such file")
+    # everything this process writes (store, query log, snapshots, query.log, uploads) is its user's alone
+    os.umask(PRIVATE_UMASK)
     app = create_app(settings)
     access = app.state.server.access
     if access.remote:

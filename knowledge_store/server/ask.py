@@ -116,7 +116,7 @@ def ask(engine, base: str, question: str, *, top_k: int = 10, max_sources: int =
     filters = scope
     if source_file is not None:
         filters = (scope or SearchFilters()).model_copy(update={"paths": source_file_patterns(source_file)})
-        snapshot = engine.snapshots.current()
+        snapshot = engine.searched_snapshot(filters, engine.snapshots.current())  # the documents it may answer from
         if not any(document_matches(doc, filters) for doc in snapshot.documents if doc["status"] == "active"):
             raise QueryValidationError("source_file", source_file, "matches no indexed document (give its path relative "
                                        "to its source, e.g. from GET /api/kb/articles, a file name, a glob, or the "
@@ -128,11 +128,14 @@ def ask(engine, base: str, question: str, *, top_k: int = 10, max_sources: int =
     hits = list(response.hits)[:max_sources]
     citations = list(response.results)[:max_sources]
     reply = response.answer
-    relative = {(d["doc_id"], d["version"]): d["relative_path"] for d in engine.snapshots.current().documents}
+    documents = engine.snapshots.current().documents
+    relative = {(d["doc_id"], d["version"]): d["relative_path"] for d in documents}
+    source_names = {d["doc_id"]: d["source_name"] for d in documents}
     sources = []
     for n, (hit, citation) in enumerate(zip(hits, citations), start=1):
         sources.append({
             "file": relative.get((hit.doc_id, hit.version), Path(hit.source_path).name),
+            "source": source_names.get(hit.doc_id, ""),
             "section": citation.section, "url": _source_url(base, citation), "pages": citation.pages,
             "n": n, "title": citation.title, "doc_id": citation.doc_id, "chunk_id": citation.chunk_id,
             "snippet": citation.snippet, "relevance": citation.relevance,

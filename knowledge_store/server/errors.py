@@ -29,6 +29,8 @@ from knowledge_store.core.errors import (
     SourceNotFoundError,
 )
 from knowledge_store.ingest.source_actions import FailureNotFoundError
+from knowledge_store.server.access import caller_of
+from knowledge_store.server.origin_policy import SECURITY_HEADERS
 from knowledge_store.storage.query_log import redact
 from knowledge_store.storage.tuned import InvalidRankingError
 
@@ -99,29 +101,41 @@ async def validation_error(request: Request, exc: RequestValidationError) -> JSO
 async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     # one error shape everywhere: {error, message} (detail kept for FastAPI-style clients)
     kind = HTTP_ERROR_CODES.get(exc.status_code, "http_error")
+    detail = told(request, exc.detail) if isinstance(exc.detail, str) else exc.detail
     headers = dict(getattr(exc, "headers", None) or {})
     if exc.status_code == 405:  # every method of this path, not only those of the first route that matched it
         headers["Allow"] = ", ".join(allowed_methods(request))
-    return JSONResponse(status_code=exc.status_code, content={"error": kind, "message": str(exc.detail), "detail": exc.detail},
+    return JSONResponse(status_code=exc.status_code, content={"error": kind, "message": str(detail), "detail": detail},
                         headers=headers or None)
 
 
 async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     # the {error, message} promise holds for bugs too; the traceback goes to the server log, never the client
     server_log.exception("unhandled error on %s %s", request.method, request.url.path)
+    # answered outside the middleware (Starlette's outermost error handler): the security headers are added here
     return JSONResponse(status_code=500, content={"error": "internal_error", "message": (
         f"unexpected {type(exc).__name__} while handling {request.method} {request.url.path}; "
-        "the server log has the details")})
+        "the server log has the details")}, headers={name.decode(): value.decode() for name, value in SECURITY_HEADERS})
 
 
 def invalid_field(request: Request, exc: QueryValidationError | InvalidSourceError | InvalidRankingError) -> JSONResponse:
-    return JSONResponse(status_code=422, content={"error": "validation_error", "message": str(exc),
-                                                  "errors": [{"field": exc.field, "message": str(exc)}]})
+    message = told(request, str(exc))
+    return JSONResponse(status_code=422, content={"error": "validation_error", "message": message,
+                                                  "errors": [{"field": exc.field, "message": message}]})
+
+
+def told(request: Request, message: str) -> str:
+    """``message`` as this request's caller may read it: a public caller is never told this machine's folders
+    (``AccessPolicy.scrub``: ``no published index snapshot in <server folder>/index``)."""
+    state = getattr(request.app.state, "server", None)
+    if state is None or caller_of(request).admin:
+        return message
+    return state.access.scrub(message)
 
 
 def _plain_error(status: int, code: str):
     def handler(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse(status_code=status, content={"error": code, "message": str(exc)})
+        return JSONResponse(status_code=status, content={"error": code, "message": told(request, str(exc))})
     return handler
 
 
@@ -133,7 +147,7 @@ def model_loading(request: Request, exc: ModelLoadingError) -> JSONResponse:
 
 async def unavailable(request: Request, exc: GroundworkError) -> JSONResponse:
     # any other library error: the store or index cannot serve now (secrets in paths/URLs redacted)
-    return JSONResponse(status_code=503, content={"error": type(exc).__name__, "message": redact(str(exc))})
+    return JSONResponse(status_code=503, content={"error": type(exc).__name__, "message": told(request, redact(str(exc)))})
 
 
 def install_error_handlers(app: FastAPI) -> None:

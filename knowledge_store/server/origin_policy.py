@@ -15,6 +15,8 @@ follow, and one policy stops both:
 * **DNS rebinding.**  ``evil.example`` re-resolved to 127.0.0.1 makes the page
   "same-origin" with us, but its requests still carry ``Host: evil.example``.
   A Host outside the allow-list is refused with **421**, before any route runs.
+  A request with more than one ``Host`` header is **400**: the allow-list and
+  the links and redirects the server writes must read the same, validated one.
 
 Hosts: ``localhost``, ``127.0.0.1``, ``[::1]`` (any port) plus ``allowed_hosts``
 (and the bind address under ``allow_remote``).  ``/mcp`` keeps what MCP
@@ -34,6 +36,12 @@ from typing import Any
 from knowledge_store.config.settings import Settings
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+# on every response, unless the route set its own (the original-file route's CSP sandbox): no content-type
+# guessing, no Referer to other sites, never framed by another page (clickjacking of the console)
+SECURITY_HEADERS = ((b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
+                    (b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'"))
+# over TLS only (a browser ignores it over plain HTTP): stay on HTTPS for a year
+HSTS = (b"strict-transport-security", b"max-age=31536000")
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -113,6 +121,12 @@ class OriginPolicyMiddleware:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
+            return
+        hosts = [value for name, value in scope.get("headers", []) if name.lower() == b"host"]
+        if len(hosts) > 1:
+            # which one counts is up to each reader (the allow-list read the last, URLs the first): none does
+            await refuse(scope, send, 400, {"error": "bad_request", "message": f"{len(hosts)} Host headers: a request "
+                                            "names exactly one host"}, [(b"vary", b"Origin")])
             return
         headers = headers_of(scope)
         refusal = self.policy.check(scope.get("method", "GET"), headers.get("host"), headers.get("origin"),

@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from knowledge_store.config.settings import Settings
+from knowledge_store.core.text import without_nul
 from knowledge_store.ingest.sources import NAME_PATTERN
 from knowledge_store.retrieval.answer import ANSWER_MODES, ANSWER_REGISTRY
 from knowledge_store.retrieval.filters import SearchFilters
@@ -152,7 +153,7 @@ class AskLocalBody(AskBody):
     context: str = _text_field("The text the reader selected (searched together with the question).",
                                max_length=20000)
     source_file: str = _text_field("The document the selection is from: its path relative to its source (as in "
-                                   "GET /api/kb/articles), an absolute path, a file name or a glob; the page URL "
+                                   "GET /api/kb/articles), an absolute path (admin callers only), a file name or a glob; the page URL "
                                    "for web sources. Retrieval is restricted to it.", max_length=2000)
 
     @field_validator("context", "source_file")
@@ -204,17 +205,27 @@ class WebOptions(BaseModel):
                             "(sites whose content is built by JavaScript; default false). Needs GROUNDWORK_CHROMIUM_PATH.")
 
 
+# a folder or URL holding NUL would name something else than it says (C strings end there): 422 naming the field
+NO_NUL = r"^[^\x00]*$"
+
+
 class SourceBody(WebOptions):
     name: str = Field(..., pattern=SOURCE_NAME_PATTERN,
                       description="Unique name: letters, digits, '.', '_', '-' (also the Dagster partition key).")
     kind: Literal["web", "folder"] = "web"
-    url: str | None = Field(None, description="Base URL of the site (kind web).")
-    folder: str | None = Field(None, description="Folder on this machine (kind folder).")
+    url: str | None = Field(None, json_schema_extra={"pattern": NO_NUL}, description="Base URL of the site (kind web).")
+    folder: str | None = Field(None, json_schema_extra={"pattern": NO_NUL},
+                               description="Folder on this machine (kind folder).")
     enabled: bool = Field(True, strict=True)
     visibility: Literal["public", "internal"] = Field("internal", description="public: answers on the public surface "
                                                       "(the widget, callers without the admin token) may cite it; "
                                                       "internal: admin callers only.")
     sync: bool = Field(False, strict=True, description="Start a sync job right away (202 with its status URL).")
+
+    @field_validator("url", "folder")
+    @classmethod
+    def _no_nul(cls, value: str | None) -> str | None:
+        return without_nul(value)
 
 
 class SourceUpdateBody(WebOptions):

@@ -26,6 +26,7 @@ from fastapi import Depends, FastAPI, Request
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import IndexNotBuiltError
+from knowledge_store.core.files import make_private
 from knowledge_store.retrieval.answer import available_answer_modes
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.server.access import AccessPolicy, Caller, caller_of
@@ -60,10 +61,11 @@ class ServerState:
 
     @classmethod
     def build(cls, settings: Settings, engine: RetrievalEngine | None = None) -> ServerState:
-        """The state of a new app: creates the data and uploads folders, opens the query log (the engine's
-        when one is given), and derives what the server can run from the settings and the engine."""
+        """The state of a new app: creates the data folder (private: ``make_private``) and the uploads folder,
+        opens the query log (the engine's when one is given), and derives what the server can run from the
+        settings and the engine."""
+        make_private(settings.data_dir)  # 0700, nothing in it readable by other local users
         settings.uploads_dir.mkdir(parents=True, exist_ok=True)
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
         query_log = engine.query_log if engine is not None else QueryLog(settings.logs_path)
         engine = engine or RetrievalEngine(settings, query_log=query_log)
         # one JSON line per query in the rotated logs/query.log (seed 004), as every process writes it; the server

@@ -73,8 +73,13 @@ def test_a_cli_query_writes_its_line_to_the_file_and_nothing_on_its_stdout(tmp_p
     line = lines[0]
     assert SEED_FIELDS <= set(line)
     assert (line["client"], line["retrieval_request_id"]) == ("cli", printed["retrieval_request_id"])
-    assert line["answer"] == printed["answer"].replace("ops@example.com", "ops@[REDACTED]")  # redacted, as the server's
+    assert line["answer"] is None and printed["answer"]  # the answer text stays in the query log unless asked for
     assert line["num_results"] == len(printed["results"]) and "example.com" not in json.dumps(line)
+    monkeypatch.setenv("GROUNDWORK_LOG_ANSWERS", "true")
+    assert main(["query", "how do I reset the hub", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    line = json.loads((tmp_path / "data" / "logs" / "query.log").read_text().splitlines()[-1])
+    assert line["answer"] == printed["answer"].replace("ops@example.com", "ops@[REDACTED]")  # redacted, as the server's
 
 
 @pytest.mark.slow
@@ -91,14 +96,14 @@ def test_the_server_logs_lines_and_exports_the_seed_metrics(embedder, shared_sam
         metrics = client.get("/metrics").text
     line = json.loads((settings.data_dir / "logs" / "query.log").read_text().splitlines()[-1])
     assert line["retrieval_request_id"] == answer["retrieval_request_id"] and line["num_results"] == len(answer["results"])
-    assert line["answer"] == answer["answer"]["text"]
+    assert line["answer"] is None and answer["answer"]["text"]  # GROUNDWORK_LOG_ANSWERS is off
     assert 'http_request_duration_seconds_count{endpoint="/api/knowledge/query"} 1.0' in metrics
     assert f"pages_ingested_total {float(pages)}" in metrics
 
 
 @pytest.mark.slow
 def test_the_answer_ask_returns_is_the_one_the_query_log_keeps(tmp_path, embedder):
-    settings = build_sample_index(tmp_path, embedder, query_log_stdout=False)
+    settings = build_sample_index(tmp_path, embedder, query_log_stdout=False, log_answers=True)  # lines carry answers
     engine = RetrievalEngine(settings, embedder=embedder, query_log=QueryLog(settings.logs_path))
     asked = []
     with TestClient(create_app(settings, engine, mount_mcp=False), base_url="http://127.0.0.1:8080") as client:

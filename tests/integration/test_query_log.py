@@ -260,6 +260,7 @@ def test_feedback_is_stored_validated_and_redacted(qlog: QueryLog) -> None:
         qlog.add_feedback(request_id, "meh")
 
     assert [f["feedback_id"] for f in qlog.list_feedback()] == [whole_answer["feedback_id"], row["feedback_id"]]
+    assert row.pop("replaced") == 0 and row["client"] is None  # no client given: nothing replaced
     assert qlog.list_feedback()[1] == row
     assert [f["feedback_id"] for f in qlog.feedback_for_chunks(["c2", "c9"])] == [row["feedback_id"]]
     assert qlog.feedback_for_chunks([]) == []
@@ -349,7 +350,7 @@ def test_schema_is_migrated_once_in_its_own_file(qlog: QueryLog, log_path: Path)
         tables = {row[0] for row in conn.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
         with pytest.raises(duckdb.ConstraintException):
             conn.execute(
-                "INSERT INTO feedback VALUES ('f', 'r', NULL, 'sideways', NULL, now()::TIMESTAMP)"
+                "INSERT INTO feedback VALUES ('f', 'r', NULL, 'sideways', NULL, now()::TIMESTAMP, NULL)"
             )
     assert versions == [(v,) for v, _, _ in LOG_MIGRATIONS]  # each once
     assert {"query_log", "feedback", "schema_migrations"} <= tables

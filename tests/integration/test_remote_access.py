@@ -89,7 +89,9 @@ def test_remote_mode_generates_a_private_token_and_says_where_not_what(remote):
     assert str(remote["token_file"]) in log and "remote mode" in log
     assert remote["token"] not in log  # where it is, never the token itself
     with site(remote) as client:
-        health = client.get("/health").json()
+        assert set(client.get("/health").json()) == {"status", "services", "version"}  # nothing more, publicly
+    with site(remote, token=remote["token"]) as admin:
+        health = admin.get("/health").json()
     assert health["remote"] is True and health["admin_token_required"] is True and health["tls"] is False
 
 
@@ -230,7 +232,8 @@ def test_public_rate_limit_per_client_with_retry_after_and_trusted_proxies(corpu
             for reader in ("203.0.113.7", "203.0.113.8"):
                 answer = via_proxy.post("/api/knowledge/query", json=body, headers={"X-Forwarded-For": f"10.9.9.9, {reader}"})
                 assert answer.status_code == 200, (reader, answer.text)
-        health = httpx.get(f"{base}/health", headers={"Host": SITE}).json()
+        health = httpx.get(f"{base}/health", headers={"Host": SITE, "Authorization": "Bearer a-configured-admin-token-"
+                                                      "of-some-length"}).json()
         assert health["admin_token_required"] is True
         assert not (settings.data_dir / "admin_token").exists() or "generated" not in log.read_text()
     finally:
@@ -248,8 +251,10 @@ def test_serve_with_tls_answers_https_and_says_so_in_health(corpus, tmp_path):
     try:
         assert base.startswith("https://")
         wait_healthy(proc, base, log)
-        health = httpx.get(f"{base}/health", verify=False).json()
+        answer = httpx.get(f"{base}/health", verify=False)
+        health = answer.json()
         assert health["tls"] is True and health["remote"] is False and health["admin_token_required"] is False
+        assert answer.headers["strict-transport-security"] == "max-age=31536000"  # over TLS: stay on HTTPS
         with pytest.raises(httpx.HTTPError):  # no plain HTTP on that port
             httpx.get(base.replace("https://", "http://") + "/health", timeout=5)
     finally:

@@ -244,7 +244,7 @@ def test_llamaindex_query_engine_keeps_the_fused_order_when_its_reranker_fails(e
             raise RuntimeError("model file truncated")
 
     fused = [n.node.node_id for n in engine.as_retriever(k=3).retrieve(RESET)]
-    monkeypatch.setattr(engine, "reranker", lambda name: Broken())
+    monkeypatch.setattr(engine, "reranker", lambda name, scope=None: Broken())
     response = engine.as_query_engine(reranker="mmr", k=3).query(RESET)
     assert [n.node.node_id for n in response.source_nodes] == fused
     engine.query_log.flush()

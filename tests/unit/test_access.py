@@ -192,3 +192,36 @@ def test_public_filters_select_public_documents_only():
     assert not document_matches(old_snapshot_doc, scoped)  # no visibility recorded: internal
     assert SearchFilters(visibility="internal").public_only().visibility == ["public"]
     assert document_matches(internal_doc, SearchFilters())
+
+
+def test_a_forwarded_for_entry_that_is_not_an_address_names_no_client():
+    proxies = (ipaddress.ip_network("10.0.0.0/8"),)
+    for claimed in ("unknown", "evil.example", "198.51.100.7:4242", "", "1.2.3.4, bogus"):
+        assert client_address("10.0.0.5", claimed, proxies) == "10.0.0.5", claimed  # the proxy's own bucket
+    assert client_address("10.0.0.5", "bogus, 198.51.100.7", proxies) == "198.51.100.7"  # left of it: not read
+    assert client_address("10.0.0.5", "2001:DB8::1", proxies) == "2001:db8::1"  # one spelling per address
+
+
+def test_a_short_configured_admin_token_is_refused_in_remote_mode_only(tmp_path):
+    with pytest.raises(ConfigError, match="16 characters") as refused:
+        AccessPolicy.from_settings(Settings(data_dir=tmp_path / "a", allow_remote=True, admin_token="letmein"))
+    assert "letmein" not in str(refused.value) and "7 characters" in str(refused.value)
+    assert AccessPolicy.from_settings(Settings(data_dir=tmp_path / "b", admin_token="letmein")).token == "letmein"
+    assert AccessPolicy.from_settings(Settings(data_dir=tmp_path / "c", allow_remote=True, admin_token="x" * 16)).token
+
+
+def test_public_path_filters_match_paths_relative_to_the_source_only():
+    doc = {"doc_id": "a", "source_name": "docs", "source_id": "s1", "visibility": "public", "path": "/srv/kb/docs/a.md",
+           "relative_path": "guides/a.md", "metadata": {}}
+    for pattern in ("/srv/kb/docs/a.md", "/srv/*", "*kb*"):
+        assert document_matches(doc, SearchFilters(paths=pattern))  # the admin's search: the path on disk too
+        assert not document_matches(doc, SearchFilters(paths=pattern).public_only()), pattern
+    for pattern in ("guides/a.md", "guides/*", "a.md"):
+        assert document_matches(doc, SearchFilters(paths=pattern).public_only()), pattern
+
+
+def test_error_messages_to_public_callers_name_no_server_folder(tmp_path):
+    data = tmp_path / "data"
+    scrubbed = AccessPolicy.from_settings(Settings(data_dir=data, sources=[tmp_path / "docs"]))
+    message = f"no published index snapshot in {data.resolve()}/index; see {tmp_path / 'docs'}/a.md"
+    assert scrubbed.scrub(message) == "no published index snapshot in <server folder>/index; see <server folder>/a.md"

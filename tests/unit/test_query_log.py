@@ -103,3 +103,27 @@ def test_redact_leaves_ordinary_text_alone(text: str) -> None:
 def test_redact_is_idempotent(text: str) -> None:
     once = redact(text)
     assert redact(once) == once
+
+
+def test_one_client_rating_one_passage_of_one_request_again_replaces_its_rating(tmp_path) -> None:
+    from knowledge_store.storage.query_log import QueryLog, QueryLogRecord
+
+    log = QueryLog(tmp_path / "logs.duckdb")
+    try:
+        rid = log.append(QueryLogRecord(query="when is compost ready", results_post=[{"chunk_id": "c1"}]))
+        log.flush()
+        reader, other = log.client_pseudonym("203.0.113.7"), log.client_pseudonym("198.51.100.1")
+        assert reader == log.client_pseudonym("203.0.113.7") and reader != other and "203" not in reader
+        stored = [log.add_feedback(rid, rating, chunk_id="c1", client=reader) for rating in ["up"] * 4 + ["down"]]
+        assert [s["replaced"] for s in stored] == [0, 1, 1, 1, 1]
+        assert [(r["rating"], r["client"]) for r in log.list_feedback()] == [("down", reader)]
+        log.add_feedback(rid, "up", chunk_id="c1", client=other)
+        log.add_feedback(rid, "up", client=reader)  # the answer as a whole is another thing to rate
+        assert log.feedback_counts() == {"up": 2, "down": 1}
+        # a second request of the same question rated by the same client: still one thumbs-up for the learning loop
+        again = log.append(QueryLogRecord(query="when is compost ready", results_post=[{"chunk_id": "c1"}]))
+        log.flush()
+        log.add_feedback(again, "up", chunk_id="c1", client=other)
+        assert log.feedback_counts() == {"up": 2, "down": 1} and len(log.list_feedback()) == 4
+    finally:
+        log.close()

@@ -121,3 +121,20 @@ def test_the_first_searches_and_the_warm_up_load_llama_index_in_parallel_threads
     run = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_feedback_reranker_counts_each_client_once_per_passage():
+    import numpy as np
+
+    from knowledge_store.retrieval.rerankers import FeedbackReranker
+
+    vector = np.array([1.0, 0.0], dtype=np.float32)
+    reranker = FeedbackReranker(feedback_source=list, embed=lambda texts: [vector for _ in texts])
+    stuffed = [{"query": "compost", "chunk_id": "c1", "content_hash": "h1", "rating": "up", "client": "aa",
+                "feedback_id": str(i)} for i in range(5)]
+    by_chunk, by_hash = reranker.votes(vector, stuffed)
+    assert by_chunk == {"c1": 1.0} and by_hash == {"h1": 1.0}  # five rows of one client: one vote
+    other = {**stuffed[0], "client": "bb", "rating": "down", "feedback_id": "x"}
+    assert reranker.votes(vector, [*stuffed, other])[0] == {"c1": 0.0}
+    anonymous = [{**row, "client": None} for row in stuffed]  # ratings without a client (Python API): one voter each
+    assert reranker.votes(vector, anonymous)[0] == {"c1": 5.0}

@@ -80,6 +80,10 @@ def source_file(doc_id: str, state: State, caller: CallerOf):
     if not path.is_file():
         raise HTTPException(status_code=410, detail=f"the file of '{doc['title']}' is no longer at its source")
     served = _inside_its_source(state.settings, snapshot, doc, path)
+    if served is not None and not state.access.servable(served):
+        # its folder now leads outside every source root (replaced by a link since it was indexed): never served
+        raise HTTPException(status_code=410, detail=f"the file of '{doc['title']}' now lies outside every source "
+                                                    "root; it is not served")
     if served is None:
         # e.g. replaced by a link to /etc/passwd after it was indexed: never serve what the source does not hold
         raise HTTPException(status_code=410, detail=f"the file of '{doc['title']}' now leads outside its source "

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import IngestionError, QueryValidationError, StoreError
+from knowledge_store.core.text import without_nul
 from knowledge_store.ingest.parsers.detect import EXTENSION_TYPES, detect_type
 from knowledge_store.server import api_models as out
 from knowledge_store.server.api_models import error_responses
@@ -29,14 +30,15 @@ router = APIRouter(tags=["ingestion"])
 READ_BYTES = 1024 * 1024  # an upload is streamed to disk in pieces of this size, hashed and size-checked as it goes
 # multipart framing around the file: a Content-Length this much over the limit may still hold an acceptable file
 MULTIPART_SLACK_BYTES = 1024 * 64
+UPLOAD_PATH = "/api/knowledge/ingest"  # its body limit is the file limit, not GROUNDWORK_MAX_BODY_BYTES
 
 
-@router.post("/api/knowledge/ingest", status_code=202, response_model=out.UploadAccepted,
+@router.post(UPLOAD_PATH, status_code=202, response_model=out.UploadAccepted,
              responses=error_responses(409, 413))
 async def ingest(request: Request, state: State, file: UploadFile = File(...), force: bool = Form(False)) -> JSONResponse:
     """Upload a PDF/DOCX/HTML/MD/TXT file; it is checked, stored in the uploads source and ingested."""
     settings = state.settings
-    name = Path(file.filename or "").name
+    name = Path(without_nul_field("file", file.filename or "")).name
     suffix = Path(name).suffix.lower()
     if not name or suffix not in EXTENSION_TYPES:
         raise QueryValidationError("file", name or "(no name)", f"unsupported type; allowed: {', '.join(sorted(EXTENSION_TYPES))}")
@@ -93,6 +95,14 @@ def job_accepted(request: Request, job: dict[str, Any], **extra: Any) -> JSONRes
     base = str(request.base_url).rstrip("/")
     return JSONResponse(status_code=202, content={**job, **extra,
                                                   "status_url": f"{base}/api/knowledge/jobs/{job['job_id']}"})
+
+
+def without_nul_field(field: str, value: str) -> str:
+    """``value``, or the 422 naming ``field`` when it holds a NUL character (no file name can)."""
+    try:
+        return without_nul(value)
+    except ValueError as error:
+        raise QueryValidationError(field, value, str(error)) from None
 
 
 def _too_large(size: int, settings: Settings) -> JSONResponse:

@@ -49,13 +49,37 @@ async def query(body: QueryBody, request: Request, state: State, caller: CallerO
     )
     payload = response.to_dict()
     base = str(request.base_url).rstrip("/")
+    snapshot = state.engine.snapshots.current()
     for item in payload["results"]:
         fragment = item["url"].split("#", 1)[1] if "#" in item["url"] else ""
         item["source_url"] = f"{base}/api/knowledge/sources/{item['doc_id']}/file" + (f"#{fragment}" if fragment else "")
+    name_documents(payload["results"], snapshot)
     if not caller.admin:
-        state.access.hide_internal_relations(payload["results"], state.engine.snapshots.current())
+        state.access.hide_internal_relations(payload["results"], snapshot)
+        link_through_server(payload["results"], "source_url")
     state.metrics.query_latency.observe(response.latency_ms["total"] / 1000.0)
     return payload
+
+
+def name_documents(items: list[dict[str, Any]], snapshot: Any) -> None:
+    """Each result names its document by ``source`` (the source's name) and ``file`` (its path relative to the
+    source; the page URL for web sources), as the public surface names documents."""
+    documents = {(d["doc_id"], d["version"]): d for d in snapshot.documents}
+    for item in items:
+        doc = documents.get((item["doc_id"], item["version"]))
+        item["source"] = doc["source_name"] if doc else ""
+        item["file"] = doc["relative_path"] if doc else ""
+
+
+def link_through_server(items: list[dict[str, Any]], link: str) -> None:
+    """A public caller is never told where a file lies on this machine: ``url`` and ``source_path`` of a file
+    (``file://`` links) become ``link``, this server's link to it (``/api/knowledge/sources/{doc_id}/file``);
+    a web page keeps its address."""
+    for item in items:
+        for key in ("url", "source_path"):
+            value = item.get(key) or ""
+            if not value.startswith(("http://", "https://")):
+                item[key] = item[link]
 
 
 async def _ask(body: AskBody, request: Request, state: State, caller: Caller, **local: Any) -> dict[str, Any]:
@@ -71,6 +95,7 @@ async def _ask(body: AskBody, request: Request, state: State, caller: Caller, **
     )
     if not caller.admin:
         state.access.hide_internal_relations(result["sources"], state.engine.snapshots.current())
+        link_through_server(result["sources"], "url")
     state.metrics.query_latency.observe(result["latency_ms"] / 1000.0)
     return result
 
@@ -89,8 +114,10 @@ async def ask_local(body: AskLocalBody, request: Request, state: State, caller: 
                       client="api-ask-local")
 
 
-def feedback(body: FeedbackBody, state: State) -> dict[str, Any]:
-    """Thumbs up/down (and an optional note) on a logged request or one of its passages."""
+def feedback(body: FeedbackBody, state: State, caller: CallerOf) -> dict[str, Any]:
+    """Thumbs up/down (and an optional note) on a logged request or one of its passages.  One rating per client
+    (its address, kept as a keyed pseudonym), request and passage counts: rating again replaces the earlier one
+    (``replaced``).  Public callers share the public rate limit with ask and query."""
     settings, query_log = state.settings, state.query_log
     if body.note is not None and len(body.note) > settings.max_note_chars:
         raise QueryValidationError("note", f"{len(body.note)} characters", f"must be at most {settings.max_note_chars} characters")
@@ -101,7 +128,8 @@ def feedback(body: FeedbackBody, state: State) -> dict[str, Any]:
         shown = {r.get("chunk_id") for r in record.results_post} | {r.get("chunk_id") for r in record.results_pre}
         if body.chunk_id not in shown:
             raise QueryValidationError("chunk_id", body.chunk_id, f"was not among the results of request {body.retrieval_request_id}")
-    stored = query_log.add_feedback(body.retrieval_request_id, body.rating, chunk_id=body.chunk_id, note=body.note)
+    stored = query_log.add_feedback(body.retrieval_request_id, body.rating, chunk_id=body.chunk_id, note=body.note,
+                                    client=query_log.client_pseudonym(caller.address))
     state.metrics.feedback.labels(rating=body.rating).inc()
     state.engine.forget_feedback_cache()
     return stored

@@ -9,13 +9,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from knowledge_store.core.errors import GroundworkError
 from knowledge_store.models.loading import PHASE_TEXT
 from knowledge_store.server import api_models as out
-from knowledge_store.server.state import ServerState, State
+from knowledge_store.server.access import UNAUTHORIZED
+from knowledge_store.server.state import CallerOf, ServerState, State
 
 router = APIRouter(tags=["operations"])
 
@@ -125,21 +126,41 @@ def health_report(state: ServerState) -> dict[str, Any]:
     return body
 
 
+# what /health tells a public caller: nothing about the corpus (counts, sizes, cache figures) or the machine (paths
+# in reasons); the rest of the report is the admin's
+PUBLIC_HEALTH = ("status", "services", "version")
+
+
+def public_health(body: dict[str, Any]) -> dict[str, Any]:
+    """``health_report``'s body as the public surface shows it: ``PUBLIC_HEALTH`` only."""
+    return {key: body[key] for key in PUBLIC_HEALTH}
+
+
 @router.get("/health", response_model=out.Health,
             responses={"503": {"model": out.Health, "description": "Unhealthy: no index is served, or the model "
                                                                "cannot load (reasons say why)."}})
-def health(state: State) -> JSONResponse:
+def health(state: State, caller: CallerOf,
+           detail: bool = Query(False, description="The whole report (admin only: 401 without the admin token "
+                                                   "where one is required); admin callers always get it.")
+           ) -> JSONResponse:
     """Seed 004's health check: ``status`` is ``healthy`` (200) when every service is ``up``; ``degraded`` (200)
     while the model loads or an optional part (store, query log, Dagster home) is not up - a Dagster home that is
     not configured at all counts as up (a server runs without Dagster); ``unhealthy`` (503)
     without an index or when the model cannot load.  ``services``: ``store``, ``index``, ``model``,
     ``query_log``, ``dagster_home``, each ``up`` or a state (``missing``, ``loading``, ``not_loaded``,
     ``error``, ``down``, ``not_configured``) whose reason is in ``reasons``.  The server answers at once after
-    it starts, also while its model loads (on a fresh data folder it is first exported to ONNX and quantised):
-    ``model_load`` then says what the load is doing (``phase``), for how long (``seconds``) and the estimated
-    seconds left (``retry_after_s``), and queries answer 503 ``model_loading`` with ``Retry-After``."""
+    it starts, also while its model loads (on a fresh machine its graphs are first exported to ONNX, quantised
+    and checked): ``model_load`` then says what the load is doing (``phase``), for how long (``seconds``) and the
+    estimated seconds left (``retry_after_s``), and queries answer 503 ``model_loading`` with ``Retry-After``.
+
+    Public callers (no admin token where one is required) get ``status``, ``services`` and ``version`` only;
+    the reasons, the index's counts, the query cache's figures and the rest are the admin's."""
+    if detail and not caller.admin:
+        return JSONResponse(status_code=401, content=dict(UNAUTHORIZED),
+                            headers={"WWW-Authenticate": 'Bearer realm="groundwork"'})
     body = health_report(state)
-    return JSONResponse(status_code=503 if body["status"] == "unhealthy" else 200, content=body)
+    return JSONResponse(status_code=503 if body["status"] == "unhealthy" else 200,
+                        content=body if caller.admin else public_health(body))
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

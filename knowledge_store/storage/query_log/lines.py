@@ -119,11 +119,16 @@ class _DailyAndSizeRotatingHandler(logging.handlers.TimedRotatingFileHandler):
 
 class QueryLines:
     """One JSON line per query in seed 004's shape - ``{timestamp, query, num_results, latency_ms, reranker,
-    top_score, results: [{chunk_id, source, score, text_preview}], error, answer, ...}`` - on stdout (container
+    top_score, results: [{chunk_id, source, score, text_preview}], error, answer, ...}`` (answer null unless
+    ``answers``: the text is in the query log, under the line's ``retrieval_request_id``) - on stdout (container
     logs) and/or in ``<folder>/query.log``, rotated daily and at ``max_mb``, ``keep_days`` kept.  Rows arrive
     already redacted (``_normalise``); writing never raises into a query."""
 
-    def __init__(self, folder: Path | None, stdout: bool = False, max_mb: float = 100.0, keep_days: int = 7) -> None:
+    def __init__(self, folder: Path | None, stdout: bool = False, max_mb: float = 100.0, keep_days: int = 7,
+                 answers: bool = False) -> None:
+        # the answer text quotes the documents (internal ones, for an admin): only written when asked for
+        # (GROUNDWORK_LOG_ANSWERS); the line's retrieval_request_id finds it in the query log
+        self.answers = answers
         self.logger = logging.getLogger(f"groundwork.query_lines.{id(self)}")
         self.logger.propagate = False
         self.logger.setLevel(logging.INFO)
@@ -143,7 +148,8 @@ class QueryLines:
         """The lines every process writes: ``<data_dir>/logs/query.log`` as the settings rotate it (nothing when
         ``query_log_file`` is off).  Not stdout: only the server may print there (``echo_to_stdout``)."""
         return cls(settings.data_dir / "logs" if settings.query_log_file else None, stdout=False,
-                   max_mb=settings.query_log_max_mb, keep_days=settings.query_log_keep_days)
+                   max_mb=settings.query_log_max_mb, keep_days=settings.query_log_keep_days,
+                   answers=settings.log_answers)
 
     def echo_to_stdout(self) -> None:
         """Also print every line on stdout (container logs); a second call adds nothing."""
@@ -155,7 +161,8 @@ class QueryLines:
         self.stdout = True
 
     @staticmethod
-    def line(row: Mapping[str, Any]) -> dict[str, Any]:
+    def line(row: Mapping[str, Any], answers: bool = True) -> dict[str, Any]:
+        """The JSON line of one logged row; ``answer`` is null unless ``answers``."""
         results = row["results_post"]
         results = json.loads(results) if isinstance(results, str) else results
         latency = row["latency_ms"]
@@ -169,7 +176,7 @@ class QueryLines:
             "timestamp": row["created_at"].isoformat(timespec="seconds") + "Z", "query": row["query"],
             "num_results": len(top), "latency_ms": (latency or {}).get("total"),
             "reranker": (params or {}).get("reranker"), "top_score": top[0]["score"] if top else None,
-            "results": top, "error": row.get("error"), "answer": row.get("answer"),
+            "results": top, "error": row.get("error"), "answer": row.get("answer") if answers else None,
             "retrieval_request_id": row["retrieval_request_id"], "client": row["client"],
             "reranker_status": row.get("reranker_status"), "coverage": row.get("coverage"),
             "snapshot_version": row.get("snapshot_version"),
@@ -177,7 +184,7 @@ class QueryLines:
 
     def write(self, row: Mapping[str, Any]) -> None:
         try:
-            self.logger.info(_dumps(self.line(row)))
+            self.logger.info(_dumps(self.line(row, self.answers)))
         except Exception:  # noqa: BLE001 - a log line must never break a query
             log.warning("query log: could not write a query line", exc_info=True)
 

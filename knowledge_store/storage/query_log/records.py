@@ -72,7 +72,7 @@ _COLUMNS = (
 )
 _JSON_COLUMNS = ("params", "results_pre", "results_post", "latency_ms")
 _JSON_EMPTY = {"params": {}, "results_pre": [], "results_post": [], "latency_ms": {}}
-_FEEDBACK_COLUMNS = ("feedback_id", "retrieval_request_id", "chunk_id", "rating", "note", "created_at")
+_FEEDBACK_COLUMNS = ("feedback_id", "retrieval_request_id", "chunk_id", "rating", "note", "created_at", "client")
 
 _ARROW_SCHEMA = pa.schema(
     [
@@ -124,6 +124,14 @@ LOG_MIGRATIONS: list[tuple[int, str, str]] = [
         """,
     ),
     (2, "the answer text of each query (redacted)", "ALTER TABLE query_log ADD COLUMN answer VARCHAR;"),
+    (
+        3,
+        "who rated: one rating per client, request and passage",
+        """
+        ALTER TABLE feedback ADD COLUMN client VARCHAR;  -- keyed pseudonym of the rating client; NULL: not over HTTP
+        CREATE TABLE log_secrets (name VARCHAR PRIMARY KEY, value VARCHAR NOT NULL);
+        """,
+    ),
 ]
 
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import hashlib
+import hmac
 import json
 import os
+import secrets
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -76,10 +79,15 @@ class QueryLog(QueryLogWriter):
             return int(conn.execute("SELECT count(*) FROM query_log").fetchone()[0])
 
     def feedback_counts(self) -> dict[str, int]:
-        """Ratings stored so far: ``{"up": n, "down": m}`` (answer-level ratings included)."""
+        """Ratings stored so far: ``{"up": n, "down": m}`` (answer-level ratings included), each client's rating
+        of one passage (or answer) counting once however many requests it rated it on: what the learning loop
+        weighs is how many people said so, not how many rows one of them wrote.  Ratings that came with no
+        client (the Python API, the CLI) count one each."""
         self.flush()
         with self._connect() as conn:
-            rows = conn.execute("SELECT rating, count(*) FROM feedback GROUP BY rating").fetchall()
+            rows = conn.execute(
+                "SELECT rating, count(DISTINCT (coalesce(client, feedback_id), coalesce(chunk_id, retrieval_request_id))) "
+                "FROM feedback GROUP BY rating").fetchall()
         counts = {"up": 0, "down": 0}
         counts.update({rating: int(n) for rating, n in rows})
         return counts
@@ -152,11 +160,27 @@ class QueryLog(QueryLogWriter):
 
     # -- feedback ---------------------------------------------------------
 
+    def client_pseudonym(self, address: str) -> str:
+        """A stable pseudonym of a client address (HMAC-SHA256 under this log's own random key, 16 hex digits):
+        ratings of one client can be told apart from another's without the log keeping anyone's address."""
+        self.flush()
+        with self._connect() as conn, transaction(conn):
+            row = conn.execute("SELECT value FROM log_secrets WHERE name = 'client_key'").fetchone()
+            if row is None:
+                key = secrets.token_hex(32)
+                conn.execute("INSERT INTO log_secrets VALUES ('client_key', ?)", [key])
+            else:
+                key = row[0]
+        return hmac.new(bytes.fromhex(key), address.encode("utf-8", "replace"), hashlib.sha256).hexdigest()[:16]
+
     def add_feedback(
-        self, retrieval_request_id: str, rating: str, chunk_id: str | None = None, note: str | None = None
+        self, retrieval_request_id: str, rating: str, chunk_id: str | None = None, note: str | None = None,
+        client: str | None = None,
     ) -> dict[str, Any]:
         """Store one rating synchronously and return the stored row (ISO ``created_at``).
 
+        ``client`` (``client_pseudonym``): one rating per client, request and passage counts - a client's new
+        rating replaces its earlier one of the same passage of the same request (``replaced`` says how many).
         Raises ``ValueError`` for a rating other than 'up'/'down' and
         ``KeyError`` when the request id is not in the log.
         """
@@ -171,6 +195,7 @@ class QueryLog(QueryLogWriter):
             "rating": rating,
             "note": redact(note) if note is not None else None,
             "created_at": utcnow(),
+            "client": client,
         }
         self.flush()
         with self._connect() as conn, transaction(conn):
@@ -179,11 +204,17 @@ class QueryLog(QueryLogWriter):
             ).fetchone()
             if not known:
                 raise KeyError(f"retrieval_request_id={retrieval_request_id!r} is not in the query log")
+            replaced = 0
+            if client is not None:
+                replaced = int(conn.execute(
+                    "DELETE FROM feedback WHERE client = ? AND retrieval_request_id = ? "
+                    "AND chunk_id IS NOT DISTINCT FROM ?", [client, retrieval_request_id, chunk_id]).fetchone()[0])
             conn.execute(
-                f"INSERT INTO feedback ({', '.join(_FEEDBACK_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO feedback ({', '.join(_FEEDBACK_COLUMNS)}) VALUES ({', '.join('?' for _ in _FEEDBACK_COLUMNS)})",
                 [row[c] for c in _FEEDBACK_COLUMNS],
             )
         row["created_at"] = row["created_at"].isoformat()
+        row["replaced"] = replaced
         return row
 
     def list_feedback(self, since: datetime | None = None, limit: int = 1000) -> builtins.list[dict[str, Any]]:
