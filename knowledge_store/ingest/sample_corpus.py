@@ -210,8 +210,8 @@ EXAMPLE_QUESTIONS: tuple[SampleQuestion, ...] = (
         section=("Version 3.4",),
         page=1,
         anchor=None,
-        answer="the Hub can POST state changes and alarms to a URL of your choice",
-        key_facts=("the Hub can POST state changes and alarms to a URL of your choice",),
+        answer="Firmware 3.4 adds webhooks to the Hub and dehumidification with overcool to the thermostat",
+        key_facts=("adds webhooks to the Hub",),
     ),
 )
 
@@ -263,10 +263,13 @@ def _packaged_text(name: str) -> Callable[[], bytes]:
 # DOCX: firmware release notes
 # --------------------------------------------------------------------------
 
-_RELEASES: tuple[tuple[str, str, str, dict[str, tuple[str, ...]]], ...] = (
+# version, release date, what it applies to, its summary (what a reader asking what changed wants first), sections
+_RELEASES: tuple[tuple[str, str, str, str, dict[str, tuple[str, ...]]], ...] = (
     (
         "3.4", "10 September 2024",
         "Thermostat AT-300 and Hub AH-10",
+        "Firmware 3.4 adds webhooks to the Hub and dehumidification with overcool to the thermostat, and cuts "
+        "the Hub's start-up time from 55 to 20 seconds.",
         {
             "New features": (
                 "Webhooks: the Hub can POST state changes and alarms to a URL of your choice, "
@@ -285,6 +288,8 @@ _RELEASES: tuple[tuple[str, str, str, dict[str, tuple[str, ...]]], ...] = (
     (
         "3.3", "4 June 2024",
         "Thermostat AT-300 and Hub AH-10",
+        "Firmware 3.3 brings dual-fuel support and a screen-lock PIN to the thermostat and a Thread mesh between "
+        "thermostats.",
         {
             "New features": (
                 "Dual-fuel support with a configurable balance point.",
@@ -303,6 +308,7 @@ _RELEASES: tuple[tuple[str, str, str, dict[str, tuple[str, ...]]], ...] = (
     (
         "3.2", "12 February 2024",
         "Thermostat AT-300 and Hub AH-10",
+        "Firmware 3.2 introduces the local REST API and occupancy detection on the Hub.",
         {
             "New features": (
                 "Local REST API (version 2) on the Hub, with per-client access scopes.",
@@ -317,6 +323,7 @@ _RELEASES: tuple[tuple[str, str, str, dict[str, tuple[str, ...]]], ...] = (
     (
         "3.1", "23 October 2023",
         "Thermostat AT-300",
+        "Firmware 3.1 adds humidity control and a weekday/weekend schedule to the thermostat.",
         {
             "New features": (
                 "Humidity control with a target relative humidity between 30 and 60 %.",
@@ -331,6 +338,7 @@ _RELEASES: tuple[tuple[str, str, str, dict[str, tuple[str, ...]]], ...] = (
     (
         "3.0", "5 July 2023",
         "Thermostat AT-300 and Hub AH-10",
+        "Firmware 3.0 starts the 3.x series with a redesigned dial interface and support for the Aurora Hub.",
         {
             "New features": (
                 "First release of the 3.x series with the redesigned dial interface.",
@@ -386,13 +394,14 @@ def _release_notes_docx() -> bytes:
     intro.add_run("Menu › About").bold = True
     intro.add_run(" on the thermostat.")
 
-    for version, date, applies_to, sections in _RELEASES:
+    for version, date, applies_to, summary, sections in _RELEASES:
         document.add_heading(f"Version {version}", level=1)
         meta = document.add_paragraph()
         meta.add_run("Released: ").bold = True
         meta.add_run(f"{date}. ")
         meta.add_run("Applies to: ").bold = True
         meta.add_run(f"{applies_to}.")
+        document.add_paragraph(summary)
         for section, items in sections.items():
             document.add_heading(section, level=2)
             for item in items:
