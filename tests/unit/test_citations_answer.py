@@ -390,3 +390,13 @@ def test_support_says_how_well_the_quoted_sentences_answer():
     question = "What is the request limit of the API and what happens above it?"
     answered, missed = extractive_answer(question, [right]).support, extractive_answer(question, [wrong]).support
     assert answered >= 0.55 > missed and answered - missed > 0.2
+
+
+def test_coverage_is_capped_by_what_the_quoted_sentences_support():
+    from knowledge_store.retrieval.engine import answered_coverage
+
+    assert answered_coverage("high", 0.9) == "high"
+    assert answered_coverage("high", 0.6) == "medium"  # the passages match, their sentences answer less
+    assert answered_coverage("high", 0.2) == "low"  # shown (the passages passed the floor), never "high"
+    assert answered_coverage("medium", 0.95) == "medium"  # support never raises what the passages say
+    assert answered_coverage("none", 0.95) == "none"
