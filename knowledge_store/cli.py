@@ -639,7 +639,8 @@ def cmd_sample_eval(args: argparse.Namespace) -> int:
                           "seconds": done.seconds, "recorded_in": str(done.results_path)}, indent=2))
         return 0
     print(f"{SAMPLE_DATASET} ({done.served.queries} {SAMPLE_SPLIT}), served defaults: " + ", ".join(
-        f"{metric_label(name)} {m[name]:.{metric_spec(name).digits}f}" for name in METRICS if metric_spec(name).headline))
+        f"{metric_label(name)} {m[name]:.{metric_spec(name).digits}f}" for name in METRICS
+        if metric_spec(name).headline and name in m))
     for q in done.questions:
         print(f"  {'#' + str(q.found_rank) if q.found_rank else 'not in top 5':>13}  {q.query}  ->  {q.expected}")
     best = max(done.sweep, key=lambda p: (p.metrics["ndcg@10"], -abs(p.alpha - 0.5)))

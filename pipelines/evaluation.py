@@ -134,7 +134,8 @@ def _evaluation_asset(config: EvalConfig) -> dg.AssetsDefinition:
                                     question_alpha=effective_question_alpha(base, base.index_dir))
             runs.append(done.run_record(context.run.run_id, utcnow()))
             context.log.info(f"{done.dataset.name} {config.name}: " + ", ".join(
-                f"{name} {done.result.metrics[name]:.3f}" for name in METRICS if metric_spec(name).headline))
+                f"{name} {done.result.metrics[name]:.3f}" for name in METRICS
+                if metric_spec(name).headline and name in done.result.metrics))
             seconds[done.dataset.name] = done.result.seconds
             for name, note in done.result.unavailable.items():
                 context.log.info(f"{done.dataset.name} {config.name}: {name} {note['status']}: {note['reason']}")
@@ -216,7 +217,7 @@ def _plot(rows: list[dict]) -> bytes:
     ax.set_xticks(list(xs), labels, fontsize=8)
     ax.set_ylim(0, 1)
     ax.legend(loc="lower right")
-    ax.set_title("Retrieval quality per configuration")
+    ax.set_title("Retrieval and answer quality per configuration")
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)

@@ -96,15 +96,16 @@ class Answer(BaseModel):
     (all its markers) and ``chunk_id`` (of the first marker's hit, or None);
     extractive sentences also carry ``start``/``end`` offsets of the quoted unit in
     the hit's text and its ``kind`` (sentence, item or row; see ``answer_units``),
-    and an extractive answer its ``support``: how well the quoted units answer the
-    question (0-1, ``AnswerEvidence.support``)."""
+    and an extractive answer its ``confidence``: how well the quoted units answer
+    the question (0-1, ``AnswerEvidence.confidence``; its 0.55 and 0.75 steps cap
+    the response's coverage)."""
 
     text: str
     citations: list[int] = Field(default_factory=list)
     method: Literal["extractive", "llm"]
     model: str | None = None
     sentences: list[dict[str, Any]] = Field(default_factory=list)
-    support: float | None = None
+    confidence: float | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -151,8 +152,9 @@ class AnswerCandidate:
     at half weight; ``semantic`` is the unit's own cosine with the query on a 0..1 scale (the best embedded
     sentence overlapping it, leaning on its passage's cosine the shorter it is than ``_FULL_SENTENCE_WORDS``: a
     four-word line's vector, pooled in its chunk or embedded alone, says little of its own; the passage's cosine
-    when the index has no sentence vectors; None without either), ``passage_semantic`` its passage's.  ``support`` is how well the unit answers on its own (the mean of
-    ``lexical`` and ``semantic``), ``score`` the same discounted by the passage's rank."""
+    when the index has no sentence vectors; None without either), ``passage_semantic`` its passage's.
+    ``support`` is how well the unit answers on its own (the mean of ``lexical`` and ``semantic``), ``score`` the
+    same discounted by the passage's rank."""
 
     hit: int  # 0-based position of its passage in the hits
     order: int  # position among every unit of every hit
@@ -178,7 +180,7 @@ class AnswerEvidence:
     total: float
     candidates: tuple[AnswerCandidate, ...]
 
-    def support(self, chosen: Sequence[AnswerCandidate]) -> float:
+    def confidence(self, chosen: Sequence[AnswerCandidate]) -> float:
         """How well ``chosen`` answer the query together (0-1): the share of the query's terms they hold, they or
         what frames them (a unit under "Version 3.4" answers about 3.4, as the reader of its citation sees),
         averaged with their best semantic evidence, each quoted unit read in its passage (the better of its own
@@ -357,7 +359,7 @@ def extractive_answer(query: str, hits: Sequence[SearchHit], max_sentences: int 
     (the sentence vectors the engine attached, ``SearchHit.sentence_cosines``), discounted by its passage's rank;
     ``choose_answer_units`` picks the best, what continues it and what else scores close.  They are given grouped
     by passage in order of their best unit, in passage order inside one, each with its offsets in its hit and its
-    ``kind``; ``support`` says how well they answer together (``AnswerEvidence.support``).  A passage without any
+    ``kind``; ``confidence`` says how well they answer together (``AnswerEvidence.confidence``).  A passage without any
     quotable unit gives the best-matching part of its first hit's text."""
     if not hits:
         return Answer(text=NO_ANSWER, citations=[], method="extractive")
@@ -379,7 +381,7 @@ def extractive_answer(query: str, hits: Sequence[SearchHit], max_sentences: int 
         citations=list(dict.fromkeys(item["citation"] for item in items)),
         method="extractive",
         sentences=items,
-        support=round(evidence.support(chosen), 4),
+        confidence=round(evidence.confidence(chosen), 4),
     )
 
 
@@ -406,7 +408,7 @@ def _best_part(query: str, hits: Sequence[SearchHit], max_chars: int) -> Answer:
         text = plain_inline(snippet) or snippet
         return Answer(text=f"{text} [{r + 1}]", citations=[r + 1], method="extractive",
                       sentences=[{"text": text, "citation": r + 1, "citations": [r + 1], "chunk_id": hit.chunk_id,
-                                  "start": start, "end": end, "kind": "fragment"}], support=0.0)
+                                  "start": start, "end": end, "kind": "fragment"}], confidence=0.0)
     return Answer(text=NO_ANSWER, citations=[], method="extractive")
 
 

@@ -158,14 +158,14 @@ def coverage_label(best_relevance: float, floor: float) -> str:
     return "low"
 
 
-def answered_coverage(passages: str, support: float) -> str:
+def answered_coverage(passages: str, confidence: float) -> str:
     """The coverage a response reports: the passages' label (``coverage_label``), lowered to what the sentences an
-    answer would quote support (``Answer.support`` on the same 0.55 / 0.75 steps; at least "low" once passages
+    answer would quote support (``Answer.confidence`` on the same 0.55 / 0.75 steps; at least "low" once passages
     passed the floor).  Passages that match the question's words and meaning but whose sentences do not answer it
     (the right document, the wrong section) are not "high"."""
     if passages == "none":
         return passages
-    answered = "high" if support >= 0.75 else "medium" if support >= 0.55 else "low"
+    answered = "high" if confidence >= 0.75 else "medium" if confidence >= 0.55 else "low"
     return min(passages, answered, key=COVERAGE_LEVELS.index)
 
 
@@ -609,10 +609,10 @@ class RetrievalEngine:
         attach_sentence_cosines(found.snapshot, final, found.query_vector)
         citations = build_citations(final, request.query, self.settings.snippet_chars)
         # what the passages' own sentences say to the question: the extractive answer (the one returned in that
-        # mode), whose support caps the coverage in every mode
+        # mode), whose confidence caps the coverage in every mode
         quoted = extractive_answer(request.query, final) if final else None
         if quoted is not None:
-            coverage = answered_coverage(coverage, quoted.support or 0.0)
+            coverage = answered_coverage(coverage, quoted.confidence or 0.0)
         if answer_fn is not None:
             answer = answer_fn(final)
         elif not final:

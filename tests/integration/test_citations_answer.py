@@ -238,8 +238,8 @@ def test_coverage_is_not_high_when_the_answering_section_is_missing(without_the_
             assert there.coverage in ("high", "medium")
             gone = missing.search(example.question, log=False)
             assert not all(contains_words(gone.answer.text, fact) for fact in example.key_facts)
-            assert gone.coverage != "high", (example.question, gone.answer.text, gone.answer.support)
-            assert gone.answer.support < there.answer.support
+            assert gone.coverage != "high", (example.question, gone.answer.text, gone.answer.confidence)
+            assert gone.answer.confidence < there.answer.confidence
     finally:
         intact.query_log.close()
         missing.query_log.close()

@@ -244,7 +244,7 @@ def test_extractive_sentences_are_quoted_with_the_right_marker():
         assert item["text"] in collapse_ws(hit.text)  # no markup here: the quote is the text itself
         assert collapse_ws(hit.text[item["start"]:item["end"]]) == item["text"]
         assert f"{item['text']} [{item['citation']}]" in answer.text
-    assert 0.0 < answer.support <= 1.0
+    assert 0.0 < answer.confidence <= 1.0
     texts = [item["text"] for item in answer.sentences]
     best = "To reset the controller, hold the MODE button for ten seconds."
     assert best in texts and answer.sentences[texts.index(best)]["citation"] == 1  # the top hit's copy
@@ -378,7 +378,7 @@ def test_each_sentence_s_own_vector_evidence_picks_among_sentences_sharing_the_q
         "The thermostat keeps")
 
 
-def test_support_says_how_well_the_quoted_sentences_answer():
+def test_confidence_says_how_well_the_quoted_sentences_answer():
     """The right section quoted: high support; only passages from neighbouring sections: not high, whatever the
     passages' own scores say."""
     right = make_hit("Each API client may send 10 requests per second. Requests above the limit are answered with 429.",
@@ -388,7 +388,7 @@ def test_support_says_how_well_the_quoted_sentences_answer():
                      section="Creating an API client", section_path=("API Guide", "Authentication"),
                      vector_score=0.55, relevance=0.9)  # the same topic, as close in meaning
     question = "What is the request limit of the API and what happens above it?"
-    answered, missed = extractive_answer(question, [right]).support, extractive_answer(question, [wrong]).support
+    answered, missed = extractive_answer(question, [right]).confidence, extractive_answer(question, [wrong]).confidence
     assert answered >= 0.55 > missed and answered - missed > 0.2
 
 
