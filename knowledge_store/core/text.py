@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import re
 import unicodedata
+from functools import lru_cache
 
 _ABBREVIATIONS = {
     "e.g.", "i.e.", "etc.", "vs.", "fig.", "figs.", "eq.", "no.", "dr.", "mr.", "mrs.", "ms.",
@@ -110,6 +111,7 @@ _ENTITY = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-Fa-f
 _PLACEHOLDER = re.compile("\x00(\\d+)\x00")
 
 
+@lru_cache(maxsize=16384)
 def plain_inline(text: str) -> str:
     """``text`` as a reader sees it, whitespace runs collapsed: Markdown inline markup removed (``**a**``,
     ``_a_``, ``~~a~~`` -> a; `` `a` `` -> a, its content untouched; ``[t](u)`` and ``![t](u)`` -> t;

@@ -133,8 +133,12 @@ def _near_duplicate(a: frozenset[str], b: frozenset[str]) -> bool:
     return common / len(a | b) >= _NEAR_DUPLICATE or common / min(len(a), len(b)) >= 0.9
 
 
+_COUNTED_WORD = re.compile(r"\S*[^\W_]\S*")
+
+
 def _word_count(text: str) -> int:
-    return sum(1 for token in text.split() if any(c.isalnum() for c in token))
+    """Whitespace-separated tokens holding a letter or a digit."""
+    return len(_COUNTED_WORD.findall(text))
 
 
 def _scaled_cosine(cosine: float) -> float:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from knowledge_store.core.text import plain_inline, sentence_spans, trim_span
@@ -98,6 +99,7 @@ def render_row(cells: list[str], header: list[str] | None) -> str:
     return " \u2014 ".join(cell for cell in cells if cell.casefold() not in _EMPTY_CELLS)
 
 
+@lru_cache(maxsize=16384)
 def heading_key(text: str) -> str:
     """How a heading is compared: markup and a Markdown heading's ``#`` marks removed, case-folded, no end stop."""
     return plain_inline(re.sub(r"^\s*#{1,6}\s+", "", text)).casefold().rstrip(":.").strip()
@@ -160,8 +162,14 @@ def _ends_sentence(text: str) -> bool:
 
 def answer_units(text: str, headings: Iterable[str] = ()) -> list[AnswerUnit]:
     """``text`` (a passage) as answer units in order (see the module docstring); ``headings`` are names that are
-    headings wherever they stand (the passage's title and section path)."""
-    heading_keys = {heading_key(name) for name in headings if name}
+    headings wherever they stand (the passage's title and section path).  Cached per passage: the same passages
+    come back for many queries."""
+    return list(_answer_units(text, tuple(name for name in headings if name)))
+
+
+@lru_cache(maxsize=4096)
+def _answer_units(text: str, headings: tuple[str, ...]) -> tuple[AnswerUnit, ...]:
+    heading_keys = {heading_key(name) for name in headings}
     first_word = len(text) - len(text.lstrip())
     blocks = _blocks(text)
     units: list[AnswerUnit] = []
@@ -189,7 +197,7 @@ def answer_units(text: str, headings: Iterable[str] = ()) -> list[AnswerUnit]:
         else:
             units.extend(_prose_units(text, start, end, group, heading_keys, at_start=start <= first_word,
                                       before_table=following is not None and following.kind == "table"))
-    return units
+    return tuple(units)
 
 
 def _table_units(text: str, block: _Block, group: int, opens_passage: bool) -> list[AnswerUnit]:

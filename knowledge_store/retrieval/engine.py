@@ -145,6 +145,9 @@ class HybridCandidates:
 
 
 COVERAGE_LEVELS = ("none", "low", "medium", "high")
+# an extractive answer quotes from the first this many passages: a unit of the tenth scores under a third of the
+# same unit in the first (answer._RANK_DECAY), and reading a hundred passages' units would cost a query ~50 ms
+ANSWER_PASSAGES = 10
 
 
 def coverage_label(best_relevance: float, floor: float) -> str:
@@ -606,11 +609,11 @@ class RetrievalEngine:
                     hit.rerank_score = float(node.score) if node.score is not None else None
                 final.append(hit)
         t_format = time.perf_counter()
-        attach_sentence_cosines(found.snapshot, final, found.query_vector)
+        attach_sentence_cosines(found.snapshot, final[:ANSWER_PASSAGES], found.query_vector)
         citations = build_citations(final, request.query, self.settings.snippet_chars)
-        # what the passages' own sentences say to the question: the extractive answer (the one returned in that
-        # mode), whose confidence caps the coverage in every mode
-        quoted = extractive_answer(request.query, final) if final else None
+        # what the passages' own sentences say to the question: the extractive answer from the first
+        # ANSWER_PASSAGES (the one returned in that mode), whose confidence caps the coverage in every mode
+        quoted = extractive_answer(request.query, final[:ANSWER_PASSAGES]) if final else None
         if quoted is not None:
             coverage = answered_coverage(coverage, quoted.confidence or 0.0)
         if answer_fn is not None:
@@ -640,7 +643,7 @@ class RetrievalEngine:
                 raise QueryValidationError("answer", "llm", "no LLM configured (set GROUNDWORK_LLM_BASE_URL and GROUNDWORK_LLM_MODEL)")
             answerer = LLMAnswerer(s.llm_base_url, s.llm_model, s.llm_api_key.get_secret_value() if s.llm_api_key else None)
             return answerer.answer(request.query, hits)
-        return extractive_answer(request.query, hits)
+        return extractive_answer(request.query, hits[:ANSWER_PASSAGES])
 
     def _log(self, request: SearchRequest, pre: list[SearchHit], post: list[SearchHit], response: SearchResponse) -> str:
         """Append to the query log; never lets a logging problem fail the query."""
