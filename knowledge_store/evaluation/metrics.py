@@ -9,7 +9,7 @@ graded relevance, recall over all relevant documents, an empty relevant set scor
 refused) are ``knowledge_store.core.metrics``; this module scores evaluation runs with them.
 
 **A metric that has no value** for a run says why instead of a number: its score function raises
-``MetricNotApplicable`` (grounding and the judged metrics of extractive answers, which are verbatim and
+``MetricNotApplicable`` (grounding and the judged metrics of extractive answers, which are quoted from the passages and
 would score 1.0 by construction) or ``MetricFailed`` (the judge endpoint failed: its error, never a 0).
 ``score_outcomes`` keeps these apart from the figures (``Scores.unavailable``: status and reason), and the
 results store, the CLI, the Dagster metadata and the console show them as such.  A per-query value of
@@ -93,7 +93,7 @@ class MetricUnavailable(MetricError):
 
 
 class MetricNotApplicable(MetricUnavailable):
-    """The metric does not apply to these answers (e.g. grounding of extractive, verbatim answers)."""
+    """The metric does not apply to these answers (e.g. grounding of extractive answers, quoted from the passages)."""
 
     status: UnavailableStatus = "not_applicable"
 
@@ -344,7 +344,7 @@ METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in (
                            "sets with key facts only (the sample corpus's example questions)"),
     MetricSpec("grounding", "Grounding", True, _grounding,
                description="share of a generated answer's sentences supported by the passages they cite; not "
-                           "applicable to extractive answers (verbatim)"),
+                           "applicable to extractive answers (quoted from the passages)"),
     MetricSpec("faithfulness", "Faithfulness", True, _judged("faithfulness"), judged=True,
                description="RAGAS Faithfulness of a generated answer, judged through the configured endpoint: "
                            "share of its claims the served passages support"),
