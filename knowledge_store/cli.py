@@ -594,6 +594,7 @@ def cmd_query(args: argparse.Namespace) -> int:
                 for c in response.results
             ],
             "answer": response.answer.text if response.answer else None,
+            "answer_confidence": response.answer.confidence if response.answer else None,
             "coverage": response.coverage,
             "reranker_status": response.reranker_status,
             "latency_ms": response.latency_ms,
@@ -615,7 +616,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     for c in response.results:
         print(f"[{c.n}] {c.url}")
     if response.answer:
-        print(f"\nanswer ({response.answer.method}): {response.answer.text}")
+        confidence = "" if response.answer.confidence is None else f", confidence {response.answer.confidence:.2f}"
+        print(f"\nanswer ({response.answer.method}{confidence}): {response.answer.text}")
     lat = response.latency_ms
     print(
         f"\ncoverage: {response.coverage}; reranker: {response.reranker_status}; snapshot {response.snapshot_version}; "
