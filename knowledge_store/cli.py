@@ -598,6 +598,7 @@ def cmd_query(args: argparse.Namespace) -> int:
                 for c in response.results
             ],
             "answer": response.answer.text if response.answer else None,
+            "answer_confidence": response.answer.confidence if response.answer else None,
             "coverage": response.coverage,
             "reranker_status": response.reranker_status,
             "latency_ms": response.latency_ms,
@@ -619,7 +620,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     for c in response.results:
         print(f"[{c.n}] {c.url}")
     if response.answer:
-        print(f"\nanswer ({response.answer.method}): {response.answer.text}")
+        confidence = "" if response.answer.confidence is None else f", confidence {response.answer.confidence:.2f}"
+        print(f"\nanswer ({response.answer.method}{confidence}): {response.answer.text}")
     lat = response.latency_ms
     print(
         f"\ncoverage: {response.coverage}; reranker: {response.reranker_status}; snapshot {response.snapshot_version}; "
@@ -643,7 +645,8 @@ def cmd_sample_eval(args: argparse.Namespace) -> int:
                           "seconds": done.seconds, "recorded_in": str(done.results_path)}, indent=2))
         return 0
     print(f"{SAMPLE_DATASET} ({done.served.queries} {SAMPLE_SPLIT}), served defaults: " + ", ".join(
-        f"{metric_label(name)} {m[name]:.{metric_spec(name).digits}f}" for name in METRICS if metric_spec(name).headline))
+        f"{metric_label(name)} {m[name]:.{metric_spec(name).digits}f}" for name in METRICS
+        if metric_spec(name).headline and name in m))
     for q in done.questions:
         print(f"  {'#' + str(q.found_rank) if q.found_rank else 'not in top 5':>13}  {q.query}  ->  {q.expected}")
     best = max(done.sweep, key=lambda p: (p.metrics["ndcg@10"], -abs(p.alpha - 0.5)))

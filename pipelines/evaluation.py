@@ -134,7 +134,8 @@ def _evaluation_asset(config: EvalConfig) -> dg.AssetsDefinition:
                                     question_alpha=effective_question_alpha(base, base.index_dir))
             runs.append(done.run_record(context.run.run_id, utcnow()))
             context.log.info(f"{done.dataset.name} {config.name}: " + ", ".join(
-                f"{name} {done.result.metrics[name]:.3f}" for name in METRICS if metric_spec(name).headline))
+                f"{name} {done.result.metrics[name]:.3f}" for name in METRICS
+                if metric_spec(name).headline and name in done.result.metrics))
             seconds[done.dataset.name] = done.result.seconds
             for name, note in done.result.unavailable.items():
                 context.log.info(f"{done.dataset.name} {config.name}: {name} {note['status']}: {note['reason']}")
@@ -178,17 +179,19 @@ def example_questions_eval(context: dg.AssetExecutionContext, retrieval: Retriev
         context.log.warning(f"example questions not evaluated: {error}")
         return dg.MaterializeResult(metadata={"evaluated": False, "reason": str(error)})
     metrics = done.served.metrics
-    context.log.info(f"{done.found} of {done.served.queries} example questions found their document in the top 5 "
-                     f"in {done.seconds:.1f} s; " + ", ".join(f"{metric_label(name)} {metrics[name]:.3f}"
-                                                              for name in METRICS
-                                                              if metric_spec(name).headline and name in metrics))
+    context.log.info(f"{done.found} of {done.served.queries} example questions found their answering section in "
+                     f"the top 5 in {done.seconds:.1f} s; " + ", ".join(f"{metric_label(name)} {metrics[name]:.3f}"
+                                                                      for name in METRICS
+                                                                      if metric_spec(name).headline and name in metrics))
     return dg.MaterializeResult(metadata={
         "evaluated": True, "run_id": done.run_id, "questions": done.served.queries, "found_in_top5": done.found,
         **{name: float(metrics[name]) for name in METRICS if name in metrics},
         "unavailable": markdown_table([{"metric": name, "status": note["status"], "reason": note["reason"]}
                                        for name, note in done.served.unavailable.items()]),
         "questions_table": markdown_table([{"question": q.query, "expected": q.expected,
-                                            "found at": q.found_rank or "not found"} for q in done.questions]),
+                                            "found at": q.found_rank or "not in the first 5",
+                                            **{metric_label(name): q.scores.get(name) for name in
+                                               ("answer_support", "key_fact_recall")}} for q in done.questions]),
         "alpha_sweep": markdown_table([{"alpha": p.alpha, **{metric_label(k): round(v, 3) for k, v in p.metrics.items()}}
                                        for p in done.sweep]),
         "duration_s": float(done.seconds), "results_path": dg.MetadataValue.path(str(done.results_path)),
@@ -214,7 +217,7 @@ def _plot(rows: list[dict]) -> bytes:
     ax.set_xticks(list(xs), labels, fontsize=8)
     ax.set_ylim(0, 1)
     ax.legend(loc="lower right")
-    ax.set_title("Retrieval quality per configuration")
+    ax.set_title("Retrieval and answer quality per configuration")
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)

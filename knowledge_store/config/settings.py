@@ -98,8 +98,9 @@ class SourceSettings(BaseModel):
 
     sources: Annotated[list[Path], NoDecode] = Field(
         default_factory=list,
-        description="Folders to ingest, separated by ':'. Empty = the default corpus "
-        "(generated sample documents + this project's docs/).",
+        description="Folders to ingest, separated by ':'. Empty = the default corpus: the generated sample "
+        "documents (data/sample_corpus) and the uploads folder. This project's own docs/ are not part of it; "
+        "add them with GROUNDWORK_SOURCES=data/sample_corpus:docs or as a folder source.",
     )
     max_file_mb: float = Field(50.0, gt=0, description="Files larger than this are refused with a failure row.")
     follow_external_symlinks: bool = Field(False, description="Index symbolic links (to files or folders) in a folder source whose target lies outside that folder; off = such links are skipped and counted as excluded.")
@@ -539,15 +540,12 @@ class Settings(BaseSettings, OcrSettings, WebSettings, ServerSettings, QueryLogS
 
     @property
     def source_dirs(self) -> list[Path]:
-        """The folders to ingest, resolved; the default corpus when none are set, plus the
-        uploads folder once it exists (computed each time: cheap, and never stale)."""
+        """The folders to ingest, resolved; the default corpus (the generated sample documents only) when none
+        are set, plus the uploads folder once it exists (computed each time: cheap, and never stale)."""
         if self.sources:
             dirs = [p.expanduser().resolve() for p in self.sources]
         else:
             dirs = [self.sample_corpus_dir.resolve()]
-            project_docs = PROJECT_ROOT / "docs"
-            if project_docs.is_dir():
-                dirs.append(project_docs)
         uploads = self.uploads_dir.resolve()
         if uploads.is_dir() and uploads not in dirs:
             dirs.append(uploads)

@@ -1,5 +1,7 @@
-"""Text utilities every layer shares: the two ways the product cuts text into sentences.
+"""Text utilities every layer shares: the two ways the product cuts text into sentences, and markup removal.
 
+- ``plain_inline``: text without Markdown/HTML inline markup, as a reader sees it (heading names, slugs, word
+  counts at ingestion; quoted sentences of extractive answers).
 - ``sentence_spans``: exact character spans of a text's sentences (abbreviation-aware), for chunking
   (units never cut), snippets, extractive answers and grounding, which all point back into the text.
 - ``sentences_to_embed``: the sentences embedded one by one for sentence evidence (``retrieval/sentences.py``):
@@ -11,7 +13,10 @@ useful units.  Changing either changes stored data (chunk boundaries, or the sen
 
 from __future__ import annotations
 
+import html
 import re
+import unicodedata
+from functools import lru_cache
 
 _ABBREVIATIONS = {
     "e.g.", "i.e.", "etc.", "vs.", "fig.", "figs.", "eq.", "no.", "dr.", "mr.", "mrs.", "ms.",
@@ -103,3 +108,73 @@ def without_nul(value: object) -> object:
             without_nul(item)
     return value
 
+
+# ---------------------------------------------------------------------------
+# inline markup
+
+_CODE_SPAN = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.DOTALL)
+_INLINE_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
+_INLINE_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)|\[([^\]]*)\]\[[^\]]*\]")
+_AUTOLINK = re.compile(r"<((?:https?|ftp|mailto):[^<>\s]+)>", re.IGNORECASE)
+# only tags HTML has: "GET /devices/<id>" or "a <b> c" in prose must survive
+_HTML_TAG_NAMES = (
+    "a|abbr|b|big|blockquote|br|caption|cite|code|dd|del|details|dfn|div|dl|dt|em|font|h[1-6]|hr|i|img|ins|kbd|"
+    "li|mark|ol|p|pre|q|s|samp|small|span|strike|strong|sub|summary|sup|table|tbody|td|tfoot|th|thead|tr|tt|u|ul|"
+    "var|wbr"
+)
+_INLINE_HTML = re.compile(rf"</?(?:{_HTML_TAG_NAMES})(?:\s[^<>]*)?/?>|<!--.*?-->", re.IGNORECASE | re.DOTALL)
+_STAR_MARKS = re.compile(r"(\*\*|\*|~~)(?=\S)(.+?)(?<=\S)\1")
+# CommonMark: underscore emphasis never opens or closes inside a word (hvac.min_cycle_minutes stays whole)
+_UNDERSCORE_MARKS = re.compile(r"(?<![0-9A-Za-z])(__|_)(?=\S)(.+?)(?<=\S)\1(?![0-9A-Za-z])")
+_ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|>~<])")
+_ENTITY = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});")
+_PLACEHOLDER = re.compile("\x00(\\d+)\x00")
+
+
+@lru_cache(maxsize=16384)
+def plain_inline(text: str) -> str:
+    """``text`` as a reader sees it, whitespace runs collapsed: Markdown inline markup removed (``**a**``,
+    ``_a_``, ``~~a~~`` -> a; `` `a` `` -> a, its content untouched; ``[t](u)`` and ``![t](u)`` -> t;
+    ``<http://x>`` -> the address; backslash escapes), HTML tags and comments removed and entities decoded
+    (``&mdash;`` -> —).  Underscores inside words are not emphasis (``min_cycle_minutes``)."""
+    spans: list[str] = []
+
+    def keep(match: re.Match) -> str:
+        spans.append(match.group(2).strip() or match.group(2))
+        return f"\x00{len(spans) - 1}\x00"
+
+    def literal(match: re.Match) -> str:
+        spans.append(match.group(1))
+        return f"\x00{len(spans) - 1}\x00"
+
+    text = _CODE_SPAN.sub(keep, text)
+    text = _ESCAPED.sub(literal, text)  # an escaped mark is text, never emphasis
+    text = _INLINE_IMAGE.sub(r"\1", text)
+    text = _INLINE_LINK.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
+    text = _AUTOLINK.sub(r"\1", text)
+    text = _INLINE_HTML.sub("", text)
+    for _ in range(3):  # nested emphasis such as ***x***
+        text = _UNDERSCORE_MARKS.sub(r"\2", _STAR_MARKS.sub(r"\2", text))
+    if "&" in text:
+        text = _ENTITY.sub(lambda m: html.unescape(m.group(0)), text)
+    text = _PLACEHOLDER.sub(lambda m: spans[int(m.group(1))], text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+_WORD_TOKEN = re.compile(r"\w+(?:[.,]\d+)*")
+
+
+def normalised_words(text: str) -> list[str]:
+    """The words of ``text`` for comparing facts: markup removed (``plain_inline``), Unicode-normalised (NFKC),
+    case-folded, punctuation dropped; a decimal number stays one word ("1.0", "3.4")."""
+    return _WORD_TOKEN.findall(unicodedata.normalize("NFKC", plain_inline(text)).casefold())
+
+
+def contains_words(text: str, fact: str) -> bool:
+    """Whether ``fact``'s normalised words occur in ``text``'s, consecutively (a normalised text match: case,
+    markup, punctuation and whitespace aside).  An empty fact is in every text."""
+    words = normalised_words(fact)
+    if not words:
+        return True
+    haystack = f" {' '.join(normalised_words(text))} "
+    return f" {' '.join(words)} " in haystack

@@ -91,6 +91,8 @@ class BeirDataset:
     qrels_without_query: int = 0  # judged query ids missing from the queries file
     qrels_unknown_docs: int = 0  # judgements naming a doc id absent from the corpus (kept)
     notes: list[str] = field(default_factory=list)
+    # query id -> what a correct answer must contain (the sample corpus's example questions; BEIR files have none)
+    key_facts: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def store_dir_name(self) -> str:

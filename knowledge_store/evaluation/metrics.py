@@ -9,7 +9,7 @@ graded relevance, recall over all relevant documents, an empty relevant set scor
 refused) are ``knowledge_store.core.metrics``; this module scores evaluation runs with them.
 
 **A metric that has no value** for a run says why instead of a number: its score function raises
-``MetricNotApplicable`` (grounding and the judged metrics of extractive answers, which are verbatim and
+``MetricNotApplicable`` (grounding and the judged metrics of extractive answers, which are quoted from the passages and
 would score 1.0 by construction) or ``MetricFailed`` (the judge endpoint failed: its error, never a 0).
 ``score_outcomes`` keeps these apart from the figures (``Scores.unavailable``: status and reason), and the
 results store, the CLI, the Dagster metadata and the console show them as such.  A per-query value of
@@ -36,6 +36,7 @@ from knowledge_store.core.metrics import (
     precision_at_k,
     recall_at_k,
 )
+from knowledge_store.core.text import contains_words
 from knowledge_store.evaluation.grounding import grounding_score
 from knowledge_store.evaluation.ragas_metrics import (  # each imports RAGAS on first use
     JudgeItem,
@@ -44,7 +45,7 @@ from knowledge_store.evaluation.ragas_metrics import (  # each imports RAGAS on 
     ragas_context_recall_batch,
     ragas_recall_batch,
 )
-from knowledge_store.retrieval.answer import NO_ANSWER, Answer
+from knowledge_store.retrieval.answer import NO_ANSWER, Answer, cited_markers
 
 
 def score_query(ranked: Sequence[str], relevant: Relevant, ks: Iterable[int] = DEFAULT_KS) -> dict[str, float]:
@@ -92,7 +93,7 @@ class MetricUnavailable(MetricError):
 
 
 class MetricNotApplicable(MetricUnavailable):
-    """The metric does not apply to these answers (e.g. grounding of extractive, verbatim answers)."""
+    """The metric does not apply to these answers (e.g. grounding of extractive answers, quoted from the passages)."""
 
     status: UnavailableStatus = "not_applicable"
 
@@ -119,6 +120,8 @@ class QueryOutcome:
     question: str = ""  # the query's text (what a judge asks about)
     references: Mapping[str, str] = field(default_factory=dict)  # labelled doc id -> its text (text-based metrics)
     answer_error: str | None = None  # the answering endpoint's error when the answer could not be written
+    passage_ids: Mapping[int, str] = field(default_factory=dict)  # the judged id of each served passage, by citation number
+    key_facts: Sequence[str] = ()  # what a correct answer must contain, every one (sets that have them)
 
 
 ScoreValue = float | None  # None: this query was not scored
@@ -272,6 +275,49 @@ def _judged(metric: Literal["faithfulness", "answer_relevancy"]) -> ScoreFn:
     return score
 
 
+def _cited(outcome: QueryOutcome) -> list[int]:
+    """The citation numbers the answer uses (an ``Answer``'s, or the ``[n]`` markers of a plain text)."""
+    if isinstance(outcome.answer, Answer) and outcome.answer.citations:
+        return list(outcome.answer.citations)
+    return cited_markers(_answer_text(outcome), max(outcome.passages, default=0))
+
+
+def _answer_support(outcomes: Sequence[QueryOutcome]) -> list[ScoreValue]:
+    """1 for an answer that cites passages and only passages whose document is judged relevant to the query, else 0
+    (no answer, "No relevant content found.", or a citation of an unjudged or irrelevant passage); an answer the
+    endpoint failed to write is not scored."""
+    if not any(outcome.passage_ids for outcome in outcomes):
+        raise MetricNotApplicable("answer_support", "the evaluation did not record which document each served "
+                                                    "passage is")
+    values: list[ScoreValue] = []
+    for outcome in outcomes:
+        if outcome.answer_error:
+            values.append(None)
+            continue
+        cited = _cited(outcome)
+        judged = [_grade(outcome.relevant, outcome.passage_ids.get(n)) for n in cited]
+        values.append(1.0 if judged and all(grade > 0 for grade in judged) else 0.0)
+    return values
+
+
+def _grade(relevant: Mapping[str, float], judged_id: str | None) -> float:
+    if judged_id is None:
+        return 0.0
+    return float(relevant.get(judged_id, relevant.get(str(judged_id), 0.0)) or 0.0)
+
+
+def _key_fact_recall(outcomes: Sequence[QueryOutcome]) -> list[ScoreValue]:
+    """1 for an answer holding every key fact of its query (``core.text.contains_words``: case, markup and
+    punctuation aside), else 0; queries without key facts, and answers the endpoint failed to write, are not
+    scored; a set without any key facts is not applicable."""
+    if not any(outcome.key_facts for outcome in outcomes):
+        raise MetricNotApplicable("key_fact_recall", "the set has no key facts (the sample corpus's example "
+                                                     "questions have them)")
+    return [None if not outcome.key_facts or outcome.answer_error
+            else float(all(contains_words(_answer_text(outcome), fact) for fact in outcome.key_facts))
+            for outcome in outcomes]
+
+
 def _latency(outcome: QueryOutcome) -> float:
     return outcome.latency_ms
 
@@ -290,9 +336,15 @@ METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in (
     MetricSpec("ragas_context_precision@5", "RAGAS context precision (text)", True, _ragas_context_precision,
                description="RAGAS NonLLMContextPrecisionWithReference: average precision of the five served "
                            "passages, one counting when its text matches a labelled passage (similarity >= 0.5)"),
+    MetricSpec("answer_support", "Answer support", True, _answer_support, headline=True,
+               description="share of answers (extractive, from the five served passages, or the endpoint's) that "
+                           "cite only passages whose document is judged relevant to the query"),
+    MetricSpec("key_fact_recall", "Key-fact recall", True, _key_fact_recall, headline=True,
+               description="share of answers holding every key fact of their question (normalised text match); "
+                           "sets with key facts only (the sample corpus's example questions)"),
     MetricSpec("grounding", "Grounding", True, _grounding,
                description="share of a generated answer's sentences supported by the passages they cite; not "
-                           "applicable to extractive answers (verbatim)"),
+                           "applicable to extractive answers (quoted from the passages)"),
     MetricSpec("faithfulness", "Faithfulness", True, _judged("faithfulness"), judged=True,
                description="RAGAS Faithfulness of a generated answer, judged through the configured endpoint: "
                            "share of its claims the served passages support"),

@@ -249,8 +249,9 @@ class EvalRun:
 @dataclass(frozen=True)
 class QuestionHits:
     """One question of a run as the Evaluation page lists it: what it should find (``expected``, e.g. the
-    answering document and section), the rank of the first relevant document (None: not among ``hits``), its
-    per-query metric values and its first hits (``retrieval_eval.evaluate(keep_hits=...)`` rows)."""
+    answering document and section), the rank of its first relevant judged unit (None: not among ``hits``), its
+    per-query metric values and the best passage of each of its first judged units (``retrieval_eval.evaluate(
+    keep_hits=...)`` rows: ``rank`` as the ranking metrics count it, ``relevant`` as they judged it)."""
 
     query_id: str
     query: str
@@ -513,6 +514,8 @@ def _questions(conn) -> list[dict[str, Any]]:
     for run in runs.values():
         found = [q for q in run["questions"] if q["found_rank"] is not None]
         run["found"], run["total"] = len(found), len(run["questions"])
+        # how many units each question lists: "found" counts the questions with a relevant one among them
+        run["found_within"] = max((len(q["hits"]) for q in run["questions"]), default=0)
     return list(runs.values())
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +38,7 @@ from knowledge_store.retrieval.answer import Answer, GenerationError, LLMAnswere
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.retrieval.fusion import FUSION_MODES
 from knowledge_store.retrieval.reranker_registry import RERANKERS
+from knowledge_store.retrieval.types import SearchHit
 
 # the registries' names (retrieval/fusion.py, retrieval/reranker_registry.py), checked when a configuration is
 # made (a name registered after this import is accepted, as everywhere else)
@@ -139,15 +141,19 @@ class EvalResult:
 
 
 def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str, str], chunks: int = 40,
-             ks: tuple[int, ...] = (5, 10), keep_hits: int = 0) -> EvalResult:
+             ks: tuple[int, ...] = (5, 10), keep_hits: int = 0,
+             judged_as: Callable[[str, SearchHit], str] | None = None) -> EvalResult:
     """Run every query of ``dataset`` through ``engine.search`` and score what it did with each one.
 
     This collects one ``QueryOutcome`` per query (the deduplicated document ranking, the answer a user would
     get and its passages, the labelled documents' texts, the latency); which metrics are computed from them is
     the registry's business (``knowledge_store.evaluation.metrics.score_outcomes``): every registered metric,
-    plus each ranking family at the depths ``ks``.  ``keep_hits``: each query's row in ``per_query`` also lists
-    its first this many passages (``hits``: rank, document, title, section, chunk id, text) for a page that shows
-    what each question found.
+    plus each ranking family at the depths ``ks``.  ``judged_as(query_id, hit)`` is the id a passage is judged as
+    (what the qrels name); default: its dataset document (``doc_map``).  Every metric ranks these ids (a judged
+    unit ranks where its best passage ranks) and the answer metrics look up the cited passages' ids.
+    ``keep_hits``: each query's row in ``per_query`` also lists the best passage of its first this many judged
+    units (``hits``: rank in that ranking - the rank recall@k counts -, document, judged id, whether it is judged
+    relevant, title, section, chunk id, text) for a page that shows what each question found.
 
     The answers are extractive, or - with an endpoint configured and ``eval_llm_answers`` on - written by the
     endpoint's model (``LLMAnswerer``, after the search: its time is not in the latency) and judged by RAGAS
@@ -179,13 +185,15 @@ def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str
             except GenerationError as error:  # recorded: the answer-based metrics of this run fail with it
                 answer_error = str(error)
         qrels = dataset.qrels[query_id]
+        judged = [judged_as(query_id, h) if judged_as else doc_map.get(h.doc_id, h.doc_id) for h in response.hits]
         outcomes.append(QueryOutcome(
-            query_id=query_id, ranked=dedupe_ranking(doc_map.get(h.doc_id, h.doc_id) for h in response.hits),
-            relevant=qrels, answer=answer, passages={i + 1: h.text for i, h in enumerate(served)},
+            query_id=query_id, ranked=dedupe_ranking(judged), relevant=qrels, answer=answer,
+            passages={i + 1: h.text for i, h in enumerate(served)},
+            passage_ids={i + 1: judged[i] for i in range(len(served))},
             latency_ms=latency_ms, question=text, answer_error=answer_error,
-            references={doc: _labelled_text(dataset, doc) for doc in qrels if doc in dataset.corpus}))
-        kept.append([{"rank": rank, "document": doc_map.get(h.doc_id, h.doc_id), "title": h.title, "section": h.section,
-                      "chunk_id": h.chunk_id, "text": h.text} for rank, h in enumerate(response.hits[:keep_hits], 1)])
+            references={doc: _labelled_text(dataset, doc) for doc in qrels if doc in dataset.corpus},
+            key_facts=tuple(dataset.key_facts.get(query_id, ()))))
+        kept.append(_first_units(response.hits, judged, qrels, doc_map, keep_hits) if keep_hits else [])
     counts.finish()
     scores = score_outcomes(outcomes, ks, judge=judge)
     if keep_hits:
@@ -195,6 +203,23 @@ def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str
                       answer_method="extractive" if answerer is None else "llm",
                       judge_model=judge.model if judge else None, ragas_version=judge.ragas_version if judge else None,
                       seconds=scores.seconds)
+
+
+def _first_units(hits: list[SearchHit], judged: list[str], qrels: dict[str, int], doc_map: dict[str, str],
+                 keep: int) -> list[dict[str, Any]]:
+    """The best passage of each of the first ``keep`` judged units, ranked as the metrics rank them."""
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for hit, unit in zip(hits, judged):
+        if unit in seen:
+            continue
+        seen.add(unit)
+        rows.append({"rank": len(rows) + 1, "document": doc_map.get(hit.doc_id, hit.doc_id), "judged_as": unit,
+                     "relevant": qrels.get(unit, 0) > 0, "title": hit.title, "section": hit.section,
+                     "chunk_id": hit.chunk_id, "text": hit.text})
+        if len(rows) == keep:
+            break
+    return rows
 
 
 def _labelled_text(dataset: BeirDataset, doc_id: str) -> str:

@@ -67,8 +67,9 @@ class SyncReport:
 
 
 def ensure_default_corpus(settings: Settings) -> None:
-    """The generated sample documents exist whenever the default corpus is in use."""
-    if settings.uses_default_corpus:
+    """The generated sample documents exist whenever the default corpus is in use, or its folder is named among
+    the sources (``GROUNDWORK_SOURCES=data/sample_corpus:docs`` on a fresh checkout)."""
+    if settings.uses_default_corpus or settings.sample_corpus_dir.resolve() in settings.source_dirs:
         write_sample_corpus(settings.sample_corpus_dir)
 
 

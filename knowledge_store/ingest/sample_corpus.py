@@ -49,6 +49,7 @@ __all__ = [
     "CORPUS_FILES",
     "EXAMPLE_QUESTIONS",
     "FAQ",
+    "FIXED_ISSUES_HEADER",
     "INSTALLATION_MANUAL",
     "MAINTENANCE_SOP",
     "PARAMETERS",
@@ -91,11 +92,12 @@ _FIXED_ZIP_DATE = (2024, 9, 10, 9, 0, 0)
 class SampleQuestion(NamedTuple):
     """A question the corpus answers in exactly one place.
 
-    ``section`` is the heading path of the answering section (outermost
-    first); ``page`` is the 1-based PDF page, or 1 for unpaginated formats;
-    ``anchor`` is the HTML id / Markdown slug of the section when it has one;
-    ``answer`` is a short verbatim snippet (compare after collapsing
-    whitespace) that only the answering section contains.
+    ``section`` is the heading path of the answering section as the parser makes it (outermost first);
+    ``page`` is the 1-based PDF page, or 1 for unpaginated formats; ``anchor`` is the HTML id / Markdown
+    slug of the section when it has one; ``answer`` is a short verbatim snippet (compare after collapsing
+    whitespace) that only the answering section contains; ``key_facts`` are what a correct extractive
+    answer must contain, every one of them (compared as normalised text: case, markup and punctuation
+    aside), e.g. the limit *and* the status code when the question asks for both.
     """
 
     question: str
@@ -104,7 +106,11 @@ class SampleQuestion(NamedTuple):
     page: int
     anchor: str | None
     answer: str
+    key_facts: tuple[str, ...]
 
+
+_TROUBLESHOOTING_TITLE = "Aurora Troubleshooting Guide"
+_API_TITLE = "Aurora Hub REST API Guide"
 
 EXAMPLE_QUESTIONS: tuple[SampleQuestion, ...] = (
     SampleQuestion(
@@ -114,14 +120,16 @@ EXAMPLE_QUESTIONS: tuple[SampleQuestion, ...] = (
         page=4,
         anchor=None,
         answer="press and hold the dial and the Back button together for 10 seconds",
+        key_facts=("press and hold the dial and the Back button together for 10 seconds",),
     ),
     SampleQuestion(
         question="What does error E42 mean?",
         file=TROUBLESHOOTING,
-        section=("Aurora Troubleshooting Guide", "Error codes", "E42 — Remote sensor open circuit"),
+        section=(_TROUBLESHOOTING_TITLE, "Error codes", "E42 — Remote sensor open circuit"),
         page=1,
         anchor="e42",
         answer="E42 means the thermostat expects a wired remote sensor on terminals S1 and S2",
+        key_facts=("expects a wired remote sensor on terminals S1 and S2 but measures an open circuit",),
     ),
     SampleQuestion(
         question="What is the default value of the hvac.min_cycle_minutes parameter?",
@@ -130,14 +138,80 @@ EXAMPLE_QUESTIONS: tuple[SampleQuestion, ...] = (
         page=1,
         anchor="hvacmin_cycle_minutes",
         answer="Default: 5 minutes",
+        key_facts=("Default: 5 minutes",),
     ),
     SampleQuestion(
         question="How do I authenticate to the Hub REST API?",
         file=API_GUIDE,
-        section=("Aurora Hub REST API Guide", "Authentication"),
+        section=(_API_TITLE, "Authentication"),
         page=1,
         anchor="authentication",
         answer="OAuth 2.0 client-credentials flow",
+        key_facts=("OAuth 2.0 client-credentials flow",),
+    ),
+    SampleQuestion(
+        question="Does the Aurora need a C-wire?",
+        file=FAQ,
+        section=("Aurora Frequently Asked Questions", "Compatibility and setup", "Does the Aurora need a C-wire?"),
+        page=1,
+        anchor="does-the-aurora-need-a-c-wire",
+        answer="The Aurora needs a common (C) wire for continuous 24 V power",
+        key_facts=("needs a common (C) wire",),
+    ),
+    SampleQuestion(
+        question="What is the request limit of the Hub API, and what happens when a client goes over it?",
+        file=API_GUIDE,
+        section=(_API_TITLE, "Overview", "Rate limits"),
+        page=1,
+        anchor="rate-limits",
+        answer="Each API client may send 10 requests per second with bursts of up to 20.",
+        key_facts=("10 requests per second", "429 Too Many Requests"),
+    ),
+    SampleQuestion(
+        question="What pre-charge pressure should the expansion vessel have?",
+        file=MAINTENANCE_SOP,
+        section=("SOP-42 Annual Inspection of the Plant Room", "Expansion vessel"),
+        page=1,
+        anchor="expansion-vessel",
+        answer="it must be 1.0 bar, plus or minus 0.1 bar",
+        key_facts=("1.0 bar, plus or minus 0.1 bar",),
+    ),
+    SampleQuestion(
+        question="What does error E47 mean?",
+        file=TROUBLESHOOTING,
+        section=(_TROUBLESHOOTING_TITLE, "Error codes"),
+        page=1,
+        anchor="error-codes",
+        answer="No contact with the Aurora Hub for more than 15 minutes",
+        key_facts=("No contact with the Aurora Hub for more than 15 minutes",),
+    ),
+    SampleQuestion(
+        question="How often does the Aurora report the room temperature to the cloud?",
+        file=FAQ,
+        section=("Aurora Frequently Asked Questions", "Privacy and updates",
+                 "What data does the Aurora send to the cloud?"),
+        page=1,
+        anchor="what-data-does-the-aurora-send-to-the-cloud",
+        answer="room temperature and humidity every 15 minutes",
+        key_facts=("room temperature and humidity every 15 minutes",),
+    ),
+    SampleQuestion(
+        question="How long is the warranty when a qualified installer fits the thermostat?",
+        file=INSTALLATION_MANUAL,
+        section=("Maintenance and warranty",),
+        page=7,
+        anchor=None,
+        answer="for 5 years from the date of purchase when it is installed by a qualified installer",
+        key_facts=("5 years from the date of purchase",),
+    ),
+    SampleQuestion(
+        question="What changed in firmware 3.4?",
+        file=RELEASE_NOTES,
+        section=("Version 3.4",),
+        page=1,
+        anchor=None,
+        answer="Firmware 3.4 adds webhooks to the Hub and dehumidification with overcool to the thermostat",
+        key_facts=("adds webhooks to the Hub",),
     ),
 )
 
@@ -189,10 +263,13 @@ def _packaged_text(name: str) -> Callable[[], bytes]:
 # DOCX: firmware release notes
 # --------------------------------------------------------------------------
 
-_RELEASES: tuple[tuple[str, str, str, dict[str, tuple[str, ...]]], ...] = (
+# version, release date, what it applies to, its summary (what a reader asking what changed wants first), sections
+_RELEASES: tuple[tuple[str, str, str, str, dict[str, tuple[str, ...]]], ...] = (
     (
         "3.4", "10 September 2024",
         "Thermostat AT-300 and Hub AH-10",
+        "Firmware 3.4 adds webhooks to the Hub and dehumidification with overcool to the thermostat, and cuts "
+        "the Hub's start-up time from 55 to 20 seconds.",
         {
             "New features": (
                 "Webhooks: the Hub can POST state changes and alarms to a URL of your choice, "
@@ -211,6 +288,8 @@ _RELEASES: tuple[tuple[str, str, str, dict[str, tuple[str, ...]]], ...] = (
     (
         "3.3", "4 June 2024",
         "Thermostat AT-300 and Hub AH-10",
+        "Firmware 3.3 brings dual-fuel support and a screen-lock PIN to the thermostat and a Thread mesh between "
+        "thermostats.",
         {
             "New features": (
                 "Dual-fuel support with a configurable balance point.",
@@ -229,6 +308,7 @@ _RELEASES: tuple[tuple[str, str, str, dict[str, tuple[str, ...]]], ...] = (
     (
         "3.2", "12 February 2024",
         "Thermostat AT-300 and Hub AH-10",
+        "Firmware 3.2 introduces the local REST API and occupancy detection on the Hub.",
         {
             "New features": (
                 "Local REST API (version 2) on the Hub, with per-client access scopes.",
@@ -243,6 +323,7 @@ _RELEASES: tuple[tuple[str, str, str, dict[str, tuple[str, ...]]], ...] = (
     (
         "3.1", "23 October 2023",
         "Thermostat AT-300",
+        "Firmware 3.1 adds humidity control and a weekday/weekend schedule to the thermostat.",
         {
             "New features": (
                 "Humidity control with a target relative humidity between 30 and 60 %.",
@@ -257,6 +338,7 @@ _RELEASES: tuple[tuple[str, str, str, dict[str, tuple[str, ...]]], ...] = (
     (
         "3.0", "5 July 2023",
         "Thermostat AT-300 and Hub AH-10",
+        "Firmware 3.0 starts the 3.x series with a redesigned dial interface and support for the Aurora Hub.",
         {
             "New features": (
                 "First release of the 3.x series with the redesigned dial interface.",
@@ -270,7 +352,8 @@ _RELEASES: tuple[tuple[str, str, str, dict[str, tuple[str, ...]]], ...] = (
     ),
 )
 
-_FIXED_ISSUES: tuple[tuple[str, str, str, str], ...] = (
+FIXED_ISSUES_HEADER = ("Issue", "Component", "Summary")
+_FIXED_ISSUES: tuple[tuple[str, str, str, str], ...] = (  # issue, the release that fixed it, component, summary
     ("AUR-1187", "3.4", "Hub", "Webhook deliveries were not retried after a network timeout."),
     ("AUR-1162", "3.4", "Thermostat", "Frost protection could start 0.5 °C late when the display unit was °F."),
     ("AUR-1121", "3.3", "Thermostat", "Schedule periods after 23:00 were ignored on Sundays."),
@@ -279,6 +362,25 @@ _FIXED_ISSUES: tuple[tuple[str, str, str, str], ...] = (
     ("AUR-1012", "3.1", "Thermostat", "E30 was raised during defrost cycles of heat pumps."),
     ("AUR-0987", "3.0", "Hub", "Pairing failed when more than 12 thermostats were already paired."),
 )
+
+
+def _fixed_issues_table(document, issues: list[tuple[str, str, str, str]]) -> None:
+    """A release's fixed issues as a table: issue, component, summary (bold header row, 10 pt)."""
+    table = document.add_table(rows=1, cols=3)
+    table.style = "Table Grid"
+    for cell, label in zip(table.rows[0].cells, FIXED_ISSUES_HEADER):
+        cell.text = ""
+        run = cell.paragraphs[0].add_run(label)
+        run.bold = True
+    for issue, _version, component, summary in issues:
+        row = table.add_row()
+        for cell, value in zip(row.cells, (issue, component, summary)):
+            cell.text = value
+    for row in table.rows:
+        for cell in row.cells:
+            for paragraph in cell.paragraphs:
+                for run in paragraph.runs:
+                    run.font.size = Pt(10)
 
 
 def _release_notes_docx() -> bytes:
@@ -292,38 +394,22 @@ def _release_notes_docx() -> bytes:
     intro.add_run("Menu › About").bold = True
     intro.add_run(" on the thermostat.")
 
-    for version, date, applies_to, sections in _RELEASES:
+    for version, date, applies_to, summary, sections in _RELEASES:
         document.add_heading(f"Version {version}", level=1)
         meta = document.add_paragraph()
         meta.add_run("Released: ").bold = True
         meta.add_run(f"{date}. ")
         meta.add_run("Applies to: ").bold = True
         meta.add_run(f"{applies_to}.")
+        document.add_paragraph(summary)
         for section, items in sections.items():
             document.add_heading(section, level=2)
             for item in items:
                 document.add_paragraph(item, style="List Bullet")
-
-    document.add_heading("Fixed issues", level=1)
-    document.add_paragraph(
-        "Issues fixed in the 3.x series, by the release that contains the fix."
-    )
-    table = document.add_table(rows=1, cols=4)
-    table.style = "Table Grid"
-    for cell, label in zip(table.rows[0].cells, ("Issue", "Fixed in", "Component", "Summary")):
-        cell.text = ""
-        run = cell.paragraphs[0].add_run(label)
-        run.bold = True
-    for issue in _FIXED_ISSUES:
-        row = table.add_row()
-        for cell, value in zip(row.cells, issue):
-            cell.text = value
-    for row in table.rows:
-        for cell in row.cells:
-            for paragraph in cell.paragraphs:
-                for run in paragraph.runs:
-                    run.font.size = Pt(10)
-
+        fixed = [issue for issue in _FIXED_ISSUES if issue[1] == version]
+        if fixed:  # each release lists its own fixes, so one section holds everything that release changed
+            document.add_heading("Fixed issues", level=2)
+            _fixed_issues_table(document, fixed)
     props = document.core_properties
     props.title = "Aurora Firmware Release Notes"
     props.subject = "Firmware 3.0 to 3.4 for the Aurora thermostat and Aurora Hub"

@@ -410,7 +410,7 @@ def register_configured_sources(conn: duckdb.DuckDBPyConnection, settings: Setti
     A configured folder a user deleted through the registry stays deleted only
     while it is absent from the settings: naming it in the settings is explicit.
     A source whose visibility was never set gets its default here: the default corpus (the sample
-    documents and this project's docs) is public, every other folder and the uploads internal.
+    documents) is public, every other folder and the uploads internal.
     """
     now = utcnow()
     uploads = settings.uploads_dir.resolve()

@@ -2,10 +2,11 @@
 
 Two ways:
 
-- ``extractive_answer``: no model at all.  The answer is made only of sentences
-  (or code/table lines) that exist verbatim in the retrieved passages, with
-  whitespace normalised, each followed by ``[n]`` where ``n`` is the 1-based
-  position of its hit.  It cannot say anything the sources do not say.
+- ``extractive_answer``: no model at all.  The answer is made only of units
+  quoted from the retrieved passages - sentences, list items and table rows
+  (``answer_units``), with markup removed and whitespace normalised, a row
+  paired with its header's names - each followed by ``[n]`` where ``n`` is the
+  1-based position of its hit.  It cannot say anything the sources do not say.
 - ``LLMAnswerer``: an OpenAI-compatible ``/chat/completions`` endpoint the user
   configured (often a local server), asked with a strictly grounded prompt to
   answer only from the numbered passages and cite them.  This is the only code
@@ -19,16 +20,16 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 from pydantic import BaseModel, Field
 
 from knowledge_store.core.errors import GroundworkError
-from knowledge_store.core.text import sentence_spans
+from knowledge_store.core.text import plain_inline, sentence_spans
 from knowledge_store.core.vocabulary import Vocabulary
-from knowledge_store.retrieval.snippets import collapse_ws, segments, snippet_around, term_weights, unit_term_sets
+from knowledge_store.retrieval.answer_units import AnswerUnit, answer_units
+from knowledge_store.retrieval.snippets import best_snippet, collapse_ws, term_weights
 from knowledge_store.retrieval.terms import normalize, query_terms, term_spans
 from knowledge_store.retrieval.types import SearchHit
 
@@ -93,21 +94,32 @@ class Answer(BaseModel):
     1-based, in order of first use); ``sentences`` has one entry per answer
     sentence: ``text``, ``citation`` (its first marker, or None), ``citations``
     (all its markers) and ``chunk_id`` (of the first marker's hit, or None);
-    extractive sentences also carry ``start``/``end`` offsets in the hit's text."""
+    extractive sentences also carry ``start``/``end`` offsets of the quoted unit in
+    the hit's text and its ``kind`` (sentence, item or row; see ``answer_units``),
+    and an extractive answer its ``confidence``: how well the quoted units answer
+    the question (0-1, ``AnswerEvidence.confidence``; its 0.55 and 0.75 steps cap
+    the response's coverage)."""
 
     text: str
     citations: list[int] = Field(default_factory=list)
     method: Literal["extractive", "llm"]
     model: str | None = None
     sentences: list[dict[str, Any]] = Field(default_factory=list)
+    confidence: float | None = None
 
 
 # ---------------------------------------------------------------------------
 # extractive
 
-_RANK_DECAY = 0.25  # a sentence in hit r (0-based) scores 1 / (1 + 0.25 r) of the same sentence in hit 0
-_MIN_RELATIVE_SCORE = 0.3  # sentences scoring under 30% of the best are noise, not support
-_NEAR_DUPLICATE = 0.8  # token-set overlap above which two sentences say the same thing
+_RANK_DECAY = 0.25  # a unit in hit r (0-based) scores 1 / (1 + 0.25 r) of the same unit in hit 0
+_RELATED_SHARE = 0.7  # besides the best unit and its continuation, units scoring at least 70% of the best
+_CONTINUE_SHARE = 0.5  # another unit shares the best one's focus when it holds half its share of the query's words
+_CONTINUE_COSINE = 0.05  # ... or, next to it, when its cosine with the query is within this of the best's
+_HEADING_SHARE = 0.5  # a query word only in the passage's title or section names counts half
+_NEAR_DUPLICATE = 0.8  # token-set overlap above which two units say the same thing
+_FULL_SENTENCE_WORDS = 12  # a unit this long is judged by its own vector; a shorter one partly by its passage's
+# a cosine's 0..1 scale: 0 at unrelated text, 1 at a paraphrase (the calibration of ``fusion.relevance``)
+_COSINE_FLOOR, _COSINE_CEILING = 0.2, 0.7
 
 
 def _word_set(text: str) -> frozenset[str]:
@@ -121,111 +133,287 @@ def _near_duplicate(a: frozenset[str], b: frozenset[str]) -> bool:
     return common / len(a | b) >= _NEAR_DUPLICATE or common / min(len(a), len(b)) >= 0.9
 
 
-def _is_heading(text: str, hit: SearchHit) -> bool:
-    """A unit that just repeats the hit's title or a heading of its section path."""
-    if len(text) > 200:  # no heading is that long; skip the normalisation work
+_COUNTED_WORD = re.compile(r"\S*[^\W_]\S*")
+
+
+def _word_count(text: str) -> int:
+    """Whitespace-separated tokens holding a letter or a digit."""
+    return len(_COUNTED_WORD.findall(text))
+
+
+def _scaled_cosine(cosine: float) -> float:
+    return min(1.0, max(0.0, (cosine - _COSINE_FLOOR) / (_COSINE_CEILING - _COSINE_FLOOR)))
+
+
+@dataclass(frozen=True)
+class AnswerCandidate:
+    """One unit of one retrieved passage and its evidence for the query.
+
+    ``words`` are the query's terms the unit holds; ``context`` those only what frames it holds: its passage's
+    title and section names, and the line that introduces its list or table ("When cloud features are enabled,
+    the thermostat reports:").  ``own`` is the idf-weighted share of the query's terms in ``words`` (a term no
+    retrieved unit or heading holds counts as missing, at the weight of the rarest); ``lexical`` adds ``context``
+    at half weight; ``semantic`` is the unit's own cosine with the query on a 0..1 scale (the best embedded
+    sentence overlapping it, leaning on its passage's cosine the shorter it is than ``_FULL_SENTENCE_WORDS``: a
+    four-word line's vector, pooled in its chunk or embedded alone, says little of its own; the passage's cosine
+    when the index has no sentence vectors; None without either), ``passage_semantic`` its passage's.
+    ``support`` is how well the unit answers on its own (the mean of ``lexical`` and ``semantic``), ``score`` the
+    same discounted by the passage's rank."""
+
+    hit: int  # 0-based position of its passage in the hits
+    order: int  # position among every unit of every hit
+    unit: AnswerUnit
+    words: frozenset[str]
+    context: frozenset[str]
+    own: float
+    lexical: float
+    semantic: float | None
+    passage_semantic: float | None
+    support: float
+    score: float
+    vector: tuple[int, int] | None  # the span of the embedded sentence its cosine comes from (None: passage's)
+
+
+@dataclass(frozen=True)
+class AnswerEvidence:
+    """What an extractive answer is chosen from: every unit of the hits with its evidence, and the query terms'
+    weights (``weights``; ``total`` is their sum with missing terms counted)."""
+
+    terms: tuple[str, ...]
+    weights: dict[str, float]
+    total: float
+    candidates: tuple[AnswerCandidate, ...]
+
+    def confidence(self, chosen: Sequence[AnswerCandidate]) -> float:
+        """How well ``chosen`` answer the query together (0-1): the share of the query's terms they hold, they or
+        what frames them (a unit under "Version 3.4" answers about 3.4, as the reader of its citation sees),
+        averaged with their best semantic evidence, each quoted unit read in its passage (the better of its own
+        cosine and its passage's)."""
+        if not chosen:
+            return 0.0
+        held = set().union(*(c.words | c.context for c in chosen))
+        lexical = sum(self.weights.get(t, 0.0) for t in held) / self.total if self.total else 0.0
+        semantic = [max(x for x in (c.semantic, c.passage_semantic) if x is not None) for c in chosen
+                    if c.semantic is not None or c.passage_semantic is not None]
+        return 0.5 * lexical + 0.5 * max(semantic) if semantic else lexical
+
+
+_COMPOUND_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)+(?![\w]|[.,]\d)")
+
+
+def answer_terms(text: str) -> set[str]:
+    """The terms of ``text`` an answer compares (``terms.term_spans``'s stems), plus each version or decimal
+    number whole ("3.4", "1.0"): split into its digits, "firmware 3.4" would match any "4"."""
+    return {term for term, _, _ in term_spans(text)} | set(_COMPOUND_NUMBER.findall(text))
+
+
+def answer_query_terms(query: str) -> tuple[str, ...]:
+    """``query_terms`` of ``query`` with each version or decimal number whole instead of its digits (unless a
+    digit also stands alone in the query)."""
+    compounds = _COMPOUND_NUMBER.findall(query)
+    if not compounds:
+        return tuple(query_terms(query))
+    alone = query_terms(_COMPOUND_NUMBER.sub(" ", query))
+    pieces = {piece for number in compounds for piece, _, _ in term_spans(number)}
+    return tuple(dict.fromkeys([t for t in query_terms(query) if t not in pieces or t in alone] + compounds))
+
+
+def _cosine_of(hit: SearchHit, unit: AnswerUnit) -> tuple[float, tuple[int, int]] | None:
+    """The best cosine of the embedded sentences overlapping ``unit`` (``SearchHit.sentence_cosines``) and that
+    sentence's span; None when the hit has none."""
+    overlapping = [(cos, (s, e)) for s, e, cos in hit.sentence_cosines if s < unit.end and e > unit.start]
+    return max(overlapping) if overlapping else None
+
+
+def answer_evidence(query: str, hits: Sequence[SearchHit]) -> AnswerEvidence:
+    """Every unit of ``hits`` (``answer_units``) with its evidence for ``query`` (see ``AnswerCandidate``)."""
+    terms = answer_query_terms(query)
+    wanted = set(terms)
+    per_hit = []
+    framings = []
+    for hit in hits:
+        headings = [name for name in (hit.title, hit.section, *hit.section_path) if name]
+        units = answer_units(hit.text, headings)
+        framing = set().union(*(answer_terms(name) for name in headings)) & wanted if headings else set()
+        own = [answer_terms(u.text) & wanted for u in units]
+        intro: dict[int, set[str]] = {}  # group -> the query terms of the line introducing it
+        for i, unit in enumerate(units[1:], start=1):
+            before = units[i - 1]
+            if before.kind == "intro" and before.block != unit.block and unit.block not in intro:
+                intro[unit.block] = own[i - 1]
+        context = [(framing | intro.get(u.block, set())) - found for u, found in zip(units, own)]
+        per_hit.append((units, own, context))
+        framings.append((hit, units, framing))
+    # rarer terms weigh more: inverse frequency among the units (headings and intros too) and, once per passage,
+    # its title and section names (a section name is one occurrence, not one per unit it frames)
+    occurrences = [found for units, own, _ in per_hit for found in own]
+    occurrences += [framed for _, _, framed in framings]
+    weights = term_weights(terms, occurrences)
+    present = {t: w for t, w in weights.items() if w > 0}
+    missing = [t for t in terms if t not in present]
+    total = sum(present.values()) + len(missing) * (max(present.values()) if present else 1.0)
+    candidates = []
+    order = 0
+    for r, (hit, (units, own, context)) in enumerate(zip(hits, per_hit)):
+        passage = None if hit.vector_score is None else _scaled_cosine(hit.vector_score)
+        for unit, found, around in zip(units, own, context):
+            held = sum(weights[t] for t in found) / total if total else 0.0
+            lexical = held + (_HEADING_SHARE * sum(weights[t] for t in around) / total if total else 0.0)
+            vector = _cosine_of(hit, unit)
+            if vector is None:
+                semantic = passage
+            else:  # a short unit's vector says little of its own: it leans on its passage's in proportion
+                own_share = min(1.0, _word_count(unit.text) / _FULL_SENTENCE_WORDS)
+                semantic = _scaled_cosine(vector[0]) if passage is None else \
+                    passage + own_share * (_scaled_cosine(vector[0]) - passage)
+            support = lexical if semantic is None else 0.5 * lexical + 0.5 * semantic
+            candidates.append(AnswerCandidate(r, order, unit, frozenset(found), frozenset(around), held, lexical,
+                                              semantic, passage, support, support / (1 + _RANK_DECAY * r),
+                                              None if vector is None else vector[1]))
+            order += 1
+    return AnswerEvidence(terms, weights, total, tuple(candidates))
+
+
+# a term that names something rather than says something: letters and digits mixed (e47, ipv6), a version or
+# decimal number (3.4), or a compound name (min_cycle_minutes); a bare number is not one
+_IDENTIFIER = re.compile(r"[a-z].*\d|\d.*[a-z]|[._]")
+
+
+def _shares_focus(candidate: AnswerCandidate, best: AnswerCandidate, held: set[str], adjacent: bool) -> bool:
+    """Whether ``candidate`` keeps to what the best unit answers.  When the best unit holds some of the query's
+    terms: ``candidate`` holds some too, and either at least ``_CONTINUE_SHARE`` of the best unit's share, or a
+    term no chosen unit holds yet, itself or in what frames it (``held``: the other half of a two-part question),
+    or - right next to the best unit in its paragraph or list (``adjacent``) - a cosine of its own (from another
+    embedded sentence than the best's: table rows share one) within ``_CONTINUE_COSINE`` of the best's.
+    When the best unit holds none (it won on meaning alone): an adjacent unit close in meaning.  Without sentence
+    vectors nothing tells a passage's units apart by meaning: the best one then stands alone."""
+    close = (candidate.vector is not None and best.vector is not None and candidate.vector != best.vector
+             and candidate.semantic is not None and best.semantic is not None and candidate.semantic > 0
+             and candidate.semantic >= best.semantic - _CONTINUE_COSINE / (_COSINE_CEILING - _COSINE_FLOOR))
+    if best.own <= 0:
+        return adjacent and close
+    if candidate.own <= 0:
         return False
-    norm = _heading_key(text)
-    return any(norm == _heading_key(name) for name in {hit.title, hit.section, *hit.section_path} if name)
+    return candidate.own >= _CONTINUE_SHARE * best.own or bool(candidate.words - held) or (adjacent and close)
 
 
-@lru_cache(maxsize=16384)
-def _heading_key(text: str) -> str:
-    # a Markdown heading unit ("## Resetting") repeats its section name as much as the bare text does
-    return normalize(collapse_ws(re.sub(r"^\s*#{1,6}\s+", "", text))).rstrip(":.")
+def choose_answer_units(evidence: AnswerEvidence, max_units: int = 3, max_chars: int = 600) -> list[AnswerCandidate]:
+    """The units an extractive answer quotes, best first: the best-scoring quotable unit; the units right after
+    it in its paragraph or list while they share its focus (``_shares_focus``: the 429 sentence after the rate
+    limit's), and the one right before it when it does (what the best one continues); then other units that share it and score at least ``_RELATED_SHARE`` of the best; no
+    near-duplicates, at most ``max_units`` and ``max_chars`` (markers included).  When the query names something
+    (``_IDENTIFIER``: an error code, a version, a parameter), only the units that name the most of it, themselves
+    or in what frames them, are candidates: a general sentence about firmware releases does not answer what
+    changed in 3.4 when the 3.4 section is among the passages.  Empty when no passage has a quotable unit."""
+    quotable = [c for c in evidence.candidates if c.unit.quoted]
+    if not quotable:
+        return []
+    names = [t for t in evidence.terms if _IDENTIFIER.search(t)]
+    if names:  # the query names something (E47, 3.4, a parameter): answer from where it is named, when it is
+        named = {id(c): sum(1 for t in names if t in c.words or t in c.context) for c in quotable}
+        most = max(named.values())
+        quotable = [c for c in quotable if named[id(c)] == most]
+    ranked = sorted(quotable, key=lambda c: (-c.score, c.order))
+    best = ranked[0]
+    chosen: list[AnswerCandidate] = []
+    seen: list[frozenset[str]] = []
+    used = 0
+
+    def take(candidate: AnswerCandidate) -> bool:
+        nonlocal used
+        words = _word_set(candidate.unit.text)
+        cost = len(candidate.unit.text) + len(f" [{candidate.hit + 1}]") + (1 if chosen else 0)
+        if any(_near_duplicate(words, other) for other in seen) or (chosen and used + cost > max_chars):
+            return False
+        chosen.append(candidate)
+        seen.append(words)
+        used += cost
+        return True
+
+    def held() -> set[str]:  # the query's terms the chosen units hold, themselves or in what frames them
+        return set().union(*(c.words | c.context for c in chosen))
+
+    take(best)
+    for following in evidence.candidates[best.order + 1:]:
+        if len(chosen) >= max_units or following.hit != best.hit or following.unit.block != best.unit.block:
+            break
+        if following.unit.kind in ("fragment", "rule"):
+            continue
+        if not following.unit.quoted or not _shares_focus(following, best, held(), True) or not take(following):
+            break
+    before = evidence.candidates[best.order - 1] if best.order > 0 else None
+    if (before is not None and len(chosen) < max_units and before.hit == best.hit and before.unit.quoted
+            and before.unit.block == best.unit.block and _shares_focus(before, best, held(), True)):
+        take(before)  # the best one continues it ("Requests above the limit ..." after the limit)
+    for candidate in ranked[1:]:
+        if len(chosen) >= max_units or best.score <= 0 or candidate.score < _RELATED_SHARE * best.score:
+            break
+        if candidate not in chosen and _shares_focus(candidate, best, held(), False):
+            take(candidate)
+    return chosen
 
 
 def extractive_answer(query: str, hits: Sequence[SearchHit], max_sentences: int = 3, max_chars: int = 600) -> Answer:
-    """An answer made only of sentences found verbatim in ``hits`` (see the module docstring).
+    """An answer quoting only what ``hits`` say, each quoted unit followed by its hit's ``[n]``.
 
-    Sentences are scored by the summed weight of the distinct query terms they
-    contain (rarer terms among the retrieved sentences weigh more), discounted by
-    the rank of their hit; the best ones are kept (no near-duplicates, at most
-    ``max_sentences`` and ``max_chars`` characters including markers), grouped by
-    passage in order of their best sentence and in original order within a
-    passage.  If no sentence shares a term with the query, the first sentence of
-    the top hit is the answer (retrieval already judged it relevant)."""
+    The passages are cut into units (``answer_units``): sentences, list items and table rows are quoted, with
+    their markup removed and rows paired with their header's names; headings, header rows, lines that only
+    introduce what follows, fragments and code never are.  Each unit is scored by the query's words it holds
+    (rarer ones weigh more; words only in its passage's headings count half) and by its own cosine with the query
+    (the sentence vectors the engine attached, ``SearchHit.sentence_cosines``), discounted by its passage's rank;
+    ``choose_answer_units`` picks the best, what continues it and what else scores close.  They are given grouped
+    by passage in order of their best unit, in passage order inside one, each with its offsets in its hit and its
+    ``kind``; ``confidence`` says how well they answer together (``AnswerEvidence.confidence``).  A passage without any
+    quotable unit gives the best-matching part of its first hit's text."""
     if not hits:
         return Answer(text=NO_ANSWER, citations=[], method="extractive")
-    terms = query_terms(query)
-
-    candidates: list[tuple[int, int, int, int, frozenset[str]]] = []  # hit, unit index, start, end, terms
-    for r, hit in enumerate(hits):
-        spans = segments(hit.text)
-        sets = unit_term_sets(spans, term_spans(hit.text)) if terms else [set() for _ in spans]
-        for u, ((s, e), found) in enumerate(zip(spans, sets)):
-            if not _is_heading(hit.text[s:e], hit):
-                candidates.append((r, u, s, e, frozenset(found)))
-    weights = term_weights(terms, [c[4] for c in candidates]) if terms else {}
-
-    scored: list[tuple[float, int, int, int, int, int]] = []  # score, order, hit, unit, start, end
-    for order, (r, u, s, e, found) in enumerate(candidates):
-        score = sum(weights[t] for t in terms if t in found)
-        if score <= 0:
-            continue
-        if len(hits[r].text[s:e].split()) <= 3:
-            score *= 0.5  # a label or a fragment supports less than a sentence
-        scored.append((score / (1 + _RANK_DECAY * r), order, r, u, s, e))
-    scored.sort(key=lambda item: (-item[0], item[1]))
-
-    chosen: list[tuple[int, int, int, int, str]] = []  # hit, unit, start, end, display text
-    used = 0
-    seen: list[frozenset[str]] = []
-    top = scored[0][0] if scored else 0.0
-    for score, _, r, u, s, e in scored:
-        if len(chosen) >= max_sentences or score < _MIN_RELATIVE_SCORE * top:
-            break
-        text = collapse_ws(hits[r].text[s:e])
-        words = _word_set(text)
-        if any(_near_duplicate(words, other) for other in seen):
-            continue
-        cost = len(text) + len(f" [{r + 1}]") + (1 if chosen else 0)
-        if used + cost > max_chars:
-            continue
-        chosen.append((r, u, s, e, text))
-        seen.append(words)
-        used += cost
-
+    evidence = answer_evidence(query, hits)
+    chosen = choose_answer_units(evidence, max_sentences, max_chars)
     if not chosen:
-        if scored:  # the best sentence alone is longer than max_chars: quote the best part of it
-            _, _, r, u, _, _ = scored[0]
-        else:  # nothing matches the query's words: the top hit's first sentence
-            r, u = 0, next((c[1] for c in candidates if c[0] == 0), 0)
-        spans = segments(hits[r].text)
-        if not spans:
-            return Answer(text=NO_ANSWER, citations=[], method="extractive")
-        budget = max(1, max_chars - len(f" [{r + 1}]"))
-        text, s, e = snippet_around(hits[r].text, spans, u, terms, budget)
-        if (s, e) != spans[u]:  # the snippet may have pulled in neighbours: keep to the one unit
-            s, e = max(s, spans[u][0]), min(e, spans[u][1])
-            if e <= s or not text.strip("…"):
-                s, e = spans[u]
-            text = snippet_text(hits[r].text, s, e, spans[u])
-        chosen = [(r, u, s, e, text)]
-
-    # passages in order of their best sentence, original order inside a passage
-    passage_order: dict[int, int] = {}
-    for r, *_ in chosen:
-        passage_order.setdefault(r, len(passage_order))
-    chosen.sort(key=lambda c: (passage_order[c[0]], c[2]))
-
-    sentences = [
-        {"text": text, "citation": r + 1, "citations": [r + 1], "chunk_id": hits[r].chunk_id, "start": s, "end": e}
-        for r, _, s, e, text in chosen
-    ]
-    answer_text = " ".join(f"{item['text']} [{item['citation']}]" for item in sentences)
+        return _best_part(query, hits, max_chars)
+    items = []
+    for candidate in _passage_order(chosen):
+        text = candidate.unit.text
+        budget = max(1, max_chars - len(f" [{candidate.hit + 1}]"))
+        if len(text) > budget:  # only the best unit alone can be longer than the answer: quote its best part
+            text, _, _ = best_snippet(text, query, budget)
+        items.append({"text": text, "citation": candidate.hit + 1, "citations": [candidate.hit + 1],
+                      "chunk_id": hits[candidate.hit].chunk_id, "start": candidate.unit.start,
+                      "end": candidate.unit.end, "kind": candidate.unit.kind})
     return Answer(
-        text=answer_text,
-        citations=list(dict.fromkeys(item["citation"] for item in sentences)),
+        text=" ".join(f"{item['text']} [{item['citation']}]" for item in items),
+        citations=list(dict.fromkeys(item["citation"] for item in items)),
         method="extractive",
-        sentences=sentences,
+        sentences=items,
+        confidence=round(evidence.confidence(chosen), 4),
     )
 
 
-def snippet_text(text: str, start: int, end: int, unit: tuple[int, int]) -> str:
-    """``text[start:end]`` whitespace-collapsed, with "…" where it cuts ``unit``."""
-    body = collapse_ws(text[start:end])
-    return f"{'…' if start > unit[0] else ''}{body}{'…' if end < unit[1] else ''}"
+def _passage_order(chosen: Sequence[AnswerCandidate]) -> list[AnswerCandidate]:
+    """Passages in order of their best unit (the order chosen); inside a passage, its best unit with the units of
+    its paragraph or list around it in their own order, then the passage's other units in theirs: the answer
+    leads with what answers, and a sentence continued by the best one still reads before it."""
+    first: dict[int, int] = {}
+    lead: dict[int, AnswerCandidate] = {}
+    for candidate in chosen:
+        first.setdefault(candidate.hit, len(first))
+        lead.setdefault(candidate.hit, candidate)
+    return sorted(chosen, key=lambda c: (first[c.hit], c.unit.block != lead[c.hit].unit.block, c.unit.start))
+
+
+def _best_part(query: str, hits: Sequence[SearchHit], max_chars: int) -> Answer:
+    """No passage has a quotable unit (code only, a table without rows): the best-matching part of the first hit
+    that has text, its markup removed."""
+    for r, hit in enumerate(hits):
+        if not hit.text.strip():
+            continue
+        budget = max(1, max_chars - len(f" [{r + 1}]"))
+        snippet, start, end = best_snippet(hit.text, query, budget)
+        text = plain_inline(snippet) or snippet
+        return Answer(text=f"{text} [{r + 1}]", citations=[r + 1], method="extractive",
+                      sentences=[{"text": text, "citation": r + 1, "citations": [r + 1], "chunk_id": hit.chunk_id,
+                                  "start": start, "end": end, "kind": "fragment"}], confidence=0.0)
+    return Answer(text=NO_ANSWER, citations=[], method="extractive")
 
 
 # ---------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from knowledge_store.retrieval.reranker_registry import (
     RerankerUnavailable,
     available_rerankers,
 )
+from knowledge_store.retrieval.sentences import sentence_cosines
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, SnapshotManager
 from knowledge_store.retrieval.types import SearchHit
 from knowledge_store.storage.query_log import QueryLines, QueryLog, QueryLogRecord, redact
@@ -144,6 +145,12 @@ class HybridCandidates:
     adapted: bool = False  # the corpus's query adapter moved the query vector (``query_adapter.py``)
 
 
+COVERAGE_LEVELS = ("none", "low", "medium", "high")
+# an extractive answer quotes from the first this many passages: a unit of the tenth scores under a third of the
+# same unit in the first (answer._RANK_DECAY), and reading a hundred passages' units would cost a query ~50 ms
+ANSWER_PASSAGES = 10
+
+
 def coverage_label(best_relevance: float, floor: float) -> str:
     """Coarse confidence for people and agents: how well the best passage matches."""
     if best_relevance < floor:
@@ -153,6 +160,27 @@ def coverage_label(best_relevance: float, floor: float) -> str:
     if best_relevance >= 0.55:
         return "medium"
     return "low"
+
+
+def answered_coverage(passages: str, confidence: float) -> str:
+    """The coverage a response reports: the passages' label (``coverage_label``), lowered to what the sentences an
+    answer would quote support (``Answer.confidence`` on the same 0.55 / 0.75 steps; at least "low" once passages
+    passed the floor).  Passages that match the question's words and meaning but whose sentences do not answer it
+    (the right document, the wrong section) are not "high"."""
+    if passages == "none":
+        return passages
+    answered = "high" if confidence >= 0.75 else "medium" if confidence >= 0.55 else "low"
+    return min(passages, answered, key=COVERAGE_LEVELS.index)
+
+
+def attach_sentence_cosines(snapshot: LoadedSnapshot, hits: list[SearchHit], query_vector: np.ndarray) -> None:
+    """Give each hit its embedded sentences' cosines with the query (``SearchHit.sentence_cosines``): the vector
+    evidence of each sentence an answer may quote.  Nothing when the snapshot has no sentence vectors."""
+    index = snapshot.sentence_index
+    if index is None:
+        return
+    for hit in hits:
+        hit.sentence_cosines = sentence_cosines(index, hit.row, hit.text, query_vector)
 
 
 def _logged_params(request: SearchRequest) -> dict[str, Any]:
@@ -668,11 +696,19 @@ class RetrievalEngine:
                     hit.rerank_score = float(node.score) if node.score is not None else None
                 final.append(hit)
         t_format = time.perf_counter()
+        attach_sentence_cosines(found.snapshot, final[:ANSWER_PASSAGES], found.query_vector)
         citations = build_citations(final, request.query, self.settings.snippet_chars)
+        # what the passages' own sentences say to the question: the extractive answer from the first
+        # ANSWER_PASSAGES (the one returned in that mode), whose confidence caps the coverage in every mode
+        quoted = extractive_answer(request.query, final[:ANSWER_PASSAGES]) if final else None
+        if quoted is not None:
+            coverage = answered_coverage(coverage, quoted.confidence or 0.0)
         if answer_fn is not None:
             answer = answer_fn(final)
+        elif not final:
+            answer = Answer(text=NO_RESULTS, citations=[], method="extractive") if request.answer != "none" else None
         else:
-            answer = self._answer(request, final) if final else (Answer(text=NO_RESULTS, citations=[], method="extractive") if request.answer != "none" else None)
+            answer = quoted if request.answer == "extractive" else self._answer(request, final)
         done = time.perf_counter()
         timings.update(rerank=(t_format - t_rerank) * 1000, format=(done - t_format) * 1000, total=(done - started) * 1000)
         timings = {k: round(v, 3) for k, v in timings.items()}
@@ -694,7 +730,7 @@ class RetrievalEngine:
                 raise QueryValidationError("answer", "llm", "no LLM configured (set GROUNDWORK_LLM_BASE_URL and GROUNDWORK_LLM_MODEL)")
             answerer = LLMAnswerer(s.llm_base_url, s.llm_model, s.llm_api_key.get_secret_value() if s.llm_api_key else None)
             return answerer.answer(request.query, hits)
-        return extractive_answer(request.query, hits)
+        return extractive_answer(request.query, hits[:ANSWER_PASSAGES])
 
     def _log(self, request: SearchRequest, pre: list[SearchHit], post: list[SearchHit], response: SearchResponse) -> str:
         """Append to the query log; never lets a logging problem fail the query."""

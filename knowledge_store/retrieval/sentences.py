@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from knowledge_store.core.text import sentence_spans_to_embed
+
 
 @dataclass(frozen=True)
 class SentenceIndex:
@@ -59,3 +61,17 @@ def sentence_index_from(content_hashes: list[str], table_hashes: list[str], vect
     start = np.array([first[h] for h in content_hashes], dtype=np.int64)
     end = np.array([last[h] for h in content_hashes], dtype=np.int64)
     return SentenceIndex(np.ascontiguousarray(vectors, dtype=np.float16), start, end)
+
+
+def sentence_cosines(index: SentenceIndex, row: int, text: str, query_vector: np.ndarray) -> tuple[tuple[int, int, float], ...]:
+    """``(start, end, cosine)`` of each embedded sentence of snapshot row ``row`` (whose chunk text is ``text``):
+    its span in ``text`` (``core.text.sentence_spans_to_embed``, the sentences ingestion embedded, in order) and its
+    vector's cosine with ``query_vector``.  Empty when the row's vectors do not line up with the text's sentences."""
+    if row < 0 or row >= len(index.start):
+        return ()
+    vectors = index.vectors[index.start[row]:index.end[row]]
+    spans = sentence_spans_to_embed(text)
+    if len(spans) != len(vectors) or not spans:
+        return ()
+    cosines = vectors.astype(np.float32) @ np.asarray(query_vector, dtype=np.float32)
+    return tuple((start, end, float(cosine)) for (start, end), cosine in zip(spans, cosines))

@@ -68,6 +68,9 @@ class SearchHit:
     entities: list[EntityRef] = field(default_factory=list)
     entity_boost: float = 0.0
     row: int = -1  # position in the snapshot's arrays (internal)
+    # (start, end, cosine with the query) of each embedded sentence of ``text`` (``retrieval.sentences``), attached
+    # by the engine to the hits it answers from: the vector evidence of each answer sentence (internal)
+    sentence_cosines: tuple[tuple[int, int, float], ...] = ()
 
     @property
     def pages(self) -> list[int]:

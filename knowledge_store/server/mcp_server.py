@@ -74,7 +74,7 @@ with their sources, so you can answer from them and cite them.
 
 - `search(query, k=5, filters=None, alpha=None, reranker=None)`: hybrid keyword + semantic search. \
 Returns numbered passages [n] with title, section, pages, a snippet, a link (`url`) and scores, \
-plus `coverage` (high / medium / low / none: how well the best passage matches) and a short \
+plus `coverage` (high / medium / low / none: how well the best passages and their sentences answer) and a short \
 extractive `answer`. Cite passages as [n] with their url. If it says "No relevant content found." \
 (coverage "none"), the knowledge base does not cover the question: say so instead of guessing. \
 `filters` restricts the search, e.g. {"paths": ["manuals/*.pdf"]}, {"sources": ["docs"]}, \
@@ -98,7 +98,8 @@ INSTRUCTIONS = INSTRUCTIONS.replace("{rerankers}", "; ".join(
 
 class SearchOutput(BaseModel):
     retrieval_request_id: str = Field(description="Id of this query in the query log (for feedback).")
-    coverage: str = Field(description="high | medium | low | none: how well the best passage matches.")
+    coverage: str = Field(description="high | medium | low | none: how well the best passage matches, capped by how "
+                                      "well the sentences an extractive answer quotes from them answer the question.")
     results: list[Citation] = Field(description="The cited passages, best first: the same Citation model as the HTTP "
                                     "API's results (n is the marker [n] in the answer).")
     answer: str | None = Field(None, description="Short extractive answer with [n] markers, if any.")

@@ -197,3 +197,49 @@ def test_llm_malformed_completion_is_an_error(fake_llm):
     with pytest.raises(GenerationError, match="not a chat completion"):
         client(fake_llm).answer("reset", hits_for_answer())
     assert len(fake_llm.requests) == 1
+
+
+# ---------------------------------------------------------------------------
+# coverage says how well the quoted sentences answer
+
+
+@pytest.fixture(scope="module")
+def without_the_answers(tmp_path_factory, embedder):
+    """The sample corpus with the API guide's Rate limits section and the SOP's pre-charge step deleted."""
+    from knowledge_store.config.settings import Settings
+    from knowledge_store.ingest.run import run_sync
+    from knowledge_store.ingest.sample_corpus import API_GUIDE, MAINTENANCE_SOP, write_sample_corpus
+
+    root = tmp_path_factory.mktemp("without-answers")
+    write_sample_corpus(root / "docs")
+    for name, first, stop in ((API_GUIDE, "### Rate limits", "## Authentication"),
+                              (MAINTENANCE_SOP, "2. Read the pre-charge", "3. Look for corrosion")):
+        path = root / "docs" / name
+        text = path.read_text(encoding="utf-8")
+        path.write_text(text[:text.index(first)] + text[text.index(stop):], encoding="utf-8")
+    settings = Settings(data_dir=root / "data", sources=[root / "docs"])
+    run_sync(settings, embedder)
+    return settings
+
+
+def test_coverage_is_not_high_when_the_answering_section_is_missing(without_the_answers, shared_sample_index, embedder):
+    from knowledge_store.core.text import contains_words
+    from knowledge_store.ingest.sample_corpus import EXAMPLE_QUESTIONS
+    from knowledge_store.retrieval.engine import RetrievalEngine
+
+    intact = RetrievalEngine(shared_sample_index, embedder=embedder)
+    missing = RetrievalEngine(without_the_answers, embedder=embedder)
+    try:
+        for example in EXAMPLE_QUESTIONS:
+            if not (example.section[-1] == "Rate limits" or "pre-charge" in example.question):
+                continue
+            there = intact.search(example.question, log=False)
+            assert all(contains_words(there.answer.text, fact) for fact in example.key_facts), there.answer.text
+            assert there.coverage in ("high", "medium")
+            gone = missing.search(example.question, log=False)
+            assert not all(contains_words(gone.answer.text, fact) for fact in example.key_facts)
+            assert gone.coverage != "high", (example.question, gone.answer.text, gone.answer.confidence)
+            assert gone.answer.confidence < there.answer.confidence
+    finally:
+        intact.query_log.close()
+        missing.query_log.close()

@@ -205,3 +205,32 @@ def test_evaluation_summary_shows_the_latest_scorecard_row_per_configuration_wit
     metrics = first.asset_materializations_for_node("retrieval_eval_vector")[0].metadata
     assert rows["vector"]["metrics"]["recall@5"] == pytest.approx(metrics["recall@5"].value)
     assert rows["vector"]["metrics"]["ndcg@10"] == pytest.approx(metrics["ndcg@10"].value)
+    # the answer metrics: answer support on the labelled set (it has no key facts), both on the example questions
+    assert rows["vector"]["metrics"]["answer_support"] == pytest.approx(metrics["answer_support"].value)
+    assert "key_fact_recall" not in rows["vector"]["metrics"]
+    sample_row = next(r for r in body["scorecard"] if r["dataset"] == "sample corpus")
+    examples = first.asset_materializations_for_node("example_questions_eval")[0].metadata
+    for name in ("answer_support", "key_fact_recall", "recall@5"):
+        assert sample_row["metrics"][name] == pytest.approx(examples[name].value)
+
+
+@pytest.mark.slow
+def test_the_evaluation_page_s_question_table_agrees_with_its_scorecard(env, monkeypatch):
+    """The page showed "Recall@5 0.750" beside "2 of 4 found" and ticked passages that do not answer: its caption,
+    its table and its scorecard row now read one judgement (the answering section, the first five units)."""
+    from knowledge_store.evaluation.sample_eval import evaluate_example_questions
+    from knowledge_store.ingest.sample_corpus import EXAMPLE_QUESTIONS
+
+    monkeypatch.setenv("GROUNDWORK_QUERY_ENCODER", "torch")  # the suite's model, already loaded
+    evaluate_example_questions(env["settings"], embedder=env["engine"].embedder)
+    body = env["client"].get("/api/evaluation/summary").json()
+    row = next(r for r in body["scorecard"] if r["dataset"] == "sample corpus")
+    [run] = [q for q in body["questions"] if q["dataset"] == "sample corpus" and q["run_id"] == row["run_id"]]
+    assert run["total"] == row["queries"] == len(EXAMPLE_QUESTIONS) and run["found_within"] == 5
+    assert run["found"] == round(row["metrics"]["recall@5"] * run["total"])
+    for question in run["questions"]:
+        ticked = [hit["rank"] for hit in question["hits"] if hit["relevant"]]
+        # one answering section per question: one tick at most, where the table says it was found
+        assert ticked == ([question["found_rank"]] if question["found_rank"] else [])
+        assert question["scores"]["recall@5"] == (1.0 if ticked else 0.0)
+        assert all(hit["judged_as"] == "answering section" for hit in question["hits"] if hit["relevant"])

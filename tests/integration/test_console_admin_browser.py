@@ -409,6 +409,7 @@ def seed_evaluation_results(data_dir: Path) -> None:
     from knowledge_store.evaluation.log_replay import ReplayReport, ReplayRow
     from knowledge_store.evaluation.results_store import (
         EvalRun,
+        QuestionHits,
         record_drift,
         record_eval_results,
         record_feedback_eval,
@@ -428,6 +429,18 @@ def seed_evaluation_results(data_dir: Path) -> None:
                     "precision@5": 0.17, "ragas_recall@5": recall if configuration == "hybrid" else 0.7,
                     "grounding": 0.91, "latency_p50_ms": 9.0, "latency_p95_ms": 15.5}))
     record_eval_results(path, rows)
+    # the example questions, as `groundwork eval --sample` records them: one found second, one not in the first 5
+    def hit(rank, relevant):
+        return {"rank": rank, "document": "aurora-faq.md", "judged_as": "answering section" if relevant else f"u{rank}",
+                "relevant": relevant, "title": "Aurora FAQ", "section": f"Section {rank}", "chunk_id": f"c{rank}",
+                "holds_answer": relevant}
+    record_eval_results(path, [EvalRun(run_id="run-sample", dataset="sample corpus", split="example questions",
+                                       configuration="served", queries=2, created_at=utcnow(),
+                                       metrics={"recall@5": 0.5, "ndcg@10": 0.32})],
+                        questions=[QuestionHits("q1", "Does the Aurora need a C-wire?", "aurora-faq.md \u203a C-wire", 2,
+                                                {"recall@5": 1.0}, [hit(1, False), hit(2, True), hit(3, False)]),
+                                   QuestionHits("q2", "What does error E47 mean?", "troubleshooting \u203a Error codes",
+                                                None, {"recall@5": 0.0}, [hit(r, False) for r in range(1, 6)])])
     record_feedback_eval(path, "run-fb", utcnow(), {"samples": 4, "samples_with_references": 3, "recall@5": 0.67,
                                                     "unhelpful_passages_in_top5": 1},
                          [{"alpha": 0.7, "fusion": "weighted", "reranker": "none", "up": 3, "down": 1, "rated": 4,
@@ -456,7 +469,8 @@ def test_evaluation_page_shows_an_empty_state_then_what_the_evaluation_wrote(pag
     seed_evaluation_results(live["settings"].data_dir)
     page.reload()
     expect(page.locator("#evaluation-empty")).to_be_hidden()
-    table = page.locator("#scorecards table")
+    expect(page.locator("#scorecards table")).to_have_count(2)  # scifact and the example questions
+    table = page.locator("#scorecards table", has=page.locator("caption", has_text="scifact (test)"))
     expect(table.locator("caption")).to_have_text("scifact (test)")
     hybrid = table.locator("tbody tr", has=page.locator("th", has_text="hybrid"))
     expect(hybrid.locator("td").nth(4)).to_have_text("0.760 (\u22120.040)")  # Recall@5 and its drop since the last run
@@ -475,5 +489,11 @@ def test_evaluation_page_shows_an_empty_state_then_what_the_evaluation_wrote(pag
     expect(page.locator("#drift-summary")).to_have_text("Top-5 overlap 0.90")
     expect(page.locator("#drift-body tr")).to_have_count(1)
     expect(page.locator("#drift-body th")).to_have_text("what does error E42 mean")
+    # the questions: the caption's count is the scorecard's Recall@5, a tick only where the table says it was found
+    questions = page.locator("#questions table")
+    expect(questions.locator("caption")).to_contain_text("1 of 2 found in the first 5 (Recall@5 0.500)")
+    expect(questions.locator("li.relevant")).to_have_count(1)
+    expect(questions.locator("li.relevant")).to_contain_text("Section 2 \u2713")
+    expect(questions.locator("tbody tr").nth(1).locator("td").nth(1)).to_have_text("not in the first 5")
     assert page.locator("#view-evaluation b").count() == 0
     screenshot(page, "evaluation")

@@ -40,6 +40,9 @@ def test_evaluation_assets_write_a_scorecard_and_gate_regressions(tmp_path, monk
     assert hybrid["grounding"].value is None and "extractive answers" in hybrid["unavailable"].value
     assert hybrid["answer_method"].value == "extractive" and hybrid["ragas_version"].value == "0.4.3"
     assert 0.0 <= hybrid["ragas_context_recall@5"].value <= 1.0 and hybrid["ragas_seconds"].value >= 0
+    # the answer metrics: support is scored on every labelled set; key facts exist only for the example questions
+    assert 0.0 <= hybrid["answer_support"].value <= 1.0 and "Answer support" in hybrid["results"].value
+    assert hybrid["key_fact_recall"].value is None and "no key facts" in hybrid["unavailable"].value
     card = first.asset_materializations_for_node("eval_scorecard")[0].metadata
     assert card["rows"].value == len(CONFIGURATIONS)
     assert "nDCG@10" in card["scorecard"].value and "data:image/png;base64," in card["scorecard"].value
@@ -47,7 +50,7 @@ def test_evaluation_assets_write_a_scorecard_and_gate_regressions(tmp_path, monk
     conn = duckdb.connect(str(results), read_only=True)
     assert conn.execute("SELECT count(*) FROM scorecard").fetchone()[0] == len(CONFIGURATIONS)
     assert conn.execute("SELECT count(*) FROM eval_runs").fetchone()[0] == len(CONFIGURATIONS)
-    not_applicable = ("grounding", "faithfulness", "answer_relevancy")
+    not_applicable = ("grounding", "faithfulness", "answer_relevancy", "key_fact_recall")
     assert conn.execute("SELECT count(*) FROM eval_metrics").fetchone()[0] == len(CONFIGURATIONS) * (
         len(METRICS) - len(not_applicable))
     assert conn.execute("SELECT count(*) FROM eval_metric_notes WHERE status = 'not_applicable'").fetchone()[0] == (

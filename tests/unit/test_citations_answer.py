@@ -233,17 +233,18 @@ def test_build_citations_numbers_in_rank_order_and_respects_limit():
 # ---------------------------------------------------------------------------
 # extractive answers
 
-def test_extractive_sentences_are_verbatim_with_the_right_marker():
+def test_extractive_sentences_are_quoted_with_the_right_marker():
     hits = hits_for_answer()
     answer = extractive_answer("How do I reset the controller?", hits)
     assert answer.method == "extractive" and answer.model is None
     assert answer.sentences
     for item in answer.sentences:
         hit = hits[item["citation"] - 1]
-        assert item["chunk_id"] == hit.chunk_id
-        assert item["text"] in collapse_ws(hit.text)
+        assert item["chunk_id"] == hit.chunk_id and item["kind"] == "sentence"
+        assert item["text"] in collapse_ws(hit.text)  # no markup here: the quote is the text itself
         assert collapse_ws(hit.text[item["start"]:item["end"]]) == item["text"]
         assert f"{item['text']} [{item['citation']}]" in answer.text
+    assert 0.0 < answer.confidence <= 1.0
     texts = [item["text"] for item in answer.sentences]
     best = "To reset the controller, hold the MODE button for ten seconds."
     assert best in texts and answer.sentences[texts.index(best)]["citation"] == 1  # the top hit's copy
@@ -287,3 +288,115 @@ def test_extractive_empty_and_unmatched():
     fallback = extractive_answer("zebra giraffe", hits)
     assert fallback.citations == [1]
     assert fallback.text == "The controller keeps its schedule during a power cut. [1]"
+
+
+# ---------------------------------------------------------------------------
+# what an extractive answer quotes
+
+
+ERROR_TABLE = ("Error codes\n\nWhen the thermostat detects a fault it shows a code on the display. Codes clear "
+               "automatically once the cause is gone.\n\nCode | Meaning | What to do\n"
+               "E10 | No 24 V AC supply on R/C | See The screen is blank\n"
+               "E47 | No contact with the Aurora Hub for more than 15 minutes | See offline steps\n"
+               "E71 | Firmware image failed verification | Retry the update")
+
+
+def test_a_table_row_is_quoted_with_its_header_never_the_header_alone():
+    hit = make_hit(ERROR_TABLE, 1, section="Error codes", section_path=("Troubleshooting", "Error codes"))
+    answer = extractive_answer("What does error E47 mean?", [hit])
+    assert answer.text == ("E47 \u2014 Meaning: No contact with the Aurora Hub for more than 15 minutes; "
+                           "What to do: See offline steps [1]")
+    assert answer.sentences[0]["kind"] == "row"
+    assert ERROR_TABLE[answer.sentences[0]["start"]:answer.sentences[0]["end"]].startswith("E47 | No contact")
+    # "meaning" is in every row and in the header: neither the header nor a row about another code is quoted
+    assert "Code | Meaning" not in extractive_answer("What does the meaning column mean?", [hit]).text
+
+
+def test_headings_intros_fragments_and_code_are_never_quoted_even_when_they_hold_the_query():
+    text = ("### Rate limits\n\nRate limits of the API:\n\n```\nrate limits = 10/s\n```\n\n"
+            "limits are per client and\n\nEach API client may send 10 requests per second with bursts of up to 20.")
+    hit = make_hit(text, 1, section="Rate limits", section_path=("API Guide", "Rate limits"))
+    answer = extractive_answer("What are the rate limits of the API?", [hit])
+    assert answer.text == "Each API client may send 10 requests per second with bursts of up to 20. [1]"
+
+
+def test_markup_is_removed_from_quoted_text():
+    text = ("The documents describe **fictional** products of the `Corvane` company; see the [FAQ](faq.md) "
+            "&amp; the <em>manual</em>.")
+    answer = extractive_answer("Which products are fictional?", [make_hit(text, 1)])
+    assert answer.text == "The documents describe fictional products of the Corvane company; see the FAQ & the manual. [1]"
+    assert (answer.sentences[0]["start"], answer.sentences[0]["end"]) == (0, len(text))
+
+
+def test_a_numbered_step_stays_a_step_and_comes_before_the_introduction_that_repeats_the_heading():
+    text = ("The expansion vessel ASSET-104 is a pressure vessel and is inspected in service by a certified inspector."
+            "\n\n1. Close the isolation valve under the vessel.\n2. Read the pre-charge pressure at the gas valve: it\n"
+            "   must be 1.0 bar, plus or minus 0.1 bar. Recharge with nitrogen if it is low.\n"
+            "3. Refill the system to 1.5 bar.")
+    hit = make_hit(text, 1, section="Expansion vessel", section_path=("SOP-42", "Expansion vessel"))
+    answer = extractive_answer("What pre-charge pressure should the expansion vessel have?", [hit])
+    assert answer.sentences[0]["kind"] == "item"  # the answer leads with what answers
+    assert answer.text.startswith("2. Read the pre-charge pressure at the gas valve: it must be 1.0 bar, plus or "
+                                  "minus 0.1 bar. Recharge with nitrogen if it is low. [1]")
+
+
+def test_the_sentence_that_continues_the_best_one_is_quoted_when_it_shares_the_question_s_focus():
+    text = ("Each API client may send 10 requests per second with bursts of up to 20. Requests above the limit are "
+            "answered with 429 Too Many Requests and a Retry-After header. The Hub logs every request in its "
+            "diagnostics page. Timestamps are in UTC.")
+    spans = [(0, 72), (73, 163), (164, 215), (216, len(text))]
+    assert [text[s:e] for s, e in spans][1].startswith("Requests above")
+    cosines = tuple((s, e, c) for (s, e), c in zip(spans, (0.62, 0.55, 0.35, 0.15)))  # as the engine attaches them
+    hit = make_hit(text, 1, section="Rate limits", section_path=("API Guide", "Rate limits"), sentence_cosines=cosines)
+    answer = extractive_answer("What is the request limit, and what happens above it?", [hit])
+    assert [item["text"] for item in answer.sentences][:2] == [
+        "Each API client may send 10 requests per second with bursts of up to 20.",
+        "Requests above the limit are answered with 429 Too Many Requests and a Retry-After header."]
+    assert "Timestamps" not in answer.text and "diagnostics" not in answer.text
+
+
+def test_a_query_that_names_something_is_answered_from_where_it_is_named():
+    """A general sentence holding the question's common words does not beat the section the question names."""
+    general = make_hit("These notes describe the changes in each firmware release, newest first.", 1,
+                       section="Release notes", section_path=("Release notes",))
+    named = make_hit("Version 3.4\n\nReleased: 10 September 2024.\n\nFirmware 3.4 adds webhooks to the Hub and "
+                     "cuts its start-up time to 20 seconds.", 2, section="Version 3.4", section_path=("Version 3.4",))
+    other = make_hit("Version 3.3\n\nFirmware 3.3 adds a screen lock with a 4-digit PIN.", 3, section="Version 3.3",
+                     section_path=("Version 3.3",))
+    answer = extractive_answer("What changed in firmware 3.4?", [general, other, named])
+    assert answer.text == "Firmware 3.4 adds webhooks to the Hub and cuts its start-up time to 20 seconds. [3]"
+
+
+def test_each_sentence_s_own_vector_evidence_picks_among_sentences_sharing_the_query_s_words():
+    text = ("The thermostat stores its schedule in flash memory. The thermostat keeps its schedule during a power cut "
+            "for up to 48 hours.")
+    first, second = (0, text.index(" The thermostat keeps")), (text.index("The thermostat keeps"), len(text))
+    plain = make_hit(text, 1)
+    assert extractive_answer("thermostat schedule", [plain], max_sentences=1).text.startswith("The thermostat stores")
+    with_vectors = make_hit(text, 1, sentence_cosines=((*first, 0.30), (*second, 0.65)))
+    assert extractive_answer("thermostat schedule", [with_vectors], max_sentences=1).text.startswith(
+        "The thermostat keeps")
+
+
+def test_confidence_says_how_well_the_quoted_sentences_answer():
+    """The right section quoted: high support; only passages from neighbouring sections: not high, whatever the
+    passages' own scores say."""
+    right = make_hit("Each API client may send 10 requests per second. Requests above the limit are answered with 429.",
+                     1, section="Rate limits", section_path=("API Guide", "Rate limits"), vector_score=0.55,
+                     relevance=0.9)
+    wrong = make_hit("A Hub accepts at most 5 API clients. Each client gets its own secret.", 1,
+                     section="Creating an API client", section_path=("API Guide", "Authentication"),
+                     vector_score=0.55, relevance=0.9)  # the same topic, as close in meaning
+    question = "What is the request limit of the API and what happens above it?"
+    answered, missed = extractive_answer(question, [right]).confidence, extractive_answer(question, [wrong]).confidence
+    assert answered >= 0.55 > missed and answered - missed > 0.2
+
+
+def test_coverage_is_capped_by_what_the_quoted_sentences_support():
+    from knowledge_store.retrieval.engine import answered_coverage
+
+    assert answered_coverage("high", 0.9) == "high"
+    assert answered_coverage("high", 0.6) == "medium"  # the passages match, their sentences answer less
+    assert answered_coverage("high", 0.2) == "low"  # shown (the passages passed the floor), never "high"
+    assert answered_coverage("medium", 0.95) == "medium"  # support never raises what the passages say
+    assert answered_coverage("none", 0.95) == "none"

@@ -111,3 +111,60 @@ def test_int_ids_match_their_relevant_ids_whatever_the_type() -> None:
     assert recall_at_k([7, 3, 9], {"3": 1}, 5) == 1.0
     assert ndcg_at_k([3, 7], {3}, 10) == pytest.approx(1.0)
     assert ndcg_at_k(["7", "3"], {3: 2}, 10) == ndcg_at_k([7, 3], {"3": 2}, 10) > 0.0
+
+
+# ------------------------------------------------------------------ answer metrics
+
+
+def _answered(answer, cited_ids, relevant, key_facts=()):
+    """One labelled query whose answer cites passages 1..n, judged as ``cited_ids``."""
+    from knowledge_store.evaluation.metrics import QueryOutcome
+
+    passages = {n: f"passage {n}" for n in range(1, len(cited_ids) + 1)}
+    return QueryOutcome("q", ["d1"], relevant, answer=answer, passages=passages,
+                        passage_ids=dict(zip(passages, cited_ids)), key_facts=key_facts)
+
+
+def test_answer_support_fails_an_answer_citing_a_passage_of_an_irrelevant_document() -> None:
+    from knowledge_store.evaluation.metrics import METRICS
+    from knowledge_store.retrieval.answer import NO_ANSWER, Answer
+
+    support = METRICS["answer_support"].score
+    right = Answer(text="E47 means no contact with the Hub. [1]", citations=[1], method="extractive")
+    wrong = Answer(text="Code | Meaning | What to do [2]", citations=[2], method="extractive")  # another document
+    mixed = Answer(text="E47 means no contact. [1] See the API guide. [2]", citations=[1, 2], method="extractive")
+    none = Answer(text=NO_ANSWER, citations=[], method="extractive")
+    relevant = {"troubleshooting": 1}
+    outcomes = [_answered(a, ["troubleshooting", "api-guide"], relevant) for a in (right, wrong, mixed, none)]
+    assert support(outcomes) == [1.0, 0.0, 0.0, 0.0]
+    # a plain-text answer (an endpoint's) is judged by its [n] markers
+    assert support([_answered("It means no contact [2].", ["troubleshooting", "api-guide"], relevant)]) == [0.0]
+
+
+def test_key_fact_recall_fails_an_answer_without_every_key_fact() -> None:
+    from knowledge_store.evaluation.metrics import METRICS, MetricNotApplicable
+
+    recall = METRICS["key_fact_recall"].score
+    facts = ("10 requests per second", "429 Too Many Requests")
+    both = _answered("Each client may send **10 requests** per second. Above it: `429 Too Many Requests`. [1]",
+                     ["api"], {"api": 1}, facts)
+    half = _answered("Each client may send 10 requests per second. [1]", ["api"], {"api": 1}, facts)
+    near = _answered("Each client may send 100 requests per second; 429 Too Many Requests. [1]", ["api"], {"api": 1},
+                     facts)
+    unlabelled = _answered("Anything. [1]", ["api"], {"api": 1})
+    assert recall([both, half, near, unlabelled]) == [1.0, 0.0, 0.0, None]
+    with pytest.raises(MetricNotApplicable, match="no key facts"):
+        recall([unlabelled])
+
+
+def test_answer_metrics_are_recorded_and_not_applicable_when_their_inputs_are_missing() -> None:
+    from knowledge_store.evaluation.metrics import QueryOutcome, score_outcomes
+
+    plain = QueryOutcome("q", ["d1"], {"d1": 1}, answer="Hold the dial [1].", passages={1: "Hold the dial."})
+    figures, _, unavailable, _ = score_outcomes([plain])
+    assert unavailable["answer_support"]["status"] == unavailable["key_fact_recall"]["status"] == "not_applicable"
+    assert "answer_support" not in figures
+    judged = _answered("Hold the dial [1].", ["d1"], {"d1": 1}, ("hold the dial",))
+    figures, per_query, unavailable, _ = score_outcomes([judged])
+    assert figures["answer_support"] == figures["key_fact_recall"] == 1.0
+    assert per_query[0]["answer_support"] == 1.0 and "answer_support" not in unavailable

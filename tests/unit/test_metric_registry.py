@@ -48,9 +48,11 @@ def test_every_metric_has_one_canonical_spelling_and_old_spellings_are_refused()
 
 def test_score_outcomes_gives_every_registered_metric_keyed_by_canonical_name():
     figures, per_query, unavailable, seconds = score_outcomes(outcomes(), ks=(3,))
-    # registry order first, then the asked depths; the judged metrics have no judge here (plain-text answers)
-    assert list(figures)[:len(METRICS) - 2] == [name for name in METRICS if name not in unavailable]
-    assert set(unavailable) == {"faithfulness", "answer_relevancy"} and set(seconds) >= set(METRICS)
+    # registry order first, then the asked depths; the judged metrics have no judge here (plain-text answers), the
+    # answer metrics no passage ids and no key facts
+    assert list(figures)[:len(METRICS) - len(unavailable)] == [name for name in METRICS if name not in unavailable]
+    assert set(unavailable) == {"faithfulness", "answer_relevancy", "answer_support", "key_fact_recall"}
+    assert set(seconds) >= set(METRICS)
     assert {"ndcg@3", "recall@3", "precision@3", "mrr@3"} <= set(figures)
     assert figures["recall@5"] == pytest.approx((1 + 0 + 1) / 3)
     assert figures["mrr@10"] == pytest.approx((1 + 1 / 6 + 1) / 3)

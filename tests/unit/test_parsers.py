@@ -136,6 +136,8 @@ def make_docx(path: Path) -> Path:
     document.add_heading("Details", level=2)
     document.add_paragraph("First bullet", style="List Bullet")
     document.add_paragraph("Second bullet", style="List Bullet")
+    document.add_paragraph("Open the lid.", style="List Number")
+    document.add_paragraph("Press reset.", style="List Number")
     document.add_heading("Appendix", level=1)
     document.add_paragraph("Closing words.")
     document.save(str(path))
@@ -433,8 +435,10 @@ def test_docx_keeps_tables_in_document_order_with_sections(tmp_path: Path) -> No
     assert kinds[table_index][1] == "Metric | Value\nUptime | 99.9%\nLatency | 12 ms"
     table = doc.blocks[table_index]
     assert table.section_path == ("Overview",)
-    bullets = [b for b in doc.blocks if b.kind == "list_item"]
-    assert [b.text for b in bullets] == ["First bullet", "Second bullet"]
+    bullets = [b for b in doc.blocks if b.kind == "list_item" and "bullet" in b.text]
+    steps = [b.text for b in doc.blocks if b.kind == "list_item" and "bullet" not in b.text]
+    assert steps == ["1. Open the lid.", "2. Press reset."]  # a numbered step stays a step
+    assert [b.text for b in bullets] == ["\u2022 First bullet", "\u2022 Second bullet"]  # the marker a reader sees
     assert bullets[0].section_path == ("Overview", "Details")
     closing = next(b for b in doc.blocks if b.text == "Closing words.")
     assert closing.section_path == ("Appendix",)
@@ -507,13 +511,22 @@ def test_html_headings_anchors_and_block_kinds(tmp_path: Path) -> None:
         ("No id here", "faq", ("Widgets", "No id here")),  # nearest preceding anchor
     ]
     items = [b for b in doc.blocks if b.kind == "list_item"]
-    assert [b.text for b in items] == ["Download the widget", "Unpack it"]
+    assert [b.text for b in items] == ["\u2022 Download the widget", "\u2022 Unpack it"]  # the marker a reader sees
     assert items[0].anchor == "install"
     code = next(b for b in doc.blocks if b.kind == "code")
     assert code.text == "pip install widget\n    indented line"
     table = next(b for b in doc.blocks if b.kind == "table")
     assert table.text == "Name | Size\nSmall | 1 cm" and table.anchor == "legacy"
     assert texts(doc, "quote") == ["Quoted wisdom."]
+
+
+def test_html_list_items_keep_the_marker_a_reader_sees() -> None:
+    """Ordered items keep their number (``start`` and ``value`` as browsers count), so a quoted step stays a step;
+    an item whose text is in a nested paragraph gets its marker too."""
+    doc = parse_html("<main><h1>Steps</h1><ol start='3'><li>Open the lid.</li><li value='7'>Press reset.</li>"
+                     "<li><p>Wait.</p></li></ol><ul><li>Any order</li></ul></main>")
+    assert [b.text for b in doc.blocks if b.kind == "list_item"] == ["3. Open the lid.", "7. Press reset.",
+                                                                      "8. Wait.", "\u2022 Any order"]
 
 
 def test_html_without_title_uses_first_h1() -> None:

@@ -127,8 +127,12 @@ def test_not_applicable_is_stored_as_a_note_not_a_number(tmp_path):
     conn.close()
     assert "grounding" not in values and values["ragas_context_recall@5"] == pytest.approx(0.5)
     assert notes == [("answer_relevancy", "not_applicable", "extractive answers"),
+                     ("answer_support", "not_applicable",
+                      "the evaluation did not record which document each served passage is"),
                      ("faithfulness", "not_applicable", "extractive answers"),
-                     ("grounding", "not_applicable", "extractive answers")]
+                     ("grounding", "not_applicable", "extractive answers"),
+                     ("key_fact_recall", "not_applicable",
+                      "the set has no key facts (the sample corpus's example questions have them)")]
     assert len(values) + len(notes) == len(METRICS)
     [row] = evaluation_summary(tmp_path, tmp_path / "index")["scorecard"]
     assert row["unavailable"]["grounding"] == {"status": "not_applicable", "reason": "extractive answers"}

@@ -21,6 +21,7 @@ from knowledge_store.ingest.sample_corpus import (
     CORPUS_FILES,
     EXAMPLE_QUESTIONS,
     FAQ,
+    FIXED_ISSUES_HEADER,
     INSTALLATION_MANUAL,
     PARAMETERS,
     RELEASE_NOTES,
@@ -145,10 +146,12 @@ def test_docx_headings_lists_and_table(corpus: Path) -> None:
     heading1 = [p.text for p in document.paragraphs if p.style.name == "Heading 1"]
     assert [f"Version 3.{n}" for n in (4, 3, 2, 1, 0)] == heading1[:5]
     assert "Heading 2" in styles and "List Bullet" in styles
-    assert len(document.tables) == 1
-    table = document.tables[0]
-    assert [c.text for c in table.rows[0].cells] == ["Issue", "Fixed in", "Component", "Summary"]
-    assert len(table.rows) > 3
+    # every release lists its own fixed issues, so one section holds everything it changed
+    assert len(document.tables) == len(heading1) == 5
+    for table in document.tables:
+        assert tuple(c.text for c in table.rows[0].cells) == FIXED_ISSUES_HEADER
+        assert len(table.rows) >= 2
+    assert "Fixed issues" in [p.text for p in document.paragraphs if p.style.name == "Heading 2"]
     with zipfile.ZipFile(corpus / RELEASE_NOTES) as archive:
         assert {info.date_time for info in archive.infolist()} == {(2024, 9, 10, 9, 0, 0)}
 
@@ -225,3 +228,38 @@ def test_console_and_widget_files_are_package_data() -> None:
         "knowledge_store.server.static"]
     files = [f.name for f in (root / "knowledge_store" / "server" / "static").iterdir() if f.is_file()]
     assert files and all(any(fnmatch.fnmatch(name, p) for p in patterns) for name in files), files
+
+
+@pytest.fixture(scope="module")
+def parsed(corpus: Path) -> dict[str, object]:
+    from knowledge_store.ingest.parsers import parse_file
+
+    return {name: parse_file(corpus / name) for name in CORPUS_FILES}
+
+
+@pytest.mark.parametrize("question", EXAMPLE_QUESTIONS, ids=lambda q: q.question)
+def test_each_question_is_answered_in_its_section_and_nowhere_else(parsed, question) -> None:
+    """The ground truth as the parsers see it: the answering section's heading path, page and anchor, its text
+    holding the snippet and every key fact, and no block outside it holding them all."""
+    from knowledge_store.core.text import contains_words, normalised_words
+
+    assert question.key_facts and all(normalised_words(fact) for fact in question.key_facts)
+    depth = len(question.section)
+    inside = [b for b in parsed[question.file].blocks if b.section_path[:depth] == question.section]
+    assert inside, (question.question, sorted({b.section_path for b in parsed[question.file].blocks}))
+    section_text = "\n".join(b.text for b in inside)
+    assert contains_words(section_text, question.answer)
+    for fact in question.key_facts:
+        assert contains_words(section_text, fact), fact
+    holder = next(b for b in inside if any(contains_words(b.text, fact) for fact in question.key_facts))
+    assert holder.page_number == question.page
+    assert holder.anchor == question.anchor
+    elsewhere = [(name, b.section_path) for name, doc in parsed.items() for b in doc.blocks
+                 if not (name == question.file and b.section_path[:depth] == question.section)
+                 and any(contains_words(b.text, fact) for fact in question.key_facts)]
+    assert elsewhere == []
+
+
+def test_the_example_questions_cover_every_document_and_format() -> None:
+    assert len({q.question for q in EXAMPLE_QUESTIONS}) == len(EXAMPLE_QUESTIONS) >= 10
+    assert {q.file for q in EXAMPLE_QUESTIONS} == set(CORPUS_FILES) - {"README.md"}

@@ -17,14 +17,36 @@ def test_sources_are_colon_separated_in_the_environment(monkeypatch, tmp_path):
     assert settings.chunk_size_tokens == 150
 
 
-def test_default_corpus_is_the_sample_documents_and_project_docs(tmp_path):
+def test_default_corpus_is_the_sample_documents_only(tmp_path):
+    """The first answers come from the sample corpus: this repository's docs/ are an optional source."""
+    from knowledge_store.config.settings import PROJECT_ROOT
+
     settings = Settings(data_dir=tmp_path)
     assert settings.uses_default_corpus
-    assert settings.source_dirs[0] == (tmp_path / "sample_corpus").resolve()
+    assert settings.source_dirs == [(tmp_path / "sample_corpus").resolve()]
+    assert (PROJECT_ROOT / "docs").resolve() not in settings.source_dirs
+    (tmp_path / "uploads").mkdir()
+    assert settings.source_dirs == [(tmp_path / "sample_corpus").resolve(), (tmp_path / "uploads").resolve()]
 
 
-def test_the_project_docs_in_the_default_corpus_scan_without_failures(tmp_path):
-    """`make run` ingests docs/: a data file added there (benchmark JSON, plots) must be ignored, not a failure."""
+def test_naming_the_sample_corpus_among_the_sources_still_writes_it(tmp_path):
+    """`GROUNDWORK_SOURCES=data/sample_corpus:docs` on a fresh checkout: the named sample folder is generated."""
+    from knowledge_store.ingest.run import ensure_default_corpus
+
+    other = tmp_path / "docs"
+    other.mkdir()
+    settings = Settings(data_dir=tmp_path / "data", sources=[tmp_path / "data" / "sample_corpus", other])
+    assert not settings.uses_default_corpus
+    ensure_default_corpus(settings)
+    assert (tmp_path / "data" / "sample_corpus" / "aurora-faq.md").is_file()
+    elsewhere = Settings(data_dir=tmp_path / "elsewhere", sources=[other])
+    ensure_default_corpus(elsewhere)
+    assert not (tmp_path / "elsewhere" / "sample_corpus").exists()
+
+
+def test_the_project_docs_scan_without_failures_as_an_optional_source(tmp_path):
+    """docs/ can be added as a source (README): a data file added there (benchmark JSON, plots) must be ignored,
+    not a failure."""
     from knowledge_store.config.settings import PROJECT_ROOT
     from knowledge_store.ingest.raw_documents import scan_sources
 

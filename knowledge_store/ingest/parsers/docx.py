@@ -70,6 +70,11 @@ def heading_level(paragraph: Paragraph) -> int | None:
     return level + 1 if level is not None else None
 
 
+def _numbered_style(paragraph: Paragraph) -> bool:
+    """A "List Number" paragraph (Word's numbered-list styles); other list paragraphs show a bullet."""
+    return "number" in _style_name(paragraph).lower()
+
+
 def paragraph_kind(paragraph: Paragraph) -> BlockKind:
     name = _style_name(paragraph).lower()
     if name.startswith("list") or paragraph._p.xpath("./w:pPr/w:numPr"):
@@ -133,9 +138,11 @@ def parse_docx(path: Path | str) -> ParsedDocument:
     styled_title: str | None = None
     first_heading: str | None = None
     hyperlinks: list[tuple[str, str]] = []  # (target, text) in reading order, located in the page text below
+    numbered = 0  # the number of the last item of the numbered list being read (0: none)
     for item in iter_body(doc):
         path_now = tuple(title for _, title in stack)
         if isinstance(item, Table):
+            numbered = 0
             builder.add("table", table_text(item), section_path=path_now)
             continue
         text = item.text.replace("\r", "\n")
@@ -144,8 +151,13 @@ def parse_docx(path: Path | str) -> ParsedDocument:
         hyperlinks.extend(_hyperlinks(item))
         level = heading_level(item)
         if level is None:
-            builder.add(paragraph_kind(item), text, section_path=path_now)
+            kind = paragraph_kind(item)
+            numbered = numbered + 1 if kind == "list_item" and _numbered_style(item) else 0
+            if kind == "list_item":  # the marker a reader sees, so a quoted step stays a numbered step
+                text = f"{numbered}. {text}" if numbered else f"\u2022 {text}"
+            builder.add(kind, text, section_path=path_now)
             continue
+        numbered = 0
         title = re.sub(r"\s+", " ", text).strip()
         if _style_name(item).lower() == "title" and styled_title is None:
             styled_title = title

@@ -77,6 +77,26 @@ def _tidy(text: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
+def list_marker(item: Tag) -> str:
+    """What a reader sees before a list item: its number in an ``<ol>`` (``start`` and ``value`` honoured, as
+    browsers count), else a bullet; kept in the text so a quoted step stays a numbered step."""
+    parent = item.parent
+    if not isinstance(parent, Tag) or parent.name != "ol":
+        return "\u2022 "
+    try:
+        number = int(str(parent.get("start", "1")).strip()) - 1
+    except ValueError:
+        number = 0
+    for sibling in parent.find_all("li", recursive=False):
+        try:
+            number = int(str(sibling.get("value")).strip()) if sibling.get("value") is not None else number + 1
+        except ValueError:
+            number += 1
+        if sibling is item:
+            break
+    return f"{number}. "
+
+
 def _is_hidden(tag: Tag) -> bool:
     if tag.attrs is None:
         return False
@@ -184,11 +204,14 @@ class _Walker:
     anchor: str | None = None
     first_h1: str | None = None
     buffer: list[str] = field(default_factory=list)
+    marker: str | None = None  # "1. " or "• ": put before the first text of the list item being walked
 
     def path(self) -> tuple[str, ...]:
         return tuple(title for _, title in self.stack)
 
     def add(self, kind: BlockKind, text: str) -> None:
+        if self.marker is not None and kind not in ("heading", "code", "table", "quote"):
+            text, self.marker = self.marker + text, None
         self.builder.add(kind, text, section_path=self.path(), anchor=self.anchor)
 
     def flush(self, kind: BlockKind) -> None:
@@ -227,10 +250,16 @@ class _Walker:
                 self.leaf(child, name, kind)
             elif name == "br":
                 self.buffer.append("\n")
+            elif name == "li":
+                self.flush(kind)
+                self.marker = list_marker(child)
+                self.walk(child, "list_item")
+                self.flush("list_item")
+                self.marker = None
             elif name in _CONTAINERS:
                 self.flush(kind)
-                self.walk(child, "list_item" if name == "li" else kind)
-                self.flush("list_item" if name == "li" else kind)
+                self.walk(child, kind)
+                self.flush(kind)
             else:
                 self.walk(child, kind)
 

@@ -10,6 +10,7 @@ import os
 import re
 from pathlib import Path
 
+from knowledge_store.core.text import plain_inline
 from knowledge_store.ingest.documents import PageBuilder, ParsedDocument
 
 _BLANK_LINE = re.compile(r"\n[ \t\f\v]*\n")
@@ -89,24 +90,7 @@ def parse_text(path_or_text: str | os.PathLike[str]) -> ParsedDocument:
     )
 
 
-# Inline markup removed from heading text before it becomes a section name / slug.
-_INLINE_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
-_INLINE_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)|\[([^\]]*)\]\[[^\]]*\]")
-_INLINE_HTML = re.compile(r"<[^>]+>")
-_INLINE_MARKS = re.compile(r"(\*\*|__|\*|_|~~|`+)(?=\S)(.+?)(?<=\S)\1")
-
-
 def count_words(text: str) -> int:
     """Words a reader sees in a block of Markdown or text: inline markup and link targets dropped, and only
     tokens with a letter or digit counted (list bullets, ``#`` and table rules are not words)."""
     return sum(1 for token in plain_inline(text).split() if any(c.isalnum() for c in token))
-
-
-def plain_inline(text: str) -> str:
-    """Heading text without Markdown inline markup: ``**a** [b](c)`` -> ``a b``."""
-    text = _INLINE_IMAGE.sub(r"\1", text)
-    text = _INLINE_LINK.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
-    text = _INLINE_HTML.sub("", text)
-    for _ in range(3):  # nested emphasis such as ***x***
-        text = _INLINE_MARKS.sub(r"\2", text)
-    return re.sub(r"\s+", " ", text).strip()

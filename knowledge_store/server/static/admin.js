@@ -1388,7 +1388,8 @@
     });
   }
 
-  /** Per dataset: each question, the rank its answering document was found at and its first hits. */
+  /** Per dataset: each question, the rank its answering passage was found at (the rank Recall@k counts) and the
+   *  best passage of its first judged units, ticked when judged relevant. */
   function renderQuestions(runs) {
     var box = $("questions");
     box.textContent = "";
@@ -1397,7 +1398,8 @@
       var wrap = el("div", null, "table-scroll");
       var table = el("table", null, "sources-table questions-table");
       table.appendChild(el("caption", run.dataset + " (" + run.split + ") \u00b7 " + run.configuration + " \u00b7 " +
-        run.found + " of " + run.total + " found \u00b7 " + when(run.created_at)));
+        run.found + " of " + run.total + " found in the first " + run.found_within + " (Recall@" + run.found_within +
+        " " + fmt(run.total ? run.found / run.total : 0, 3) + ") \u00b7 " + when(run.created_at)));
       var head = el("tr");
       ["Question", "Should find", "Found at", "First hits"].forEach(function (text) {
         var th = el("th", text);
@@ -1413,10 +1415,10 @@
         name.scope = "row";
         row.appendChild(name);
         cell(row, q.expected || "\u2014");
-        cell(row, q.found_rank ? "#" + q.found_rank : "not found", "num");
+        cell(row, q.found_rank ? "#" + q.found_rank : "not in the first " + run.found_within, "num");
         var list = el("ol", null, "hit-list");
         (q.hits || []).forEach(function (h) {
-          var item = el("li", h.title + (h.section ? " \u203a " + h.section : "") + (h.relevant ? " \u2713" : "") +
+          var item = el("li", h.title + (h.section ? " \u203a " + h.section : "") + (h.relevant === true ? " \u2713" : "") +
             (h.holds_answer ? " (holds the answer)" : ""));
           if (h.relevant) item.className = "relevant";
           list.appendChild(item);

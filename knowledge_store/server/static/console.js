@@ -482,6 +482,10 @@
     badge.textContent = "Coverage: " + (data.coverage || "none");
     answerMeta.appendChild(badge);
     if (answer && answer.method) answerMeta.appendChild(document.createTextNode(" \u00b7 " + answer.method + " answer"));
+    if (answer && typeof answer.confidence === "number") {
+      // how well the quoted sentences answer the question (0-1): what caps the coverage
+      answerMeta.appendChild(document.createTextNode(" \u00b7 confidence " + fmt(answer.confidence, 2)));
+    }
 
     var parts = ["embed", "bm25", "vector", "fuse", "rerank", "format"].filter(function (key) {
       return typeof latency[key] === "number";
