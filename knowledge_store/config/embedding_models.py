@@ -73,10 +73,10 @@ EMBEDDING_MODELS = Vocabulary("embedding_model", EMBEDDER_REGISTRY)
 # Document quantisations and the recipe tag each adds to the model id: int8 vectors are
 # not the fp32 ones (cosine ~0.99), so they are cached under their own id and never mixed.
 # Changing a recipe must change its tag; what a tag means is ``models.artifacts.RECIPES``
-# ("onnx-int8-dyn-pc2-rr": dynamic int8 with 7-bit per-channel weights, right on CPUs with and without
-# VNNI, each layer's feed-forward output projection kept fp32).  A quantised graph runs only where it
-# passed its fidelity check on the CPU (``models.artifacts``); elsewhere fp32 runs, under fp32's id.
-QUANTIZATION_RECIPES = {"none": "", "int8": "onnx-int8-dyn-pc2-rr"}
+# ("onnx-int8-nbits8-b128": 8-bit weights and int8 activations quantised in blocks of 128 inputs, cosine
+# 0.999 to fp32 on CPUs with and without VNNI).  A quantised graph runs only where it passed its fidelity
+# check on the CPU (``models.artifacts``); elsewhere fp32 runs, under fp32's id.
+QUANTIZATION_RECIPES = {"none": "", "int8": "onnx-int8-nbits8-b128"}
 # the embedding backends (settings document_encoder / query_encoder): name -> what runs the model
 EMBEDDING_BACKENDS = {"onnx": "ONNX Runtime, exported once from the local weights", "torch": "sentence-transformers"}
 # how ingestion makes the sentence vectors of sentence evidence (settings sentence_encoding)
