@@ -28,14 +28,19 @@ from bench.report import publish  # noqa: E402
 
 
 def machine() -> str:
-    cpu = "unknown"
+    """The machine a benchmark ran on: cores, CPU model and the instruction-set flags its int8 kernels depend on
+    (a CPU with AVX-512 VNNI or AVX-VNNI runs other kernels than one with AVX2 alone), memory, versions, load."""
+    cpu, flags = "unknown", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith("model name") and cpu == "unknown":
                 cpu = line.split(":", 1)[1].strip()
-                break
+            elif line.startswith("flags"):
+                flags.update(line.split(":", 1)[1].split())
     except OSError:
         pass
+    shown = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni") if f in flags]
+    cpu += f"; flags {', '.join(shown) or 'no AVX2'}" + ("" if {"avx512_vnni", "avx_vnni"} & flags else " (no VNNI)")
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     import duckdb
     import torch

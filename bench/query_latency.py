@@ -178,8 +178,10 @@ def run(index_root: Path, queries: list[str], threads: int, variant: str = "exac
             stages[key].append(lat[key])
     engine.query_log.close()
     reset_adapter(settings.index_dir)
+    graph = engine.query_graph() or {}
     return {
         "chunks": snapshot.size, "variant": variant, "ann_build_s": ann_build,
+        "query_graph": {"none": "fp32"}.get(graph.get("in_effect"), graph.get("in_effect") or "torch"),
         "top5": top5, "load_s": load, "snapshot_load_s": snapshot.load_seconds,
         "rss_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024,
         "p50": percentile(totals, 0.5), "p95": percentile(totals, 0.95), "p99": percentile(totals, 0.99),
@@ -247,13 +249,13 @@ def main() -> int:
         "one at a time, after 20 warm-up queries; each query = embed + BM25 + vector + fusion + citations + "
         "extractive answer + query-log append. Reproduce: `.venv/bin/python bench/query_latency.py`.",
         "",
-        "| chunks | vector search | top 5 = first row's | p50 ms | p95 ms | p99 ms | p50 w/o embed | p95 w/o embed | p99 w/o embed | embed p95 | bm25 p95 | vector p95 | fuse p95 | format p95 | load s | RSS MB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| chunks | vector search | query graph | top 5 = first row's | p50 ms | p95 ms | p99 ms | p50 w/o embed | p95 w/o embed | p99 w/o embed | embed p95 | bm25 p95 | vector p95 | fuse p95 | format p95 | load s | RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         s95 = r["stage_p95"]
         lines.append(
-            f"| {r['chunks']:,} | {r['variant']} | {r['top5_same']:.1%} | {r['p50']:.1f} | {r['p95']:.1f} | {r['p99']:.1f} | {r['ne_p50']:.1f} | {r['ne_p95']:.1f} | "
+            f"| {r['chunks']:,} | {r['variant']} | {r['query_graph']} | {r['top5_same']:.1%} | {r['p50']:.1f} | {r['p95']:.1f} | {r['p99']:.1f} | {r['ne_p50']:.1f} | {r['ne_p95']:.1f} | "
             f"{r['ne_p99']:.1f} | {s95['embed']:.1f} | {s95['bm25']:.1f} | {s95['vector']:.1f} | {s95['fuse']:.1f} | "
             f"{s95['format']:.1f} | {r['snapshot_load_s']:.1f} | {r['rss_mb']:.0f} |"
         )
