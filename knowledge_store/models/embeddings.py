@@ -656,6 +656,12 @@ class OnnxEmbedder:
     def loaded(self) -> bool:
         return self._graph is not None or self._torch is not None
 
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """The loaded ONNX graph's inputs (MPNet takes no ``token_type_ids``); empty under the torch fallback."""
+        self.load()
+        return () if self._graph is None else self._graph.inputs
+
     def _make_tokenizer(self) -> Tokenizer:
         tokenizer = Tokenizer.from_file(str(self.model_path / "tokenizer.json"))
         tokenizer.enable_truncation(max_length=self.max_length)  # [CLS] and [SEP] included, as sentence-transformers

@@ -37,8 +37,9 @@ def test_the_console_says_the_model_is_loading_and_runs_the_search_once_it_is_re
             expect(page.locator("#error-panel")).to_be_hidden()  # not a failure: the server is up
             assert page.locator("#results > li").count() == 0
             model.release.set()
-            expect(page.locator("#results > li").first).to_be_visible()  # the waiting search ran
-            expect(notice).to_have_text("The model is ready.")
+            # the waiting search ran: /health is polled every 2 s while it waits, then the search itself (a slow CI)
+            expect(page.locator("#results > li").first).to_be_visible(timeout=20_000)
+            expect(notice).to_have_text("The model is ready.", timeout=10_000)
             expect(page.locator("#query-hint")).to_have_text("Press Enter to search.")
             expect(notice).to_be_hidden(timeout=10_000)
     finally:

@@ -39,7 +39,7 @@ def test_mpnet_is_installed_from_its_parts_and_described_by_its_folder(mpnet_pat
 def test_mpnet_onnx_vectors_equal_sentence_transformers(mpnet_path, tmp_path):
     texts = ["how do I reset the thermostat", "The hub pairs with sensors over Zigbee. " * 40, "API 510"]
     onnx = OnnxEmbedder(mpnet_path, tmp_path / "models", threads=2).load()
-    assert onnx.max_length == 384 and "token_type_ids" not in onnx._inputs  # MPNet takes no token types
+    assert onnx.max_length == 384 and "token_type_ids" not in onnx.input_names  # MPNet takes no token types
     torch_vectors = Embedder(mpnet_path, torch_threads=2).embed(texts)
     assert np.all(np.abs(1.0 - (onnx.embed(texts) * torch_vectors).sum(axis=1)) < 1e-5)
 

@@ -386,7 +386,8 @@
   var modelNotice = $("model-notice"), queryHint = $("query-hint");
   var QUERY_HINT = queryHint.textContent;
   var PHASES = { starting: "starting", exporting: "exporting it to ONNX, once per model",
-                 quantising: "quantising it, once per model", loading: "loading it" };
+                 quantising: "quantising it, once per model",
+                 checking: "checking the quantised graph against fp32 on this CPU, once per CPU", loading: "loading it" };
   var modelState = "unknown", modelPoll = null, waitingBody = null, readyTimer = null;
 
   function showModelLoading(seconds, phase) {
@@ -430,7 +431,9 @@
 
   function scheduleModelCheck(seconds) {
     if (modelPoll) clearTimeout(modelPoll);
-    var wait = Math.min(5, Math.max(1, Number(seconds) || 2));  // at least every 5 s: the estimate may be long
+    // at least every 5 s (the estimate may be long), every 2 s while a search waits to run: /health is cheap and
+    // the user is watching
+    var wait = Math.min(waitingBody ? 2 : 5, Math.max(1, Number(seconds) || 2));
     modelPoll = setTimeout(checkModel, wait * 1000);
   }
 
