@@ -14,6 +14,8 @@ the retrieved passages, each followed by its citation marker.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,6 +28,8 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from knowledge_store.core.errors import QueryValidationError
 from knowledge_store.retrieval.answer import extractive_answer
 from knowledge_store.retrieval.citations import build_citations
+from knowledge_store.retrieval.request import HybridCandidates, SearchRequest
+from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 from knowledge_store.retrieval.types import SearchHit
 
 SEARCH_PARAMS = ("k", "alpha", "fusion", "reranker", "filters", "min_relevance", "section_weight", "lead_weight")
@@ -51,6 +55,29 @@ def hit_to_node(hit: SearchHit, embedding: np.ndarray | None) -> NodeWithScore:
                                     "vector_rank", "fused_score", "relevance", "rerank_score", "url"],
     )
     return NodeWithScore(node=node, score=hit.score)
+
+
+@dataclass
+class SearchQuery(QueryBundle):
+    """One ``SearchRequest`` on its way through the served query engine (``query_engine.py``): the
+    ``QueryBundle`` LlamaIndex hands from the retriever to the node postprocessors, the response synthesizer and
+    the instrumentation events, with what each stage found.  ``snapshot`` is read once, when the request starts;
+    ``query_log`` None: the request is not logged."""
+
+    request: SearchRequest | None = None
+    snapshot: LoadedSnapshot | None = None
+    reranker: Any = None  # the request's reranker (a BaseNodePostprocessor), None: keep the fused order
+    query_log: Any = None
+    started: float = field(default_factory=time.perf_counter)
+    found: HybridCandidates | None = None
+    coverage: str = "none"
+    reranker_status: str = "none"
+    timings: dict[str, float] = field(default_factory=dict)
+    hits_by_id: dict[str, SearchHit] = field(default_factory=dict)
+
+    def hits_of(self, nodes: list[NodeWithScore]) -> list[SearchHit]:
+        """The ranked chunks ``nodes`` stand for, in their order."""
+        return [self.hits_by_id[node.node.node_id] for node in nodes]
 
 
 class HybridRetriever(BaseRetriever):
