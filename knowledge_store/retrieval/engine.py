@@ -59,6 +59,7 @@ from knowledge_store.retrieval.reranker_registry import (
     RerankerContext,
     RerankerUnavailable,
     available_rerankers,
+    register_node_postprocessors,
 )
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, SnapshotManager
 from knowledge_store.storage.query_log import QueryLines, QueryLog, QueryLogRecord
@@ -171,6 +172,7 @@ class RetrievalEngine:
         the corpus with the base model's vectors, ``learning.finetune.base_index``); the corpus's ranking
         defaults and query adapter still come from ``settings.index_dir``."""
         self.settings = settings or Settings()
+        register_node_postprocessors(self.settings)
         check_ranking_names(self.settings)
         # the query embedder of each model a served snapshot was made with (the base model, a fine-tuned one):
         # a query is embedded with its snapshot's model (``embedder_for``); the configured one is made here, not
