@@ -192,6 +192,62 @@ def run(index_root: Path, queries: list[str], threads: int, variant: str = "exac
     }
 
 
+def direct_search(engine, request):
+    """The served pipeline's steps called one after the other, without LlamaIndex's query engine around them
+    (no ``RetrieverQueryEngine.query``: no dispatcher spans, instrumentation events or callback manager): the
+    baseline ``overhead`` compares the served path with.  Same retriever, rerank step, synthesizer and
+    query-log handler objects, so both paths do the same work and log the same record."""
+    from llama_index.core.instrumentation.events.query import QueryEndEvent
+
+    from knowledge_store.retrieval.llama import SearchQuery
+    from knowledge_store.retrieval.query_engine import query_log_handler
+
+    started = time.perf_counter()
+    served = engine.snapshots.current()
+    request = engine.resolve(request, served)
+    reranker = engine.reranker(request.reranker, request.filters.visibility)
+    query_engine = engine.query_engine
+    query = SearchQuery(query_str=request.query, request=request, snapshot=served, reranker=reranker,
+                        query_log=engine.query_log, started=started)
+    nodes = query_engine.retriever._retrieve(query)
+    for step in query_engine._node_postprocessors:
+        nodes = step._postprocess_nodes(nodes, query)
+    response = query_engine._response_synthesizer.synthesize(query, nodes)
+    query_log_handler().handle(QueryEndEvent(query=query, response=response))
+    return response.metadata["search_response"]
+
+
+def overhead(index_root: Path, queries: list[str], threads: int) -> dict[str, object]:
+    """Paired per query: ``RetrievalEngine.search`` (through the LlamaIndex query engine) and ``direct_search``
+    on the same request, in alternating order; the query engine's overhead is the difference."""
+    from knowledge_store.config.settings import Settings
+    from knowledge_store.retrieval.engine import RetrievalEngine
+
+    settings = Settings(data_dir=index_root, query_torch_threads=threads, search_threads=1, **VARIANTS["exact"])
+    engine = RetrievalEngine(settings)
+    engine.warm_up()
+    for q in queries[:20]:
+        engine.search(q, k=5, min_relevance=0.0)
+        direct_search(engine, engine.request(q, k=5, min_relevance=0.0))
+    served, direct, differences, same = [], [], [], 0
+    for i, q in enumerate(queries):
+        request = engine.request(q, k=5, min_relevance=0.0)
+        timed = {}
+        for path in (("served", "direct") if i % 2 == 0 else ("direct", "served")):
+            t = time.perf_counter()
+            response = engine.search(request=request) if path == "served" else direct_search(engine, request)
+            timed[path] = ((time.perf_counter() - t) * 1000, [c.chunk_id for c in response.results])
+        served.append(timed["served"][0])
+        direct.append(timed["direct"][0])
+        differences.append(timed["served"][0] - timed["direct"][0])
+        same += timed["served"][1] == timed["direct"][1]
+    engine.query_log.close()
+    return {"chunks": engine.snapshots.current().size, "queries": len(queries), "same_top5": same / len(queries),
+            "served_p50": percentile(served, 0.5), "served_p95": percentile(served, 0.95),
+            "direct_p50": percentile(direct, 0.5), "direct_p95": percentile(direct, 0.95),
+            "overhead_p50": percentile(differences, 0.5), "overhead_p95": percentile(differences, 0.95)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--source-index", type=Path, default=None)
@@ -209,6 +265,10 @@ def main() -> int:
                         help="a BEIR queries.jsonl to ask instead of the SciFact claims (e.g. the Perl docs set's "
                              "questions, which rank at question_alpha: the cost of that path)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "query_latency.md")
+    parser.add_argument("--overhead", action="store_true",
+                        help="measure only the LlamaIndex query engine's overhead: each query through "
+                             "RetrievalEngine.search and through the same steps called directly, paired, "
+                             "written to docs/benchmarks/query_engine_overhead.md")
     args = parser.parse_args()
     source = args.source_index
     if source is None:
@@ -222,6 +282,8 @@ def main() -> int:
     from bench.ingest_throughput import machine
 
     machine_text = machine()  # its "load average at start" is read now, before the runs
+    if args.overhead:
+        return publish_overhead(args, source, queries, qfile, machine_text)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
@@ -261,6 +323,39 @@ def main() -> int:
         )
     lines += ["", "Target: p95 at most 35 ms at 100k chunks.", ""]
     publish(lines, args.out)
+    return 0
+
+
+def publish_overhead(args, source: Path, queries: list[str], qfile: Path, machine_text: str) -> int:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in args.sizes:
+            root = Path(tmp) / f"n{size}"
+            build_synthetic(source, root / "index", size)
+            result = overhead(root, queries, args.threads)
+            rows.append(result)
+            print(json.dumps(result, indent=1), flush=True)
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    command = " ".join(["bench/query_latency.py", *sys.argv[1:]])
+    lines = [
+        "## Query engine overhead: RetrievalEngine.search through LlamaIndex's RetrieverQueryEngine vs the same steps called directly",
+        "",
+        f"Date: {date}. Machine: {machine_text}; load average at the end {load_after}. Source chunks: `{source}` "
+        f"replicated with perturbed vectors. {len(queries)} queries from `{qfile if qfile.exists() else 'the built-in list'}`, "
+        "each asked through both paths in alternating order (paired) after 20 warm-up queries of each; both "
+        "paths embed, rank, cite, answer and log. Command: `.venv/bin/python " + command + "`.",
+        "",
+        "| chunks | same top 5 | served p50 ms | served p95 ms | direct p50 ms | direct p95 ms | overhead p50 ms | overhead p95 ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['chunks']:,} | {r['same_top5']:.1%} | {r['served_p50']:.2f} | {r['served_p95']:.2f} | "
+                     f"{r['direct_p50']:.2f} | {r['direct_p95']:.2f} | {r['overhead_p50']:.3f} | {r['overhead_p95']:.3f} |")
+    lines += ["", "Target: overhead p95 at most 2 ms at 100k chunks.", ""]
+    out = args.out if args.out != ROOT / "docs" / "benchmarks" / "query_latency.md" else (
+        ROOT / "docs" / "benchmarks" / "query_engine_overhead.md")
+    publish(lines, out)
     return 0
 
 
