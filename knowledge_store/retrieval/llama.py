@@ -1,6 +1,8 @@
-"""LlamaIndex extension points: the hybrid ``BaseRetriever`` and an extractive synthesizer.
+"""LlamaIndex adapters: ranked chunks as nodes (``hit_to_node``), the ``SearchQuery`` bundle the served query
+engine passes along (``query_engine.py``), and for LlamaIndex users the hybrid ``BaseRetriever`` over a full
+``search`` with an extractive synthesizer.
 
-Use them like any LlamaIndex component::
+Use those like any LlamaIndex component::
 
     engine = RetrievalEngine()
     retriever = engine.as_retriever(k=5, alpha=0.5)          # BaseRetriever
@@ -106,7 +108,7 @@ class HybridRetriever(BaseRetriever):
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         response = self._engine.search(query_bundle.query_str, answer="none", client="llamaindex", **self._params)
         self.last_request_id = response.retrieval_request_id
-        snapshot = self._engine.snapshots.current()
+        snapshot = response.snapshot or self._engine.snapshots.current()  # the one the search read
         same = snapshot.info.snapshot_version == response.snapshot_version  # rows index that snapshot only
         vector = self._engine.embedder.embed([query_bundle.query_str])[0]  # cached: the search just embedded it
         query_bundle.embedding = vector.tolist()
