@@ -556,6 +556,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """``groundwork export --llamaindex PATH``: the served snapshot as a DuckDBVectorStore file."""
+    from knowledge_store.retrieval.llama_export import export_llamaindex  # noqa: PLC0415 - LlamaIndex, ~1.5 s
+
+    settings = _settings(args)
+    engine = RetrievalEngine(settings)
+    snapshot = engine.snapshots.current()
+    written = export_llamaindex(snapshot, args.llamaindex, overwrite=args.overwrite)
+    print(f"wrote {written} chunks of snapshot {snapshot.info.snapshot_version} ({snapshot.info.model_id}) to "
+          f"{args.llamaindex} (DuckDBVectorStore table 'documents')")
+    return 0
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     settings = _settings(args)
     filters: dict[str, object] = {}
@@ -580,12 +593,12 @@ def cmd_query(args: argparse.Namespace) -> int:
     if (args.reranker or engine.default_reranker()) in engine.available_rerankers():
         engine.warm_up()  # model + snapshot load are start-up, not query latency
     # else the search fails at once naming the reranker (and logs the failure): no model load first
-    response = engine.search(
+    response = engine.search(request=engine.request(
         args.query, k=args.k, alpha=args.alpha, fusion=args.fusion, section_weight=args.section_weight,
         lead_weight=args.lead_weight, reranker=args.reranker, filters=filters or None,
         min_relevance=args.min_relevance, answer="llm" if args.llm else ("none" if args.no_answer else "extractive"),
         client="cli",
-    )
+    ))
     engine.query_log.flush(timeout_s=2.0)
     if args.json:
         print(json.dumps({
@@ -1095,6 +1108,13 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
     query.add_argument("--json", action="store_true", help="machine-readable output")
     query.set_defaults(func=cmd_query)
+
+    export = sub.add_parser("export", help="write the published index in another tool's format")
+    export.add_argument("--llamaindex", metavar="PATH", required=True, type=Path,
+                        help="a DuckDB file that LlamaIndex's DuckDBVectorStore opens (table 'documents')")
+    export.add_argument("--overwrite", action="store_true", help="replace PATH if it exists")
+    export.add_argument("--data-dir", help="store location (default: GROUNDWORK_DATA_DIR or ./data)")
+    export.set_defaults(func=cmd_export)
 
     ev = sub.add_parser("eval", help="Recall@5, nDCG, MRR, P@5, RAGAS recall and context recall/precision, grounding, faithfulness and answer "
                         "relevancy (LLM answers) and latency on a BEIR-format folder, or (--sample) on the sample corpus's example questions")

@@ -165,12 +165,13 @@ def _run(intent: str, message: str, metadata: dict[str, Any], floor: float) -> d
     gaps: list[str] = []
     response = None
     if wanted:
-        response = engine.search(query, k=MAX_SOURCES, filters={"metadata": wanted}, client="support_tool")
+        response = engine.search(request=engine.request(query, k=MAX_SOURCES, filters={"metadata": wanted},
+                                                           client="support_tool"))
         if not response.results:
             gaps.append(f"nothing specific to {', '.join(f'{k}={v}' for k, v in wanted.items())}; searched all documents")
             response = None
     if response is None:
-        response = engine.search(query, k=MAX_SOURCES, client="support_tool")
+        response = engine.search(request=engine.request(query, k=MAX_SOURCES, client="support_tool"))
     sources = []
     for citation in response.results:
         if citation.relevance < floor:

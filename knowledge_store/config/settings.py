@@ -231,6 +231,9 @@ class RerankerSettings(BaseModel):
     feedback_similarity: float = Field(0.8, ge=0, le=1, description="Past queries at least this similar (cosine) lend their feedback.")
     feedback_weight: float = Field(0.3, ge=0, description="How far one unit of net feedback moves a passage's score.")
     cross_encoder_path: Path | None = Field(None, description="Local sentence-transformers CrossEncoder folder for the cross-encoder reranker.")
+    node_postprocessors: str = Field(
+        "", description="LlamaIndex node postprocessors offered as rerankers, comma-separated: 'module:Class' (named "
+                        "by the class, lower-cased) or 'name=module:Class'; each is built with no arguments.")
 
 
 class AnswerSettings(BaseModel):

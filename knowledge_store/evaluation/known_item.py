@@ -119,7 +119,8 @@ def evaluate_known_items(engine, spans: list[Span], **search: object) -> KnownIt
     """Query each span; count first-result and top-5 page hits."""
     result = KnownItemResult(spans=len(spans), first=0, top5=0)
     for span in spans:
-        hits = engine.search(span.text, k=5, min_relevance=0.0, answer="none", log=False, client="eval", **search).hits
+        hits = engine.search(request=engine.request(span.text, k=5, min_relevance=0.0, answer="none", client="eval",
+                                                    **search), log=False).hits
         if hits and _cites(hits[0], span):
             result.first += 1
         if any(_cites(h, span) for h in hits):

@@ -103,7 +103,7 @@ def replay(
         params = {name: record.params[name] for name in REPLAYED_PARAMS if record.params.get(name) is not None}
         cutoff = min(k, int(params.get("k") or k))
         try:
-            response = engine.search(record.query, log=False, answer="none", client="eval", **params)
+            response = engine.search(request=engine.request(record.query, answer="none", client="eval", **params), log=False)
         except Exception as error:  # noqa: BLE001 - one bad record must not stop the replay
             report.skipped.append(
                 {"retrieval_request_id": record.retrieval_request_id, "reason": f"{type(error).__name__}: {error}"}

@@ -169,9 +169,10 @@ def evaluate(engine, dataset: BeirDataset, config: EvalConfig, doc_map: dict[str
     counts = stage_progress("eval", "queries").start(len(dataset.queries))
     for query_id, text in dataset.queries.items():
         counts.advance()
-        response = engine.search(text, k=min(100, max(chunks, 4 * max(ks))), alpha=config.alpha, fusion=config.fusion, reranker=config.reranker,
-                                 section_weight=config.section_weight, lead_weight=config.lead_weight,
-                                 min_relevance=0.0, answer="none", log=False, client="eval")
+        request = engine.request(text, k=min(100, max(chunks, 4 * max(ks))), alpha=config.alpha, fusion=config.fusion,
+                                 reranker=config.reranker, section_weight=config.section_weight,
+                                 lead_weight=config.lead_weight, min_relevance=0.0, answer="none", client="eval")
+        response = engine.search(request=request, log=False)
         latency_ms = response.latency_ms["total"] - response.latency_ms["embed"] + engine_embed_ms(engine)
         # the answer a user would get (extractive, from the top 5 passages): what grounding scores
         served = response.hits[:5]

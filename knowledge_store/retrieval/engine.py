@@ -1,22 +1,21 @@
 """The retrieval engine: hybrid search -> fusion -> rerank -> citations -> answer -> query log.
 
-LlamaIndex extension points do the work (``HybridRetriever`` is a
-``BaseRetriever``; rerankers are ``BaseNodePostprocessor``s;
-``as_query_engine()`` is a ``RetrieverQueryEngine`` whose source nodes carry the
-citation fields).  ``RetrievalEngine.search`` runs the same pieces step by step
-so it can time each one, keep the pre- and post-rerank orders, and log them.
-LlamaIndex loads with the first search (or ``warm_up``), not with this module: the CLI and
-the API's other routes import the engine without paying for it.
+``RetrievalEngine.search`` validates a ``SearchRequest`` (``request``), reads the served snapshot once and runs
+the request through its LlamaIndex query engine (``query_engine``, built by ``query_engine.build_query_engine``):
+the candidate retriever (``candidates``), the rerank step, the answer synthesizer and the query-log
+instrumentation handler.  The engine keeps what those share: the query embedders and their loads, the snapshots,
+filter masks, query adapter, reranker instances and the feedback cache, the corpus's ranking defaults and the
+warm-up.  LlamaIndex loads with the first search (or ``warm_up``), not with this module: the CLI and the API's
+other routes import the engine without paying for it.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import threading
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +34,7 @@ from knowledge_store.models.embeddings import (
 from knowledge_store.models.loading import ModelLoad
 from knowledge_store.models.serving import model_path_for, serving_model_id, serving_model_path
 from knowledge_store.retrieval.ann import AnnConfig
-from knowledge_store.retrieval.answer import ANSWER_MODES, Answer, LLMAnswerer, extractive_answer
-from knowledge_store.retrieval.citations import Citation, build_citations
+from knowledge_store.retrieval.answer import ANSWER_MODES
 from knowledge_store.retrieval.evidence import QueryEvidence, lexical_evidence, mention_share, vector_evidence
 from knowledge_store.retrieval.filters import MaskCache, SearchFilters
 from knowledge_store.retrieval.fusion import FUSION_MODES, relevance
@@ -45,21 +43,29 @@ from knowledge_store.retrieval.query_cache import QueryEmbeddingCache
 from knowledge_store.retrieval.query_form import alpha_for_form, query_form
 from knowledge_store.retrieval.ranking import RankingPipeline
 from knowledge_store.retrieval.ranking_defaults import effective_question_alpha, effective_ranking, effective_reranker
+from knowledge_store.retrieval.request import (  # noqa: F401 - re-exported: where callers have found them
+    ANSWER_PASSAGES,
+    COVERAGE_LEVELS,
+    NO_RESULTS,
+    HybridCandidates,
+    SearchRequest,
+    SearchResponse,
+    answered_coverage,
+    coverage_label,
+)
 from knowledge_store.retrieval.reranker_registry import (
     RERANKER_REGISTRY,
     RERANKERS,
     RerankerContext,
     RerankerUnavailable,
     available_rerankers,
+    register_node_postprocessors,
 )
-from knowledge_store.retrieval.sentences import sentence_cosines
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, SnapshotManager
-from knowledge_store.retrieval.types import SearchHit
-from knowledge_store.storage.query_log import QueryLines, QueryLog, QueryLogRecord, redact
+from knowledge_store.storage.query_log import QueryLines, QueryLog, QueryLogRecord
 from knowledge_store.storage.tuned import RankingParams
 
 _SEARCH_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="bm25")
-NO_RESULTS = "No relevant content found."
 
 
 # LlamaIndex's package imports itself in a circle: two threads importing it at once (the server's warm-up and
@@ -68,130 +74,12 @@ NO_RESULTS = "No relevant content found."
 LLAMA_INDEX_IMPORT_LOCK = threading.RLock()
 
 
-def _rerank_steps() -> tuple[Any, Any, Any]:
-    """(``QueryBundle``, ``hit_to_node``, ``run_reranker``): the LlamaIndex side of a search, imported on first use."""
+def _query_engine_module() -> Any:
+    """``knowledge_store.retrieval.query_engine`` (LlamaIndex, ~1.5 s to import), imported on first use."""
     with LLAMA_INDEX_IMPORT_LOCK:
-        from llama_index.core.schema import QueryBundle  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
+        from knowledge_store.retrieval import query_engine  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
 
-        from knowledge_store.retrieval.llama import hit_to_node  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
-        from knowledge_store.retrieval.rerankers import run_reranker  # noqa: PLC0415 - LlamaIndex, ~1.5 s to import
-
-    return QueryBundle, hit_to_node, run_reranker
-
-
-# A caller's own way of writing the answer from the final (reranked, cut to k) hits; empty when nothing
-# relevant was found.  See ``RetrievalEngine.search``.
-AnswerFn = Callable[[list[SearchHit]], Answer]
-
-
-@dataclass
-class SearchRequest:
-    query: str
-    k: int
-    alpha: float
-    fusion: str
-    reranker: str
-    filters: SearchFilters
-    min_relevance: float
-    answer: str = "extractive"  # extractive | llm | none
-    client: str = "python"
-    section_weight: float = 0.0
-    lead_weight: float = 0.0
-    query_form: str = "other"  # "question", "named_entity" or "other" (retrieval/query_form.py): questions get question_alpha
-
-    @property
-    def ranking(self) -> RankingParams:
-        return RankingParams(self.alpha, self.fusion, self.section_weight, self.lead_weight)
-
-
-@dataclass
-class SearchResponse:
-    retrieval_request_id: str
-    query: str
-    results: list[Citation]
-    answer: Answer | None
-    coverage: str
-    latency_ms: dict[str, float]
-    reranker_status: str
-    snapshot_version: int
-    params: dict[str, Any]
-    message: str | None = None
-    hits: list[SearchHit] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "retrieval_request_id": self.retrieval_request_id,
-            "query": redact(self.query),  # echoed back: never return a secret someone pasted
-            "results": [c.model_dump() for c in self.results],
-            "answer": self.answer.model_dump() if self.answer else None,
-            "coverage": self.coverage,
-            "message": self.message,
-            "latency_ms": self.latency_ms,
-            "reranker_status": self.reranker_status,
-            "snapshot_version": self.snapshot_version,
-            "params": self.params,
-        }
-
-
-@dataclass
-class HybridCandidates:
-    """Fused candidates of one query, before reranking."""
-
-    snapshot: LoadedSnapshot
-    query_vector: np.ndarray
-    hits: list[SearchHit]
-    timings: dict[str, float]
-    unknown_terms: list[str]
-    adapted: bool = False  # the corpus's query adapter moved the query vector (``query_adapter.py``)
-
-
-COVERAGE_LEVELS = ("none", "low", "medium", "high")
-# an extractive answer quotes from the first this many passages: a unit of the tenth scores under a third of the
-# same unit in the first (answer._RANK_DECAY), and reading a hundred passages' units would cost a query ~50 ms
-ANSWER_PASSAGES = 10
-
-
-def coverage_label(best_relevance: float, floor: float) -> str:
-    """Coarse confidence for people and agents: how well the best passage matches."""
-    if best_relevance < floor:
-        return "none"
-    if best_relevance >= 0.75:
-        return "high"
-    if best_relevance >= 0.55:
-        return "medium"
-    return "low"
-
-
-def answered_coverage(passages: str, confidence: float) -> str:
-    """The coverage a response reports: the passages' label (``coverage_label``), lowered to what the sentences an
-    answer would quote support (``Answer.confidence`` on the same 0.55 / 0.75 steps; at least "low" once passages
-    passed the floor).  Passages that match the question's words and meaning but whose sentences do not answer it
-    (the right document, the wrong section) are not "high"."""
-    if passages == "none":
-        return passages
-    answered = "high" if confidence >= 0.75 else "medium" if confidence >= 0.55 else "low"
-    return min(passages, answered, key=COVERAGE_LEVELS.index)
-
-
-def attach_sentence_cosines(snapshot: LoadedSnapshot, hits: list[SearchHit], query_vector: np.ndarray) -> None:
-    """Give each hit its embedded sentences' cosines with the query (``SearchHit.sentence_cosines``): the vector
-    evidence of each sentence an answer may quote.  Nothing when the snapshot has no sentence vectors."""
-    index = snapshot.sentence_index
-    if index is None:
-        return
-    for hit in hits:
-        hit.sentence_cosines = sentence_cosines(index, hit.row, hit.text, query_vector)
-
-
-def _logged_params(request: SearchRequest) -> dict[str, Any]:
-    """The parameters a query ran with, as the response and the query log report them."""
-    return {
-        "k": request.k, "alpha": request.alpha, "query_form": request.query_form, "fusion": request.fusion,
-        "section_weight": request.section_weight,
-        "lead_weight": request.lead_weight, "reranker": request.reranker,
-        "filters": request.filters.model_dump(exclude_defaults=True), "min_relevance": request.min_relevance,
-        "answer": request.answer,
-    }
+    return query_engine
 
 
 def searched_visibilities(params: Any) -> tuple[str, ...] | None:
@@ -284,6 +172,7 @@ class RetrievalEngine:
         the corpus with the base model's vectors, ``learning.finetune.base_index``); the corpus's ranking
         defaults and query adapter still come from ``settings.index_dir``."""
         self.settings = settings or Settings()
+        register_node_postprocessors(self.settings)
         check_ranking_names(self.settings)
         # the query embedder of each model a served snapshot was made with (the base model, a fine-tuned one):
         # a query is embedded with its snapshot's model (``embedder_for``); the configured one is made here, not
@@ -301,6 +190,7 @@ class RetrievalEngine:
         self.adapters = AdapterCache(self.settings.index_dir, self.settings.embedding_dim)
         self._query_log = query_log
         self._log_lock = threading.Lock()
+        self._query_engine_lock = threading.Lock()
         self._rerankers: dict[str, Any] = {}
         self._warm_up = WarmUpTracker()
         self._limit_threads()
@@ -426,7 +316,7 @@ class RetrievalEngine:
         try:
             self.model_load().load()
             self.embedder.embed(["warm up"])
-            _rerank_steps()
+            self.query_engine  # noqa: B018 - builds it (and imports LlamaIndex)
             # and the public view, so a public caller's first search does not build it
             self.searched_snapshot(SearchFilters().public_only(), self.snapshots.current())
         except Exception as error:
@@ -509,8 +399,13 @@ class RetrievalEngine:
         client: str = "python",
         section_weight: float | None = None,
         lead_weight: float | None = None,
+        question: str | None = None,
+        selection: str | None = None,
+        answer_sources: int | None = None,
     ) -> SearchRequest:
-        """Validate and complete a request with the corpus's defaults (see ``ranking_defaults``)."""
+        """Validate and complete a request with the corpus's defaults (see ``ranking_defaults``); the alpha of a
+        request that sets none is the corpus's for its query's form, resolved when it searches (``resolve``).
+        ``question``, ``selection``, ``answer_sources``: the ask front ends' (``SearchRequest``)."""
         s = self.settings
         defaults = self.ranking_defaults()
         if not isinstance(query, str) or not query.strip():
@@ -526,11 +421,8 @@ class RetrievalEngine:
             except Exception as error:  # pydantic ValidationError -> a field-named message
                 raise QueryValidationError("filters", filters, str(error).splitlines()[0]) from error
         filters = filters or SearchFilters()
-        # the entities a query names are those of the documents it searches (``searched_snapshot``)
-        served = self._snapshot_or_none()
-        form = query_form(query, None if served is None else self.searched_snapshot(filters, served))
-        alpha = alpha_for_form(form, defaults.alpha, self.question_alpha()) if alpha is None else alpha
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
+        if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float))
+                                  or not 0.0 <= float(alpha) <= 1.0):
             raise QueryValidationError("alpha", alpha, "must be between 0 (pure BM25) and 1 (pure vector)")
         fusion = fusion or defaults.fusion
         if fusion not in FUSION_MODES:
@@ -546,10 +438,24 @@ class RetrievalEngine:
         if answer not in ANSWER_MODES:
             raise QueryValidationError("answer", answer, ANSWER_MODES.one_of())
         floor = s.min_relevance if min_relevance is None else min_relevance
-        return SearchRequest(query=query.strip(), k=k, alpha=float(alpha), fusion=fusion, reranker=reranker,
-                             filters=filters, min_relevance=float(floor), answer=answer, client=client,
-                             section_weight=float(section_weight), lead_weight=float(lead_weight),
-                             query_form=form)
+        if answer_sources is not None and (not isinstance(answer_sources, int) or answer_sources < 1):
+            raise QueryValidationError("answer_sources", answer_sources, "must be a positive integer")
+        return SearchRequest(query=query.strip(), k=k, alpha=None if alpha is None else float(alpha), fusion=fusion,
+                             reranker=reranker, filters=filters, min_relevance=float(floor), answer=answer,
+                             client=client, section_weight=float(section_weight), lead_weight=float(lead_weight),
+                             question=question, selection=selection, answer_sources=answer_sources)
+
+    def resolve(self, request: SearchRequest, snapshot: LoadedSnapshot) -> SearchRequest:
+        """``request`` with its query's form, read against the documents it searches (``searched_snapshot`` of
+        ``snapshot``), and the alpha it left to the corpus: the corpus's alpha for that form (questions get
+        ``question_alpha``); unchanged once resolved."""
+        if request.query_form is not None:
+            return request
+        form = query_form(request.query, self.searched_snapshot(request.filters, snapshot))
+        alpha = request.alpha
+        if alpha is None:
+            alpha = alpha_for_form(form, self.ranking_defaults().alpha, self.question_alpha())
+        return dataclasses.replace(request, alpha=float(alpha), query_form=form)
 
     def query_adapter(self, snapshot: LoadedSnapshot | None = None) -> QueryAdapter | None:
         """The corpus's query adapter learned from feedback (``groundwork adapt``), or None: off in settings,
@@ -594,11 +500,14 @@ class RetrievalEngine:
         return effective_reranker(self.settings, self.settings.index_dir)
 
     # ---------------------------------------------------------------- the work
-    def candidates(self, request: SearchRequest, pool_size: int) -> HybridCandidates:
-        """Hybrid retrieval: BM25 and vector over the filtered snapshot, fused, best ``pool_size`` kept."""
+    def candidates(self, request: SearchRequest, pool_size: int, snapshot: LoadedSnapshot | None = None) -> HybridCandidates:
+        """Hybrid retrieval: BM25 and vector over the filtered ``snapshot`` (default: the served one), fused, best
+        ``pool_size`` kept.  ``request``'s alpha is resolved against it when the request left it to the corpus."""
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
-        snapshot = self.searched_snapshot(request.filters, self.snapshots.current())
+        served = snapshot if snapshot is not None else self.snapshots.current()
+        request = self.resolve(request, served)
+        snapshot = self.searched_snapshot(request.filters, served)
 
         def lexical():
             started = time.perf_counter()
@@ -647,118 +556,50 @@ class RetrievalEngine:
                        fuse=(t4 - t3) * 1000)
         return HybridCandidates(snapshot, query_vector, hits, timings, terms.unknown, adapted=adapter is not None)
 
-    def search(self, query: str, log: bool = True, answer_fn: AnswerFn | None = None, **params: Any) -> SearchResponse:
-        """Answer one query with cited passages; every call is logged (unless ``log=False``).
-
-        ``answer_fn`` writes the answer instead of the engine (``POST /api/ask`` answers from its first
-        ``max_sources`` hits, with its own sentence choice): it runs before the query is logged, so the
-        answer the caller returns is the one the query log and its JSON line keep.  It is given the final
-        hits (empty when nothing relevant was found) and ``answer`` still names the mode it writes in.
+    def search(self, query: str | None = None, log: bool = True, snapshot: LoadedSnapshot | None = None,
+               **params: Any) -> SearchResponse:
+        """Answer one query with cited passages through the query engine; every call is logged (unless
+        ``log=False``).  ``request``: a ``SearchRequest`` built by ``request`` (then ``query`` and the other
+        parameters are not given), else one is built from ``query`` and ``params``.  ``snapshot``: the served
+        snapshot the caller already read for this request (default: read here, once).
 
         Malformed input (``request`` raises ``QueryValidationError``) is refused unlogged; any
-        failure after that (unavailable reranker, no index, a failing ``answer_fn``, a bug) is logged
+        failure after that (unavailable reranker, no index, an LLM that fails, a bug) is logged
         with its error and the latency so far, then re-raised unchanged."""
         started = time.perf_counter()
         request = params.pop("request", None) or self.request(query, **params)
         try:
-            return self._search(request, started, log, answer_fn)
+            return self._search(request, started, log, snapshot)
         except Exception as error:
             if log:
                 self._log_failure(request, error, started)
             raise
 
-    def _search(self, request: SearchRequest, started: float, log: bool, answer_fn: AnswerFn | None = None) -> SearchResponse:
-        snapshot = self._snapshot_or_none()
-        if snapshot is not None:  # without an index the query fails on that (IndexNotBuiltError), model or not
-            self.require_model(snapshot)
+    def _search(self, request: SearchRequest, started: float, log: bool, snapshot: LoadedSnapshot | None) -> SearchResponse:
+        served = snapshot if snapshot is not None else self._snapshot_or_none()
+        if served is not None:  # without an index the query fails on that (IndexNotBuiltError), model or not
+            self.require_model(served)
         reranker = self.reranker(request.reranker, request.filters.visibility)
-        pool_size = max(request.k * 4, 20) if reranker is not None else request.k
-        found = self.candidates(request, pool_size)
-        timings = found.timings
-        best = max((h.relevance for h in found.hits), default=0.0)
-        coverage = coverage_label(best, request.min_relevance)
-        status = "none"
-        message = None
-        final: list[SearchHit] = []
-        t_rerank = time.perf_counter()
-        if coverage == "none":
-            message = NO_RESULTS
-        else:
-            QueryBundle, hit_to_node, run_reranker = _rerank_steps()
-            by_id = {h.chunk_id: h for h in found.hits}
-            embeddings = found.snapshot.embeddings
-            nodes = [hit_to_node(h, embeddings[h.row] if reranker is not None else None) for h in found.hits]
-            bundle = QueryBundle(query_str=request.query, embedding=found.query_vector.tolist())
-            reranked, status = run_reranker(reranker, nodes, bundle, self.settings.reranker_timeout_s)
-            for node in reranked[: request.k]:
-                hit = by_id[node.node.node_id]
-                if status == "ok":
-                    hit.rerank_score = float(node.score) if node.score is not None else None
-                final.append(hit)
-        t_format = time.perf_counter()
-        attach_sentence_cosines(found.snapshot, final[:ANSWER_PASSAGES], found.query_vector)
-        citations = build_citations(final, request.query, self.settings.snippet_chars)
-        # what the passages' own sentences say to the question: the extractive answer from the first
-        # ANSWER_PASSAGES (the one returned in that mode), whose confidence caps the coverage in every mode
-        quoted = extractive_answer(request.query, final[:ANSWER_PASSAGES]) if final else None
-        if quoted is not None:
-            coverage = answered_coverage(coverage, quoted.confidence or 0.0)
-        if answer_fn is not None:
-            answer = answer_fn(final)
-        elif not final:
-            answer = Answer(text=NO_RESULTS, citations=[], method="extractive") if request.answer != "none" else None
-        else:
-            answer = quoted if request.answer == "extractive" else self._answer(request, final)
-        done = time.perf_counter()
-        timings.update(rerank=(t_format - t_rerank) * 1000, format=(done - t_format) * 1000, total=(done - started) * 1000)
-        timings = {k: round(v, 3) for k, v in timings.items()}
-        params_out = {**_logged_params(request), "query_adapter": found.adapted}
-        response = SearchResponse(
-            retrieval_request_id="", query=request.query, results=citations, answer=answer, coverage=coverage,
-            latency_ms=timings, reranker_status=status, snapshot_version=found.snapshot.info.snapshot_version,
-            params=params_out, message=message, hits=final,
-        )
-        response.retrieval_request_id = self._log(request, found.hits, final, response) if log else ""
-        return response
+        if served is None:
+            served = self.snapshots.current()  # raises IndexNotBuiltError
+        request = self.resolve(request, served)
+        query_engine = self.query_engine
+        search_query = _query_engine_module().SearchQuery(
+            query_str=request.query, request=request, snapshot=served, reranker=reranker,
+            query_log=self.query_log if log else None, started=started)
+        return query_engine.query(search_query).metadata["search_response"]
 
-    def _answer(self, request: SearchRequest, hits: list[SearchHit]) -> Answer | None:
-        if request.answer == "none":
-            return None
-        if request.answer == "llm":
-            s = self.settings
-            if not s.llm_configured:
-                raise QueryValidationError("answer", "llm", "no LLM configured (set GROUNDWORK_LLM_BASE_URL and GROUNDWORK_LLM_MODEL)")
-            answerer = LLMAnswerer(s.llm_base_url, s.llm_model, s.llm_api_key.get_secret_value() if s.llm_api_key else None)
-            return answerer.answer(request.query, hits)
-        return extractive_answer(request.query, hits[:ANSWER_PASSAGES])
-
-    def _log(self, request: SearchRequest, pre: list[SearchHit], post: list[SearchHit], response: SearchResponse) -> str:
-        """Append to the query log; never lets a logging problem fail the query."""
-        try:
-            record = QueryLogRecord(
-                query=request.query,
-                client=request.client,
-                params=response.params,
-                results_pre=[
-                    {"chunk_id": h.chunk_id, "doc_id": h.doc_id, "content_hash": h.content_hash, "rank": h.fused_rank,
-                     "score": h.score, "bm25_score": h.bm25_score, "vector_score": h.vector_score,
-                     "relevance": h.relevance}
-                    for h in pre
-                ],
-                results_post=[
-                    {"chunk_id": h.chunk_id, "content_hash": h.content_hash, "rank": i + 1, "score": h.score,
-                     "rerank_score": h.rerank_score, "doc_id": h.doc_id, "url": h.url, "snippet": h.text[:150]}
-                    for i, h in enumerate(post)
-                ],
-                latency_ms=response.latency_ms,
-                reranker_status=response.reranker_status,
-                coverage=response.coverage,
-                snapshot_version=response.snapshot_version,
-                answer=response.answer.text if response.answer else None,
-            )
-            return self.query_log.append(record)
-        except Exception:  # noqa: BLE001 - logging must never break retrieval
-            return uuid.uuid4().hex
+    @property
+    def query_engine(self):
+        """The LlamaIndex ``RetrieverQueryEngine`` every search runs through (``query_engine.build_query_engine``),
+        built on first use."""
+        built = getattr(self, "_query_engine", None)
+        if built is None:
+            with self._query_engine_lock:
+                built = getattr(self, "_query_engine", None)
+                if built is None:
+                    built = self._query_engine = _query_engine_module().build_query_engine(self)
+        return built
 
     def _log_failure(self, request: SearchRequest, error: Exception, started: float) -> None:
         """Record a query that failed: its parameters, the error (``Type: message``, redacted by the
@@ -767,7 +608,7 @@ class RetrievalEngine:
             self.query_log.append(QueryLogRecord(
                 query=request.query,
                 client=request.client,
-                params=_logged_params(request),
+                params=request.logged_params(),
                 latency_ms={"total": round((time.perf_counter() - started) * 1000, 3)},
                 error=f"{type(error).__name__}: {error}"[:2000],
             ))

@@ -1,6 +1,8 @@
-"""LlamaIndex extension points: the hybrid ``BaseRetriever`` and an extractive synthesizer.
+"""LlamaIndex adapters: ranked chunks as nodes (``hit_to_node``), the ``SearchQuery`` bundle the served query
+engine passes along (``query_engine.py``), and for LlamaIndex users the hybrid ``BaseRetriever`` over a full
+``search`` with an extractive synthesizer.
 
-Use them like any LlamaIndex component::
+Use those like any LlamaIndex component::
 
     engine = RetrievalEngine()
     retriever = engine.as_retriever(k=5, alpha=0.5)          # BaseRetriever
@@ -14,6 +16,8 @@ the retrieved passages, each followed by its citation marker.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,6 +30,8 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from knowledge_store.core.errors import QueryValidationError
 from knowledge_store.retrieval.answer import extractive_answer
 from knowledge_store.retrieval.citations import build_citations
+from knowledge_store.retrieval.request import HybridCandidates, SearchRequest
+from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 from knowledge_store.retrieval.types import SearchHit
 
 SEARCH_PARAMS = ("k", "alpha", "fusion", "reranker", "filters", "min_relevance", "section_weight", "lead_weight")
@@ -51,6 +57,29 @@ def hit_to_node(hit: SearchHit, embedding: np.ndarray | None) -> NodeWithScore:
                                     "vector_rank", "fused_score", "relevance", "rerank_score", "url"],
     )
     return NodeWithScore(node=node, score=hit.score)
+
+
+@dataclass
+class SearchQuery(QueryBundle):
+    """One ``SearchRequest`` on its way through the served query engine (``query_engine.py``): the
+    ``QueryBundle`` LlamaIndex hands from the retriever to the node postprocessors, the response synthesizer and
+    the instrumentation events, with what each stage found.  ``snapshot`` is read once, when the request starts;
+    ``query_log`` None: the request is not logged."""
+
+    request: SearchRequest | None = None
+    snapshot: LoadedSnapshot | None = None
+    reranker: Any = None  # the request's reranker (a BaseNodePostprocessor), None: keep the fused order
+    query_log: Any = None
+    started: float = field(default_factory=time.perf_counter)
+    found: HybridCandidates | None = None
+    coverage: str = "none"
+    reranker_status: str = "none"
+    timings: dict[str, float] = field(default_factory=dict)
+    hits_by_id: dict[str, SearchHit] = field(default_factory=dict)
+
+    def hits_of(self, nodes: list[NodeWithScore]) -> list[SearchHit]:
+        """The ranked chunks ``nodes`` stand for, in their order."""
+        return [self.hits_by_id[node.node.node_id] for node in nodes]
 
 
 class HybridRetriever(BaseRetriever):
@@ -79,7 +108,7 @@ class HybridRetriever(BaseRetriever):
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         response = self._engine.search(query_bundle.query_str, answer="none", client="llamaindex", **self._params)
         self.last_request_id = response.retrieval_request_id
-        snapshot = self._engine.snapshots.current()
+        snapshot = response.snapshot or self._engine.snapshots.current()  # the one the search read
         same = snapshot.info.snapshot_version == response.snapshot_version  # rows index that snapshot only
         vector = self._engine.embedder.embed([query_bundle.query_str])[0]  # cached: the search just embedded it
         query_bundle.embedding = vector.tolist()

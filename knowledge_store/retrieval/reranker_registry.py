@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from knowledge_store.config.settings import Settings, register_vocabulary
-from knowledge_store.core.errors import QueryValidationError
+from knowledge_store.core.errors import ConfigError, QueryValidationError
 from knowledge_store.core.vocabulary import Vocabulary
 
 
@@ -112,6 +112,42 @@ RERANKER_REGISTRY: dict[str, RerankerSpec] = {spec.name: spec for spec in (
 )}
 RERANKERS = Vocabulary("reranker", RERANKER_REGISTRY)
 register_vocabulary("default_reranker", RERANKERS)
+
+
+def _node_postprocessor(name: str, target: str) -> RerankerSpec:
+    """The registry entry of a LlamaIndex node postprocessor named in ``node_postprocessors`` (``module:Class``)."""
+    module_name, _, class_name = target.partition(":")
+    if not module_name or not class_name:
+        raise ConfigError("node_postprocessors", target, "each entry is 'module:Class' or 'name=module:Class'")
+
+    def build(context: RerankerContext) -> Any:
+        import importlib  # noqa: PLC0415 - only for configured postprocessors
+
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError) as error:
+            raise RerankerUnavailable(name, f"cannot import {target}: {error}") from error
+        return cls()
+
+    return RerankerSpec(name, f"the LlamaIndex node postprocessor {target}", build, hint=class_name)
+
+
+def register_node_postprocessors(settings: Settings) -> tuple[str, ...]:
+    """Add each LlamaIndex node postprocessor ``settings.node_postprocessors`` names to the registry (so every
+    front end accepts and offers it as a reranker); the names added.  A name the registry already holds for
+    something else is refused (``ConfigError``)."""
+    added = []
+    for entry in filter(None, (item.strip() for item in settings.node_postprocessors.split(","))):
+        name, _, target = entry.rpartition("=")
+        target = target.strip()
+        name = name.strip() or target.rpartition(":")[2].lower()
+        spec = _node_postprocessor(name, target)
+        known = RERANKER_REGISTRY.get(name)
+        if known is not None and known.description != spec.description:
+            raise ConfigError("node_postprocessors", entry, f"{name!r} already names a reranker ({known.description})")
+        RERANKER_REGISTRY[name] = spec
+        added.append(name)
+    return tuple(added)
 
 
 def available_rerankers(settings: Settings) -> tuple[str, ...]:

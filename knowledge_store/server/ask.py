@@ -23,8 +23,10 @@ selection's words too.  An LLM sees the selection as well.
 
 Each call is one logged retrieval: ``retrieval_request_id`` is what
 ``POST /api/knowledge/feedback`` refers to, and the query log (and its JSON
-line) keeps the answer returned here: it is written inside the search
-(``RetrievalEngine.search(answer_fn=...)``), before the query is logged.
+line) keeps the answer returned here.  The answer is the retrieval layer's
+(``retrieval.synthesis.write_answer``, from the request's ``question``,
+``selection`` and ``answer_sources``); this module builds the request and
+shapes the sources.
 """
 
 from __future__ import annotations
@@ -37,39 +39,8 @@ from urllib.parse import urlsplit
 from knowledge_store.core.errors import QueryValidationError
 from knowledge_store.ingest.web.errors import InvalidUrlError
 from knowledge_store.ingest.web.urls import canonical_url
-from knowledge_store.retrieval.answer import Answer, LLMAnswerer, extractive_answer
 from knowledge_store.retrieval.filters import SearchFilters, document_matches
-from knowledge_store.retrieval.terms import query_terms
-
-NO_ANSWER = "No relevant content found."
-# words of a question that is about the selected text itself, not about something in it
-ABOUT_THE_SELECTION = frozenset({
-    "mean", "means", "meaning", "explain", "explained", "explanation", "clarify", "summarize", "summarise",
-    "summary", "elaborate", "detail", "details", "simpler", "simply", "words", "say", "says", "saying",
-})
-
-
-def retrieval_query(question: str, context: str | None, max_chars: int) -> str:
-    """The search text: the question, then as much of the selected text as the query limit allows."""
-    question = question.strip()
-    context = " ".join((context or "").split())
-    if not context:
-        return question[:max_chars]
-    room = max_chars - len(question) - 2
-    return f"{question}\n\n{context[:room]}" if room > 20 else question[:max_chars]
-
-
-def _answer(settings, question: str, hits: list, mode: str, context: str | None) -> Answer:
-    if not hits:
-        return Answer(text=NO_ANSWER, citations=[], method="llm" if mode == "llm" else "extractive")
-    if mode == "llm":
-        answerer = LLMAnswerer(settings.llm_base_url, settings.llm_model,
-                               settings.llm_api_key.get_secret_value() if settings.llm_api_key else None)
-        prompt = f"{question}\n\nThe reader selected this text:\n{context}" if context else question
-        return answerer.answer(prompt, hits)
-    if context and not set(query_terms(question)) - ABOUT_THE_SELECTION:
-        return extractive_answer(retrieval_query(question, context, settings.max_query_chars), hits)
-    return extractive_answer(question, hits)
+from knowledge_store.retrieval.request import retrieval_query
 
 
 def source_file_patterns(source_file: str) -> list[str]:
@@ -114,21 +85,22 @@ def ask(engine, base: str, question: str, *, top_k: int = 10, max_sources: int =
     began = time.perf_counter()
     settings = engine.settings
     filters = scope
+    served = engine.snapshots.current()  # read once: the search and the sources' names use it too
     if source_file is not None:
         filters = (scope or SearchFilters()).model_copy(update={"paths": source_file_patterns(source_file)})
-        snapshot = engine.searched_snapshot(filters, engine.snapshots.current())  # the documents it may answer from
+        snapshot = engine.searched_snapshot(filters, served)  # the documents it may answer from
         if not any(document_matches(doc, filters) for doc in snapshot.documents if doc["status"] == "active"):
             raise QueryValidationError("source_file", source_file, "matches no indexed document (give its path relative "
                                        "to its source, e.g. from GET /api/kb/articles, a file name, a glob, or the "
                                        "URL of a crawled web page)")
-    # the answer is written inside the search, so the query log keeps the answer this call returns
-    response = engine.search(retrieval_query(question, context, settings.max_query_chars), k=top_k, answer=answer,
-                             answer_fn=lambda found: _answer(settings, question, found[:max_sources], answer, context),
-                             filters=filters, client=client)
+    request = engine.request(retrieval_query(question, context, settings.max_query_chars), k=top_k, answer=answer,
+                             filters=filters, client=client, question=question, selection=context,
+                             answer_sources=max_sources)
+    response = engine.search(request=request, snapshot=served)
     hits = list(response.hits)[:max_sources]
     citations = list(response.results)[:max_sources]
     reply = response.answer
-    documents = engine.snapshots.current().documents
+    documents = served.documents
     relative = {(d["doc_id"], d["version"]): d["relative_path"] for d in documents}
     source_names = {d["doc_id"]: d["source_name"] for d in documents}
     sources = []

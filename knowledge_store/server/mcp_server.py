@@ -340,7 +340,7 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
     ) -> Annotated[CallToolResult, SearchOutput]:
         """Search the knowledge base; returns numbered passages with source (title, section, pages, url) and score."""
         try:
-            response = engine.search(
+            response = engine.search(request=engine.request(
                 query,
                 k=k,
                 alpha=alpha,
@@ -350,7 +350,7 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
                 reranker=reranker,
                 filters=filters.model_dump(exclude_defaults=True) if filters is not None else None,
                 client="mcp",
-            )
+            ))
         except RerankerUnavailable as error:  # before its base class: well-formed, just not installed here -> isError result
             raise ToolError(str(error)) from None
         except QueryValidationError as error:

@@ -98,7 +98,7 @@ from knowledge_store.retrieval import engine
 errors = []
 def load():
     try:
-        engine._rerank_steps()
+        engine._query_engine_module()
     except Exception as error:
         errors.append(f"{type(error).__name__}: {error}")
 threads = []

@@ -39,17 +39,15 @@ async def query(body: QueryBody, request: Request, state: State, caller: CallerO
     """Hybrid retrieval with citations; the response's ``retrieval_request_id`` is what feedback refers to.
     Without the admin token (where one is required) only documents of public sources are searched."""
     filters = caller.scope(body.filters or SearchFilters())
-    response = await anyio.to_thread.run_sync(
-        lambda: state.engine.search(
-            body.query, k=body.k, alpha=body.alpha, fusion=body.fusion, section_weight=body.section_weight,
-            lead_weight=body.lead_weight, reranker=body.reranker, filters=filters,
-            min_relevance=body.min_relevance, answer=body.answer, client="api",
-        ),
-        limiter=state.search_limiter,
+    search = state.engine.request(
+        body.query, k=body.k, alpha=body.alpha, fusion=body.fusion, section_weight=body.section_weight,
+        lead_weight=body.lead_weight, reranker=body.reranker, filters=filters,
+        min_relevance=body.min_relevance, answer=body.answer, client="api",
     )
+    response = await anyio.to_thread.run_sync(lambda: state.engine.search(request=search), limiter=state.search_limiter)
     payload = response.to_dict()
     base = str(request.base_url).rstrip("/")
-    snapshot = state.engine.snapshots.current()
+    snapshot = response.snapshot
     for item in payload["results"]:
         fragment = item["url"].split("#", 1)[1] if "#" in item["url"] else ""
         item["source_url"] = f"{base}/api/knowledge/sources/{item['doc_id']}/file" + (f"#{fragment}" if fragment else "")
