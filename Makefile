@@ -68,8 +68,8 @@ serve: $(STAMP) tesseract
 # The documentation dev sets (issue 10): apt-get download of Debian doc packages (12 for the Debian set, perl-doc
 # and perl-modules for the Perl set), built into data/datasets/
 devset: $(STAMP)
-	$(BIN)/python -m research.debian_docs
-	$(BIN)/python -m research.perl_docs
+	$(BIN)/python -m evals.experiments.debian_docs
+	$(BIN)/python -m evals.experiments.perl_docs
 
 # Debian chromium for the real-browser console test (never a browser download by a test tool)
 browser:

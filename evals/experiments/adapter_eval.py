@@ -2,7 +2,7 @@
 
 For every *train* query the default ranking's top five passages are rated as a careful user
 would (up when the passage's document is relevant, down otherwise) - the same simulation as
-``research.feedback_sim``.  ``knowledge_store.learning.adapter_training.train_query_adapter`` learns
+``evals.experiments.feedback_sim``.  ``knowledge_store.learning.adapter_training.train_query_adapter`` learns
 from those thumbs alone (its own held-out check decides whether to adopt), then the unseen *test*
 queries are ranked by ``RankingPipeline`` (the engine's ranking, feedback step included) with and
 without the adapter.  A second source of gold is measured beside it: the train split's labels
@@ -13,8 +13,8 @@ The test queries are also split by whether some train query's relevant document 
 them too ("answers rated before") or not ("new answers"): gains on the second group are what
 the adapter generalises; gains on the first are feedback remembering useful passages.
 
-    .venv/bin/python -m research.adapter_eval scifact debian --json-out docs/evaluation/query_adapter.json
-    .venv/bin/python -m research.adapter_eval --transfer-from perl debian:train debian:test scifact:train
+    .venv/bin/python -m evals.experiments.adapter_eval scifact debian --json-out evals/results/query_adapter.json
+    .venv/bin/python -m evals.experiments.adapter_eval --transfer-from perl debian:train debian:test scifact:train
 
 ``--transfer-from SET`` asks whether an adapter is the corpus's or the model's: it learns one from all of
 SET's labels (at each L2 of the grid, no held-out check) and ranks the named splits of the *other* sets
@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from evals.experiments.dev_store import DATASETS, open_dev_store
+from evals.experiments.ranking_sweep import embed_queries
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.evaluation.beir import BeirDataset
@@ -43,8 +45,6 @@ from knowledge_store.retrieval.query_form import alpha_for
 from knowledge_store.retrieval.ranking import PhraseOrderStep, RankingPipeline
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 from knowledge_store.storage.tuned import RankingParams
-from research.dev_store import DATASETS, open_dev_store
-from research.ranking_sweep import embed_queries
 
 
 def served_pipeline(settings: Settings) -> RankingPipeline:

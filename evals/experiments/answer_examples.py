@@ -11,7 +11,7 @@ run it by path with ``PYTHONPATH`` on the older tree and ``--questions q.json``.
 normalised words (case and punctuation aside; markup characters are not words), the rule of
 ``core.text.contains_words``.
 
-    .venv/bin/python research/answer_examples.py /tmp/gw-data [--questions q.json] [--json]
+    .venv/bin/python evals/experiments/answer_examples.py /tmp/gw-data [--questions q.json] [--json]
 """
 
 from __future__ import annotations

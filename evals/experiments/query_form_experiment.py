@@ -9,7 +9,7 @@ default ranking (``RankingPipeline``, feedback step included) with three query v
 - ``stripped``: the leading question phrase removed ("How do I install X?" → "install X");
 - ``mean``: the normalised mean of the two.
 
-    .venv/bin/python -m research.query_form_experiment scifact:train debian:train debian:test scifact
+    .venv/bin/python -m evals.experiments.query_form_experiment scifact:train debian:train debian:test scifact
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import sys
 
 import numpy as np
 
+from evals.experiments.adapter_eval import ranked_rows
+from evals.experiments.dev_store import open_dev_store
 from knowledge_store.config.settings import Settings
-from research.adapter_eval import ranked_rows
-from research.dev_store import open_dev_store
 
 # A leading interrogative, its auxiliary and a pronoun subject: "how do i", "why does",
 # "what is the", "is there a way to", "can i".  Longest alternatives first.

@@ -16,7 +16,7 @@ Then:
   scored on the test queries beside the built-in default and the choice made
   from pseudo-queries alone.
 
-    .venv/bin/python -m research.feedback_sim data/datasets/debian-docs
+    .venv/bin/python -m evals.experiments.feedback_sim data/datasets/debian-docs
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ def recall5(engine, ds: BeirDataset, doc_map: dict[str, str], reranker: str) -> 
 
 def feedback_tuning(folder: Path, engine, feedback: list[dict], test: BeirDataset) -> dict:
     """Self-tune with and without the simulated thumbs as gold; score each choice on the test queries."""
+    from evals.experiments.ranking_sweep import embed_queries, real_label_sweep
     from knowledge_store.learning.tuning import tune_snapshot
     from knowledge_store.retrieval.ranking_defaults import builtin_ranking
     from knowledge_store.retrieval.snapshot_reader import load_snapshot
-    from research.ranking_sweep import embed_queries, real_label_sweep
 
     snapshot = load_snapshot(engine.settings.index_dir)
     embed = engine.embedder.embed

@@ -8,9 +8,9 @@ the full ``engine.search`` path for the configurations reported in
 docs/EVALUATION.md; this module is for choosing them, and for checking the
 self-tuned choice against the one the real labels would make.
 
-    .venv/bin/python -m research.ranking_sweep data/datasets/debian-docs --split test
-    .venv/bin/python -m research.ranking_sweep ../shared/datasets/scifact --split train --tune
-    .venv/bin/python -m research.ranking_sweep data/datasets/perl-docs --split all --tune --served
+    .venv/bin/python -m evals.experiments.ranking_sweep data/datasets/debian-docs --split test
+    .venv/bin/python -m evals.experiments.ranking_sweep ../shared/datasets/scifact --split train --tune
+    .venv/bin/python -m evals.experiments.ranking_sweep data/datasets/perl-docs --split all --tune --served
 
 ``--served`` ranks every grid point with the steps the engine serves with (sentence evidence and
 the feedback step, the settings' defaults); without it the grid is ranked without them, as

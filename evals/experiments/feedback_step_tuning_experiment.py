@@ -7,9 +7,9 @@ pseudo-queries self-tuning draws (``tuning.build_pseudo_queries``) at the built-
 without the step; the targets are scored without the query text as in tuning, and for the step's
 second pass their vectors are the re-embedded ones too (``tuning.stripped_vectors``), so the step
 cannot find a target through the title its query was made from.  The real-label effect is in
-``docs/evaluation/question_alpha_grid.json``.
+``evals/results/question_alpha_grid.json``.
 
-    .venv/bin/python -m research.feedback_step_tuning_experiment perl debian scifact
+    .venv/bin/python -m evals.experiments.feedback_step_tuning_experiment perl debian scifact
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from evals.experiments.dev_store import open_dev_store
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import ndcg_at_k
 from knowledge_store.learning.tuning import (
@@ -32,7 +33,6 @@ from knowledge_store.learning.tuning import (
 from knowledge_store.retrieval.evidence import gather_evidence
 from knowledge_store.retrieval.query_form import alpha_for
 from knowledge_store.retrieval.ranking import PhraseOrderStep, RankingPipeline, VectorFeedbackStep
-from research.dev_store import open_dev_store
 
 
 def run(spec: str) -> dict[str, float]:

@@ -11,7 +11,7 @@ figures.  The baseline ("default ranking") is a ``RankingPipeline`` with phrase 
 - ``section-mean`` / ``document-mean``: each chunk's cosine (and its section lead's) blended with
   the cosine of its section's / document's mean chunk vector.
 
-    .venv/bin/python -m research.prf_experiment [scifact] [debian] [scifact:train] [debian:test]
+    .venv/bin/python -m evals.experiments.prf_experiment [scifact] [debian] [scifact:train] [debian:test]
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from evals.experiments.dev_store import DATASETS, open_dev_store
+from evals.experiments.ranking_sweep import embed_queries
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.retrieval.evidence import (
@@ -33,8 +35,6 @@ from knowledge_store.retrieval.evidence import (
 from knowledge_store.retrieval.ranking import PhraseOrderStep, RankingPipeline, VectorFeedbackStep
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 from knowledge_store.storage.tuned import RankingParams
-from research.dev_store import DATASETS, open_dev_store
-from research.ranking_sweep import embed_queries
 
 PRF_VARIANTS = [(k, beta) for k in (3, 5, 10) for beta in (0.3, 0.6, 1.0)]
 MEAN_WEIGHTS = (0.2, 0.4, 0.6)
@@ -85,7 +85,7 @@ def variants(snapshot: LoadedSnapshot) -> dict[str, Callable]:
 
 
 def run(name: str, params: RankingParams) -> dict[str, tuple[float, float]]:
-    """``name``: ``scifact`` or ``debian``, optionally with ``:split`` (``research.dev_store``)."""
+    """``name``: ``scifact`` or ``debian``, optionally with ``:split`` (``evals.experiments.dev_store``)."""
     dev = open_dev_store(name)
     dataset, snapshot, beir = dev.dataset, dev.snapshot, dev.beir
     vectors = embed_queries(dataset, dev.embedder)

@@ -9,7 +9,7 @@ scored on the test splits.  The features are known at query time: the top cosine
 top-10, top BM25 over the query's idf mass, BM25 (top-1 minus top-10) over top-1, the share of query
 terms in the vocabulary, and the word count.
 
-    .venv/bin/python -m research.query_alpha_prediction_experiment
+    .venv/bin/python -m evals.experiments.query_alpha_prediction_experiment
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from dataclasses import replace
 
 import numpy as np
 
+from evals.experiments.adapter_eval import served_pipeline
+from evals.experiments.dev_store import open_dev_store
+from evals.experiments.ranking_sweep import embed_queries
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.retrieval.evidence import gather_evidence
 from knowledge_store.retrieval.query_form import is_question
-from research.adapter_eval import served_pipeline
-from research.dev_store import open_dev_store
-from research.ranking_sweep import embed_queries
 
 ALPHAS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 FEATURES = ("top cosine", "cosine gap 1-10", "top BM25 / idf mass", "BM25 gap 1-10 (relative)", "known terms", "words")

@@ -12,7 +12,7 @@ both methods' top ``candidate_pool`` rows).  Two untested alternatives of the is
 The variants are registered as fusion modes for this run only (``FUSION_REGISTRY``), so the
 default path (``RankingPipeline``, feedback step included) ranks with them unchanged.
 
-    .venv/bin/python -m research.fusion_normalisation_experiment debian:train scifact:train debian:test scifact
+    .venv/bin/python -m evals.experiments.fusion_normalisation_experiment debian:train scifact:train debian:test scifact
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from dataclasses import replace
 
 import numpy as np
 
+from evals.experiments.adapter_eval import ranked_rows
+from evals.experiments.dev_store import open_dev_store
+from evals.experiments.ranking_sweep import embed_queries
 from knowledge_store.config.settings import Settings
 from knowledge_store.retrieval import fusion
-from research.adapter_eval import ranked_rows
-from research.dev_store import open_dev_store
-from research.ranking_sweep import embed_queries
 
 ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.9)
 POOLS = (30, 50, 100, 200, 400)

@@ -21,8 +21,8 @@ committed, only this builder.
 
 Queries are split into ``train`` and ``test`` by a hash of the question id, as for the Debian set.
 
-    .venv/bin/python -m research.perl_docs            # builds data/datasets/perl-docs/
-    .venv/bin/python -m research.perl_docs --out DIR  # elsewhere
+    .venv/bin/python -m evals.experiments.perl_docs            # builds data/datasets/perl-docs/
+    .venv/bin/python -m evals.experiments.perl_docs --out DIR  # elsewhere
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from evals.experiments import devset_files
+from evals.experiments.devset_files import DatasetBuildError, DevSet, DevSetBuilder, median, readme_tail, split_of
 from knowledge_store.config.settings import PROJECT_ROOT
-from research import devset_files
-from research.devset_files import DatasetBuildError, DevSet, DevSetBuilder, median, readme_tail, split_of
 
 PACKAGES = ("perl-doc",)  # plus the perl-modules-5.x package of this release (modules_package())
 PERL_LIB_GLOB = "usr/share/perl/5.*"
@@ -270,7 +270,7 @@ def _readme(devset: DevSet, packages: dict[str, str], checksums: dict[str, str])
     return "\n".join([
         "# Perl documentation dev set (built, not committed)",
         "",
-        "Built by `python -m research.perl_docs` from the Debian packages `perl-doc` and `perl-modules-5.x`; see",
+        "Built by `python -m evals.experiments.perl_docs` from the Debian packages `perl-doc` and `perl-modules-5.x`; see",
         "that module for the rules. Queries: the question headings of perlfaq1-9 (those ending in '?').",
         "Relevant document: that question's answer without its heading. Distractors: every other section of",
         "Perl's manual pages (one document per heading; per =item entry in " + ", ".join(sorted(ITEM_PAGES)) + ")",

@@ -5,7 +5,7 @@ chunk's text alone with the ingestion encoder (cached beside the store as ``bare
 and ranks each split's queries by ``RankingPipeline`` (default ranking, feedback step included) with the
 chunk vectors replaced by: the stored ones, the bare ones, and normalised blends of the two.
 
-    .venv/bin/python -m research.bare_embedding_experiment scifact scifact:train debian debian:train
+    .venv/bin/python -m evals.experiments.bare_embedding_experiment scifact scifact:train debian debian:train
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
+from evals.experiments.adapter_eval import ranked_rows
+from evals.experiments.dev_store import open_dev_store
+from evals.experiments.ranking_sweep import embed_queries
 from knowledge_store.config.settings import Settings
 from knowledge_store.models.embeddings import document_embedder
-from research.adapter_eval import ranked_rows
-from research.dev_store import open_dev_store
-from research.ranking_sweep import embed_queries
 
 BLENDS = (0.0, 0.3, 0.5, 0.7, 1.0)  # weight of the bare vector
 

@@ -6,7 +6,7 @@ the previous default (alpha 0.5, chunk evidence only) and each ingredient on
 its own; beside them the plain pipelines of ``knowledge_store.evaluation.baselines`` (same run, same
 queries), with the default's ratio to the best plain pipeline.
 
-    .venv/bin/python -m research.quality_report data/datasets/debian-docs --split test --json-out docs/evaluation/debian_test.json
+    .venv/bin/python -m evals.experiments.quality_report data/datasets/debian-docs --split test --json-out evals/results/debian_test.json
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@
 Every pseudo-query self-tuning can build from a dev store (``--limit``, ~1,000) is scored on the
 whole grid (``tuning.score_grid``), once.  Then 200 random draws of 300 of them (what ``groundwork
 tune`` uses) are decided by each rule, and each decision is looked up in the real-label grid of the
-same store (``research.ranking_sweep --json-out``: its ``rows``): how often the rule changed the
+same store (``evals.experiments.ranking_sweep --json-out``: its ``rows``): how often the rule changed the
 ranking, and how far the choice is from the best real-label configuration (mean, worst).
 
-    .venv/bin/python -m research.keep_rule_experiment debian docs/evaluation/tuning_debian_docs_all.json
-    GROUNDWORK_DATA_DIR=data/bare .venv/bin/python -m research.keep_rule_experiment debian docs/evaluation/tuning_debian_docs_bare05.json
+    .venv/bin/python -m evals.experiments.keep_rule_experiment debian evals/results/tuning_debian_docs_all.json
+    GROUNDWORK_DATA_DIR=data/bare .venv/bin/python -m evals.experiments.keep_rule_experiment debian evals/results/tuning_debian_docs_bare05.json
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from evals.experiments.dev_store import open_dev_store
 from knowledge_store.config.settings import Settings
 from knowledge_store.learning.tuning import build_pseudo_queries, default_grid, keep_decision, score_grid
 from knowledge_store.retrieval.ranking_defaults import builtin_ranking
-from research.dev_store import open_dev_store
 
 RULES = {
     "gain > 0.005 (before 2026-11-25)": lambda best, builtin: float((best - builtin).mean()) > 0.005,

@@ -9,7 +9,7 @@ ranking's fused candidate pool (``RankingPipeline``, feedback step included; fus
 - ``length λ [over t]``: max − λ × log(max(1, chunks in the document / t)) (a prior against long
   pages, which get one ticket per chunk in the draw for the top ten).
 
-    .venv/bin/python -m research.doc_aggregation_experiment scifact:train debian:train scifact debian:test
+    .venv/bin/python -m evals.experiments.doc_aggregation_experiment scifact:train debian:train scifact debian:test
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import sys
 
 import numpy as np
 
+from evals.experiments.adapter_eval import ranked_pool
+from evals.experiments.dev_store import open_dev_store
+from evals.experiments.ranking_sweep import embed_queries
 from knowledge_store.config.settings import Settings
-from research.adapter_eval import ranked_pool
-from research.dev_store import open_dev_store
-from research.ranking_sweep import embed_queries
 
 # (label, weight of the second-best score, length prior, chunks a document may have before the prior starts)
 VARIANTS = [("max", 0.0, 0.0, 1)] + [(f"second {g:g}", g, 0.0, 1) for g in (0.1, 0.2, 0.3, 0.5)] \

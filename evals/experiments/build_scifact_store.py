@@ -1,6 +1,6 @@
 """Build (or re-sync) the SciFact evaluation store under data/eval/.
 
-    GROUNDWORK_TORCH_THREADS=2 .venv/bin/python research/build_scifact_store.py
+    GROUNDWORK_TORCH_THREADS=2 .venv/bin/python evals/experiments/build_scifact_store.py
 
 The first run embeds every chunk (minutes); later runs only hash the files.
 """
@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from knowledge_store.evaluation.beir import ingest_beir  # noqa: E402
 from knowledge_store.storage.store import store_connection  # noqa: E402

@@ -6,7 +6,7 @@ both models over the same store that `groundwork eval DATASET --split SPLIT` bui
 model's vectors and the candidate's (re-embedded into the store when a declined run dropped them), each as an
 unpublished copy of the served chunks, through `RetrievalEngine` with the corpus's effective ranking.
 
-    .venv/bin/python research/finetune_eval.py data/datasets/perl-docs all [--json out.json]
+    .venv/bin/python evals/experiments/finetune_eval.py data/datasets/perl-docs all [--json out.json]
 """
 
 from __future__ import annotations

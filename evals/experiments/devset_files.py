@@ -1,6 +1,6 @@
 """What the documentation dev-set builders share: Debian packages in, BEIR files and a README out.
 
-``research.debian_docs`` (the Debian FAQ among ten Debian manuals) and ``research.perl_docs`` (the Perl
+``evals.experiments.debian_docs`` (the Debian FAQ among ten Debian manuals) and ``evals.experiments.perl_docs`` (the Perl
 FAQ among Perl's reference and tutorial pages) both fetch Debian packages with ``apt-get
 download``, unpack them with ``dpkg-deb -x``, turn sections into BEIR rows and write the same
 files: ``corpus.jsonl``, ``queries{,_train,_all}.jsonl``, ``qrels{,_train,_all}.tsv``,

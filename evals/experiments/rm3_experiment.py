@@ -5,7 +5,7 @@ After the default ranking (vector feedback step included), the best chunk of eac
 those chunks; the best ``terms`` not already in the query are added to the BM25 side with weight
 ``lam * w / max(w)`` (chunk and section BM25 alike), and the corpus is ranked again.
 
-    .venv/bin/python -m research.rm3_experiment scifact:train debian:train
+    .venv/bin/python -m evals.experiments.rm3_experiment scifact:train debian:train
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from collections import Counter
 
 import numpy as np
 
+from evals.experiments.dev_store import open_dev_store
+from evals.experiments.ranking_sweep import embed_queries
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.learning.tuning import TermCounter
 from knowledge_store.retrieval.evidence import QueryEvidence, first_document_rows, gather_evidence
 from knowledge_store.retrieval.ranking import PhraseOrderStep, RankingPipeline, VectorFeedbackStep
 from knowledge_store.retrieval.snapshot_reader import bm25_idf, bm25_term
-from research.dev_store import open_dev_store
-from research.ranking_sweep import embed_queries
 
 VARIANTS = [(docs, terms, lam) for docs in (3, 5) for terms in (5, 10) for lam in (0.1, 0.2, 0.4)]
 

@@ -6,8 +6,8 @@ alpha 0.6-0.85 x lead weight 0.6/0.8 x the feedback step on/off, and writes per-
 plus, for the questions, the paired per-query difference of each alpha against 0.7 (mean and standard
 error) - the evidence behind ``question_alpha`` (docs/EVALUATION.md, "Questions and statements").
 
-    .venv/bin/python -m research.question_alpha_experiment perl:train perl:test debian:train debian:test \\
-        scifact:train scifact:test --json-out docs/evaluation/question_alpha_grid.json
+    .venv/bin/python -m evals.experiments.question_alpha_experiment perl:train perl:test debian:train debian:test \\
+        scifact:train scifact:test --json-out evals/results/question_alpha_grid.json
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
+from evals.experiments.dev_store import open_dev_store
+from evals.experiments.ranking_sweep import embed_queries
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.retrieval.evidence import gather_evidence
 from knowledge_store.retrieval.query_form import is_question
 from knowledge_store.retrieval.ranking import PhraseOrderStep, RankingPipeline, VectorFeedbackStep
 from knowledge_store.storage.tuned import RankingParams
-from research.dev_store import open_dev_store
-from research.ranking_sweep import embed_queries
 
 ALPHAS = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85)
 LEADS = (0.6, 0.8)

@@ -1,10 +1,10 @@
 """The development sets' published stores, opened for the experiments that rank with ``RankingPipeline``.
 
-``research.prf_experiment``, ``adapter_eval``, ``pseudo_adapter_experiment``, ``bare_embedding_experiment``,
+``evals.experiments.prf_experiment``, ``adapter_eval``, ``pseudo_adapter_experiment``, ``bare_embedding_experiment``,
 ``bm25_params_experiment``, ``query_form_experiment``, ``doc_aggregation_experiment``, ``fusion_normalisation_experiment``
 and ``rm3_experiment`` all measure on the same two stores (built by ``knowledge_store.evaluation.beir`` under
 ``data/eval``): SciFact (tuned on train, reported on test) and the Debian docs set built by
-``make devset``, and the Perl docs set built by it too (``research.perl_docs``).  A set is named ``scifact``,
+``make devset``, and the Perl docs set built by it too (``evals.experiments.perl_docs``).  A set is named ``scifact``,
 ``debian`` or ``perl``, optionally with ``:split``.
 """
 
@@ -16,14 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
+from evals.experiments.ranking_sweep import doc_beir_ids
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import dedupe_ranking, ndcg_at_k, recall_at_k
 from knowledge_store.evaluation.beir import BeirDataset, beir_settings, load_beir
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, load_snapshot
 from knowledge_store.storage.tuned import RankingParams
-from research.ranking_sweep import doc_beir_ids
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # name -> (BEIR folder, the split reported when none is named)
 DATASETS = {"scifact": (ROOT.parent / "shared" / "datasets" / "scifact", "test"),
             "debian": (ROOT / "data" / "datasets" / "debian-docs", "all"),

@@ -8,7 +8,7 @@ relevance - ``lambda * fused score (rescaled to [0, 1]) - (1 - lambda) * the hig
 document already placed`` (each document by its best chunk's vector) - and scores it with the real
 labels.  A query whose order phrase evidence decided keeps it.  Lambda 1 is the served ranking.
 
-    .venv/bin/python -m research.doc_diversity_experiment perl:train debian:train scifact:train
+    .venv/bin/python -m evals.experiments.doc_diversity_experiment perl:train debian:train scifact:train
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import sys
 
 import numpy as np
 
+from evals.experiments.adapter_eval import ranked_pool
+from evals.experiments.dev_store import open_dev_store
+from evals.experiments.ranking_sweep import embed_queries
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
-from research.adapter_eval import ranked_pool
-from research.dev_store import open_dev_store
-from research.ranking_sweep import embed_queries
 
 LAMBDAS = (1.0, 0.95, 0.9, 0.85, 0.8)
 DOCUMENTS = 30  # documents re-ordered per query

@@ -4,7 +4,7 @@ The snapshot reader scores with the fts formula's constants (``snapshot_reader.B
 1.2 / 0.75); this re-derives the per-posting length norms for each pair and ranks every query of the
 split with the default ranking and the feedback step.
 
-    .venv/bin/python -m research.bm25_params_experiment debian:train scifact:train
+    .venv/bin/python -m evals.experiments.bm25_params_experiment debian:train scifact:train
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import sys
 import numpy as np
 
 import knowledge_store.retrieval.snapshot_reader as reader
+from evals.experiments.adapter_eval import ranked_rows
+from evals.experiments.dev_store import open_dev_store
+from evals.experiments.ranking_sweep import embed_queries
 from knowledge_store.config.settings import Settings
-from research.adapter_eval import ranked_rows
-from research.dev_store import open_dev_store
-from research.ranking_sweep import embed_queries
 
 K1 = (0.9, 1.2, 1.6)
 B = (0.4, 0.6, 0.75, 0.9)

@@ -6,7 +6,7 @@ the snapshot's own sentence vectors (``retrieval/sentences.py``; a store synced 
 ``sentence_vectors`` on has them).  The shipped ``sentence_weight`` was chosen on the train splits
 from these figures (docs/EVALUATION.md, 2026-11-26).
 
-    .venv/bin/python -m research.sentence_evidence_experiment perl:train debian:train scifact:train \\
+    .venv/bin/python -m evals.experiments.sentence_evidence_experiment perl:train debian:train scifact:train \\
         perl:test debian:test scifact:test
 """
 
@@ -15,6 +15,8 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 
+from evals.experiments.dev_store import open_dev_store
+from evals.experiments.ranking_sweep import embed_queries
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import GroundworkError
 from knowledge_store.retrieval.evidence import gather_evidence
@@ -25,8 +27,6 @@ from knowledge_store.retrieval.ranking import (
     SentenceEvidenceStep,
     VectorFeedbackStep,
 )
-from research.dev_store import open_dev_store
-from research.ranking_sweep import embed_queries
 
 WEIGHTS = (0.0, 0.1, 0.15, 0.2, 0.3)
 

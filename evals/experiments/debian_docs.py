@@ -19,8 +19,8 @@ other answers of its own FAQ as well as with the manuals.
 Queries are split into ``train`` and ``test`` by a hash of the question id (stable across
 rebuilds): tune on train, report on test, as with SciFact.
 
-    .venv/bin/python -m research.debian_docs            # builds data/datasets/debian-docs/
-    .venv/bin/python -m research.debian_docs --out DIR  # elsewhere
+    .venv/bin/python -m evals.experiments.debian_docs            # builds data/datasets/debian-docs/
+    .venv/bin/python -m evals.experiments.debian_docs --out DIR  # elsewhere
 
 Needs ``apt-get download`` (Debian/Ubuntu with the bookworm archive reachable) and ``dpkg-deb``;
 :func:`apt_available` says whether this machine can build it (tests skip with that reason).
@@ -36,9 +36,9 @@ from pathlib import Path
 
 from bs4 import BeautifulSoup, NavigableString, Tag
 
+from evals.experiments import devset_files
+from evals.experiments.devset_files import DatasetBuildError, DevSet, DevSetBuilder, median, readme_tail, split_of
 from knowledge_store.config.settings import PROJECT_ROOT
-from research import devset_files
-from research.devset_files import DatasetBuildError, DevSet, DevSetBuilder, median, readme_tail, split_of
 
 __all__ = ["BOOKS", "DatasetBuildError", "DevSet", "apt_available", "build", "build_devset", "split_of"]
 
@@ -307,7 +307,7 @@ def _readme(devset: DevSet, packages: dict[str, str], checksums: dict[str, str])
     lines = [
         "# Debian documentation dev set (built, not committed)",
         "",
-        "Built by `python -m research.debian_docs` from Debian packages; see that module for the rules.",
+        "Built by `python -m evals.experiments.debian_docs` from Debian packages; see that module for the rules.",
         "Queries: the question headings of the FAQ chapters below (those ending in '?'). Relevant document:",
         "that question's answer section without its heading. Distractors: every other section of these",
         "Debian manuals (one document per heading, text up to the next heading):",

@@ -7,7 +7,7 @@ text in its header (the stored vector holds the heading it would otherwise be ma
 the adapter is trained to pick it out of the query's nearest stored chunks.  Then the real test
 queries are ranked by ``RankingPipeline`` (``adapter_eval.ranked_rows``) with and without it.
 
-    .venv/bin/python -m research.pseudo_adapter_experiment scifact debian
+    .venv/bin/python -m evals.experiments.pseudo_adapter_experiment scifact debian
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ import time
 
 import numpy as np
 
+from evals.experiments.adapter_eval import ranked_rows
+from evals.experiments.dev_store import DATASETS, open_dev_store
+from evals.experiments.ranking_sweep import embed_queries
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.metrics import ndcg_at_k, recall_at_k
 from knowledge_store.learning.adapter_training import fit_matrix
 from knowledge_store.learning.tuning import build_pseudo_queries, stripped_embed_texts, target_rows
 from knowledge_store.retrieval.query_adapter import QueryAdapter
-from research.adapter_eval import ranked_rows
-from research.dev_store import DATASETS, open_dev_store
-from research.ranking_sweep import embed_queries
 
 
 def stripped_target_vectors(snapshot, pq, embed) -> tuple[np.ndarray, np.ndarray]:
