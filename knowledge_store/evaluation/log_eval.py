@@ -206,8 +206,8 @@ def query_log_evaluation(settings: Settings, judge: RagasJudge | None = None, *,
         if sample is not None:
             for chunk_id in sample.reference_ids:
                 relevant[_passage_id(chunk_id, sample)] = 1.0
-            for chunk_id in sample.negative_ids:
-                relevant.setdefault(_passage_id(chunk_id, sample), 0.0)
+            for chunk_id in sample.negative_ids:  # a thumbs-down outranks the section label: a person judged it
+                relevant[_passage_id(chunk_id, sample)] = 0.0
         labelled = bool(relevant)
         outcome = QueryOutcome(query_id=record.retrieval_request_id, ranked=list(dict.fromkeys(ids.values())),
                                relevant=relevant, answer=record.answer or "", passages=served, question=record.query,
