@@ -468,8 +468,7 @@ def query_log_eval(context: dg.AssetExecutionContext, evaluation: EvaluationReso
     suite = evaluation.suite(QUERY_LOG_SUITE)
     settings = retrieval.settings()
     report = query_log_evaluation(settings, limit=evaluation.query_log_sample,
-                                  log_path=Path(evaluation.logs_path) if evaluation.logs_path else None,
-                                  snapshot=retrieval.engine().snapshots.current())
+                                  log_path=Path(evaluation.logs_path) if evaluation.logs_path else None)
     results_store.record_query_log_eval(evaluation.results_path(), context.run.run_id, utcnow(), report)
     for method, values in report.by_method.items():
         context.log.info(f"query log {method}: " + ", ".join(f"{m} {v:.3f}" for m, v in values.items()))

@@ -167,9 +167,11 @@ def _example(query: str, questions: Sequence[SampleQuestion]) -> SampleQuestion 
 def query_log_evaluation(settings: Settings, judge: RagasJudge | None = None, *, use_settings_judge: bool = True,
                          limit: int = QUERY_LOG_SAMPLE, log_path: Path | None = None,
                          questions: Sequence[SampleQuestion] = EXAMPLE_QUESTIONS,
-                         snapshot: LoadedSnapshot | None = None) -> QueryLogReport:
+                         snapshot: LoadedSnapshot | None = None,
+                         judged: Sequence[str] = ("faithfulness", "answer_relevancy")) -> QueryLogReport:
     """Score the newest ``limit`` answered queries of the query log (see the module docstring).  ``judge``:
-    the RAGAS judge; None with ``use_settings_judge`` = ``RagasJudge.from_settings(settings)``."""
+    the RAGAS judge; None with ``use_settings_judge`` = ``RagasJudge.from_settings(settings)``; ``judged``: the
+    judged metrics to ask it for (each is two or more requests per answer)."""
     if judge is None and use_settings_judge:
         judge = RagasJudge.from_settings(settings)
     log = _open_log(settings, log_path)
@@ -179,6 +181,9 @@ def query_log_evaluation(settings: Settings, judge: RagasJudge | None = None, *,
     finally:
         log.close()
     labels = {s.retrieval_request_id: s for s in feedback}
+    if not rows:  # nothing answered yet: nothing to score, and no index needed to say so
+        return QueryLogReport(queries=0, skipped=0, by_method={}, unavailable={},
+                              judge_model=judge.model if judge else None)
     if snapshot is None:
         snapshot = RetrievalEngine(settings, query_log=NullQueryLog()).snapshots.current()
     passages = _Passages(snapshot)
@@ -240,7 +245,7 @@ def query_log_evaluation(settings: Settings, judge: RagasJudge | None = None, *,
                 notes[name] = {"status": "not_applicable", "reason": "no query could be scored"}
             else:
                 figures[name] = value
-        for name in ("faithfulness", "answer_relevancy"):
+        for name in judged:
             if judge is None:
                 notes[name] = {"status": "not_applicable", "reason": "no judge endpoint (GROUNDWORK_EVAL_JUDGE_URL "
                                                                      "and GROUNDWORK_EVAL_JUDGE_MODEL)"}
