@@ -302,6 +302,9 @@ class EvaluationSettings(BaseModel):
                                          "through GROUNDWORK_EVAL_JUDGE_URL or GROUNDWORK_LLM_BASE_URL; unset = the "
                                          "answering model (GROUNDWORK_LLM_MODEL). Another model avoids a model grading "
                                          "its own answers.")
+    eval_judge_timeout_s: float = Field(60.0, gt=0, description="Seconds one request to the judge endpoint may take "
+                                        "before it is retried (twice) and then recorded as the judge's failure; a "
+                                        "small local model on a CPU needs minutes.")
     eval_judge_embedding_model: str | None = Field(None, description="Model the endpoint's /embeddings is asked with "
                                                    "for RAGAS answer relevancy (it compares the question with "
                                                    "questions generated from the answer); unset = the judge model.")

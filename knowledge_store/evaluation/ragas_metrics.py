@@ -242,7 +242,8 @@ class RagasJudge:
                 raise ConfigError("eval_judge_model", None, "GROUNDWORK_EVAL_JUDGE_URL needs GROUNDWORK_EVAL_JUDGE_MODEL "
                                                             "(the model the endpoint judges with)")
             return cls(base_url=str(settings.eval_judge_url).rstrip("/"), model=settings.eval_judge_model,
-                       embedding_model=settings.eval_judge_embedding_model or settings.eval_judge_model)
+                       embedding_model=settings.eval_judge_embedding_model or settings.eval_judge_model,
+                       timeout_s=settings.eval_judge_timeout_s)
         if not settings.llm_configured:
             return None
         model = settings.eval_judge_model or settings.llm_model
