@@ -51,6 +51,7 @@ def test_query_log_eval_records_faithfulness_per_answer_method_through_a_real_ll
         judged = Settings(data_dir=tmp_path / "data", sources=[docs], min_markdown_words=0)
         # faithfulness only: each judged metric is several requests per answer, minutes on a loaded 2-core machine
         report = query_log_evaluation(judged, log_path=tmp_path / "logs.duckdb", judged=("faithfulness",))
+    print("query_log_eval judged:", report.by_method, report.unavailable)  # what the judge gave, in -s output
     assert report.judge_model == MODEL_NAME and report.queries == 2
     assert set(report.by_method) == {"extractive", "llm"}
     for method in ("extractive", "llm"):
