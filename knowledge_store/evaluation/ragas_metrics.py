@@ -62,6 +62,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
 from knowledge_store.config.settings import AnswerSettings, EvaluationSettings
+from knowledge_store.core.errors import ConfigError
 from knowledge_store.core.metrics import dedupe_ranking
 
 __all__ = ["JudgeItem", "RagasJudge", "ragas_context_precision_batch", "ragas_context_recall_batch",
@@ -231,10 +232,18 @@ class RagasJudge:
 
     @classmethod
     def from_settings(cls, settings: Any) -> RagasJudge | None:
-        """The judge of ``settings`` (an ``AnswerSettings`` and ``EvaluationSettings``, e.g. ``Settings``): the
-        answering endpoint, ``eval_judge_model`` or else the answering model; None without an endpoint."""
+        """The judge of ``settings`` (an ``AnswerSettings`` and ``EvaluationSettings``, e.g. ``Settings``):
+        ``eval_judge_url`` with ``eval_judge_model`` when set, else the answering endpoint with ``eval_judge_model``
+        or the answering model; None without an endpoint."""
         if not isinstance(settings, AnswerSettings) or not isinstance(settings, EvaluationSettings):
             raise TypeError(f"settings must be AnswerSettings and EvaluationSettings, got {type(settings).__name__}")
+        if settings.eval_judge_url:  # a judge endpoint of its own (GROUNDWORK_EVAL_JUDGE_URL)
+            if not settings.eval_judge_model:
+                raise ConfigError("eval_judge_model", None, "GROUNDWORK_EVAL_JUDGE_URL needs GROUNDWORK_EVAL_JUDGE_MODEL "
+                                                            "(the model the endpoint judges with)")
+            return cls(base_url=str(settings.eval_judge_url).rstrip("/"), model=settings.eval_judge_model,
+                       embedding_model=settings.eval_judge_embedding_model or settings.eval_judge_model,
+                       timeout_s=settings.eval_judge_timeout_s)
         if not settings.llm_configured:
             return None
         model = settings.eval_judge_model or settings.llm_model

@@ -14,6 +14,11 @@ One DuckDB file, ``<data_dir>/eval/results.duckdb``, append-only per run:
   ``eval_metrics``;
 - ``feedback_eval_runs`` / ``helpful_rates``  one row per ``feedback_eval`` run (gold set from thumbs, recall
   of today's engine on it) and its helpful rate per configuration (alpha, fusion, reranker);
+- ``feedback_eval_metrics``  one row per configuration and metric of a ``feedback_eval`` run: RAGAS context
+  recall@5 (ID-based and on text) and context precision on the references the thumbs make (``log_eval``);
+- ``query_log_eval_metrics`` / ``query_log_eval_notes``  one row per answer method and metric of a
+  ``query_log_eval`` run (faithfulness, answer relevancy, answer support, key-fact recall) and the metrics it
+  has no value for, and why;
 - ``drift_runs`` / ``drift_queries``  one row per ``query_log_drift`` run (logged queries replayed on today's
   index) and one per replayed query (top-5 overlap, passages added and removed);
 - ``eval_questions`` / ``eval_sweeps``  a run's questions (what each should find, the rank it was found at, its
@@ -160,6 +165,21 @@ RESULTS_MIGRATIONS: list[tuple[int, str, str]] = [
             run_id VARCHAR NOT NULL, dataset VARCHAR NOT NULL, split VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL,
             fusion VARCHAR, reranker VARCHAR, alpha DOUBLE NOT NULL, metric VARCHAR NOT NULL, value DOUBLE NOT NULL,
             PRIMARY KEY (run_id, dataset, split, alpha, metric));"""),
+    (6, "RAGAS on the logs: feedback_eval_metrics (each configuration's figures on the feedback references) and "
+        "query_log_eval_metrics / query_log_eval_notes (each answer method's figures on the served answers, the "
+        "judge model, and the metrics without a value and why)",
+     """CREATE TABLE feedback_eval_metrics (
+            run_id VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL, configuration VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL, value DOUBLE NOT NULL, samples INTEGER,
+            PRIMARY KEY (run_id, configuration, metric));
+        CREATE TABLE query_log_eval_metrics (
+            run_id VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL, answer_method VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL, value DOUBLE NOT NULL, queries INTEGER, judge_model VARCHAR,
+            ragas_version VARCHAR, PRIMARY KEY (run_id, answer_method, metric));
+        CREATE TABLE query_log_eval_notes (
+            run_id VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL, answer_method VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL, status VARCHAR NOT NULL, reason VARCHAR NOT NULL,
+            PRIMARY KEY (run_id, answer_method, metric));"""),
 ]
 NOTE_STATUSES = ("not_applicable", "failed")
 ALPHA_SWEEP_NOTEBOOK = "alpha_sweep"
@@ -360,6 +380,66 @@ def record_feedback_eval(path: Path, run_id: str, created_at: datetime, summary:
         conn.close()
 
 
+def record_feedback_ragas(path: Path, run_id: str, created_at: datetime, samples: int,
+                          by_configuration: Mapping[str, Mapping[str, float]]) -> None:
+    """One ``feedback_eval`` run's RAGAS figures per configuration (``log_eval.FeedbackReport``)."""
+    conn = open_results(path)
+    try:
+        with transaction(conn):
+            _insert(conn, "feedback_eval_metrics", [
+                {"run_id": run_id, "created_at": created_at, "configuration": config, "metric": metric,
+                 "value": float(value), "samples": samples}
+                for config, figures in by_configuration.items() for metric, value in figures.items()])
+    finally:
+        conn.close()
+
+
+def previous_feedback_ragas(path: Path, before_run: str) -> dict[str, dict[str, float]]:
+    """The figures per configuration of the ``feedback_eval`` run before ``before_run`` ({} when none)."""
+    if not Path(path).exists():
+        return {}
+    conn = open_results(path)
+    try:
+        rows = _rows(conn, "SELECT run_id, configuration, metric, value FROM feedback_eval_metrics WHERE run_id = ("
+                           "SELECT run_id FROM feedback_eval_metrics WHERE run_id <> ? GROUP BY run_id "
+                           "ORDER BY max(created_at) DESC LIMIT 1)", [before_run])
+    finally:
+        conn.close()
+    out: dict[str, dict[str, float]] = {}
+    for row in rows:
+        out.setdefault(row["configuration"], {})[row["metric"]] = float(row["value"])
+    return out
+
+
+def latest_feedback_ragas(path: Path) -> dict[str, Any] | None:
+    """The latest ``feedback_eval`` run's RAGAS figures per configuration (None before one ran)."""
+    if not Path(path).exists():
+        return None
+    conn = open_results(path)
+    try:
+        return _feedback_ragas(conn)
+    finally:
+        conn.close()
+
+
+def record_query_log_eval(path: Path, run_id: str, created_at: datetime, report) -> None:
+    """One ``query_log_eval`` run (a ``log_eval.QueryLogReport``): figures and notes per answer method."""
+    conn = open_results(path)
+    try:
+        with transaction(conn):
+            _insert(conn, "query_log_eval_metrics", [
+                {"run_id": run_id, "created_at": created_at, "answer_method": method, "metric": metric,
+                 "value": float(value), "queries": report.queries, "judge_model": report.judge_model,
+                 "ragas_version": report.ragas_version}
+                for method, figures in report.by_method.items() for metric, value in figures.items()])
+            _insert(conn, "query_log_eval_notes", [
+                {"run_id": run_id, "created_at": created_at, "answer_method": method, "metric": metric,
+                 "status": note["status"], "reason": note["reason"]}
+                for method, notes in report.unavailable.items() for metric, note in notes.items()])
+    finally:
+        conn.close()
+
+
 def record_drift(path: Path, run_id: str, created_at: datetime, report) -> None:
     """One ``query_log_drift`` run (an ``knowledge_store.evaluation.log_replay.ReplayReport``) and its per-query rows."""
     conn = open_results(path)
@@ -496,6 +576,43 @@ def _drift(conn) -> dict[str, Any] | None:
     return run
 
 
+def _feedback_ragas(conn) -> dict[str, Any] | None:
+    """The latest ``feedback_eval`` run's RAGAS figures per configuration."""
+    rows = _rows(conn, "SELECT * FROM feedback_eval_metrics QUALIFY dense_rank() OVER (ORDER BY created_at DESC, "
+                       "run_id DESC) = 1 ORDER BY configuration, metric")
+    if not rows:
+        return None
+    by_configuration: dict[str, dict[str, float]] = {}
+    for row in rows:
+        by_configuration.setdefault(row["configuration"], {})[row["metric"]] = row["value"]
+    return {"run_id": rows[0]["run_id"], "created_at": rows[0]["created_at"], "samples": rows[0]["samples"],
+            "by_configuration": by_configuration}
+
+
+def _query_log_eval(conn) -> dict[str, Any] | None:
+    """The latest ``query_log_eval`` run: figures and notes per answer method, the judge model."""
+    latest = _rows(conn, "SELECT run_id, max(created_at) AS created_at FROM (SELECT run_id, created_at FROM "
+                         "query_log_eval_metrics UNION ALL SELECT run_id, created_at FROM query_log_eval_notes) "
+                         "GROUP BY run_id ORDER BY created_at DESC, run_id DESC LIMIT 1")
+    if not latest:
+        return None
+    run_id = latest[0]["run_id"]
+    metrics = _rows(conn, "SELECT * FROM query_log_eval_metrics WHERE run_id = ? ORDER BY answer_method, metric",
+                    [run_id])
+    notes = _rows(conn, "SELECT * FROM query_log_eval_notes WHERE run_id = ? ORDER BY answer_method, metric", [run_id])
+    by_method: dict[str, dict[str, Any]] = {}
+    for row in metrics:
+        by_method.setdefault(row["answer_method"], {"metrics": {}, "unavailable": {}})["metrics"][row["metric"]] = \
+            row["value"]
+    for row in notes:
+        by_method.setdefault(row["answer_method"], {"metrics": {}, "unavailable": {}})["unavailable"][row["metric"]] \
+            = {"status": row["status"], "reason": row["reason"]}
+    first = metrics[0] if metrics else {}
+    return {"run_id": run_id, "created_at": latest[0]["created_at"], "queries": first.get("queries"),
+            "judge_model": first.get("judge_model"), "ragas_version": first.get("ragas_version"),
+            "by_method": by_method}
+
+
 # the newest run per dataset and split of a per-run table
 _LATEST_RUN = "QUALIFY dense_rank() OVER (PARTITION BY dataset, split ORDER BY created_at DESC, run_id DESC) = 1"
 
@@ -617,7 +734,7 @@ def evaluation_summary(data_dir: Path, index_dir: Path, timeout_s: float = 2.0) 
     """Everything the Evaluation page shows, read from what the evaluation runs wrote (read-only)."""
     path = results_path(data_dir)
     summary: dict[str, Any] = {"results_path": str(path), "scorecard": [], "helpful": None, "drift": None,
-                               "questions": []}
+                               "questions": [], "feedback_ragas": None, "query_log_eval": None}
     stored_sweeps: list[dict[str, Any]] = []
     if path.exists():
         conn = open_duckdb(path, read_only=True, timeout_s=timeout_s)
@@ -637,6 +754,10 @@ def evaluation_summary(data_dir: Path, index_dir: Path, timeout_s: float = 2.0) 
                 summary["questions"] = _questions(conn)
             if "eval_sweeps" in tables:
                 stored_sweeps = stored_alpha_sweeps(conn)
+            if "feedback_eval_metrics" in tables:
+                summary["feedback_ragas"] = _feedback_ragas(conn)
+            if {"query_log_eval_metrics", "query_log_eval_notes"} <= tables:
+                summary["query_log_eval"] = _query_log_eval(conn)
         finally:
             conn.close()
     sweeps = stored_sweeps + notebook_alpha_sweeps(Path(data_dir) / "notebooks")
@@ -644,7 +765,7 @@ def evaluation_summary(data_dir: Path, index_dir: Path, timeout_s: float = 2.0) 
     summary["alpha_sweeps"] = sweeps + ([tuning] if tuning else [])
     summary["metrics"] = shown_metrics(summary["scorecard"])
     empty = not (summary["scorecard"] or summary["helpful"] or summary["drift"] or summary["alpha_sweeps"]
-                 or summary["questions"])
+                 or summary["questions"] or summary["feedback_ragas"] or summary["query_log_eval"])
     summary["empty"] = empty
     summary["hint"] = EMPTY_HINT if empty else None
     return json.loads(json.dumps(summary, default=str))

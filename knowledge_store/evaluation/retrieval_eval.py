@@ -249,7 +249,7 @@ def engine_embed_ms(engine) -> float:
 
 
 def open_engine(folder: Path, embedder: Embedder | None = None, ingest: bool = True, data_root: Path | None = None,
-                **overrides):
+                embedding_model: str | None = None, **overrides):
     """The engine over ``folder``'s store (ingesting it first when asked) and the doc-id -> BEIR-id map.
 
     Stores live under ``data_root`` (default ``<GROUNDWORK_DATA_DIR>/eval``), one per corpus checksum.
@@ -259,9 +259,9 @@ def open_engine(folder: Path, embedder: Embedder | None = None, ingest: bool = T
     base_settings = Settings()
     data_root = data_root or base_settings.data_dir / "eval"
     if ingest:
-        settings, _ = ingest_beir(folder, data_root=data_root, embedder=embedder)
+        settings, _ = ingest_beir(folder, data_root=data_root, embedder=embedder, embedding_model=embedding_model)
     else:
-        settings = beir_settings(load_beir(folder), data_root)
+        settings = beir_settings(load_beir(folder), data_root, embedding_model)
     settings = settings.model_copy(update=overrides)
     base = embedder or settings_query_embedder(settings, cache_dir=base_settings.data_dir / "models")
     engine = RetrievalEngine(settings, embedder=CachingEmbedder(base), query_log=NullQueryLog())
@@ -328,7 +328,7 @@ class DatasetEvaluation:
 def evaluate_dataset(folder: Path, split: str = "test", config: EvalConfig | None = None, *, ingest: bool = True,
                      data_root: Path | None = None, compare_base: bool = True, ks: tuple[int, ...] = (5, 10),
                      alpha: float | None = None, fusion: str | None = None, reranker: str | None = None,
-                     **overrides: Any) -> DatasetEvaluation:
+                     embedding_model: str | None = None, **overrides: Any) -> DatasetEvaluation:
     """Evaluate ``folder``'s ``split`` through the serving engine over the dataset's own store.
 
     ``ingest``: sync the store first (and fine-tune the embedder when that is on, ``beir.ingest_beir``); else the
@@ -337,7 +337,8 @@ def evaluate_dataset(folder: Path, split: str = "test", config: EvalConfig | Non
     evaluation's engine (``candidate_pool``, ``default_alpha``, ...).  ``compare_base``: when the store serves an
     adopted fine-tuned model, evaluate its base model's snapshot too (``base_metrics``)."""
     dataset = load_beir(folder, split=split)  # DatasetError (a GroundworkError) names the bad file
-    engine, doc_map = open_engine(folder, ingest=ingest, data_root=data_root, **overrides)
+    engine, doc_map = open_engine(folder, ingest=ingest, data_root=data_root, embedding_model=embedding_model,
+                                  **overrides)
     defaults = engine.ranking_defaults()  # explicit settings > the store's tuned ranking > built-in
     if config is None:
         config = EvalConfig(alpha=alpha, fusion=fusion or defaults.fusion, reranker=reranker or engine.default_reranker())

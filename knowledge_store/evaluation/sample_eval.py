@@ -160,3 +160,15 @@ def evaluate_example_questions(settings: Settings, embedder=None,
     return SampleEvaluation(run_id=run_id, served=served, sweep=sweep, questions=rows,
                             seconds=round(time.perf_counter() - started, 2), results_path=path)
 
+
+
+def evaluate_example_configs(settings: Settings, configs: Sequence[EvalConfig], embedder=None,
+                             questions: Sequence[SampleQuestion] = EXAMPLE_QUESTIONS) -> list[EvalResult]:
+    """The example questions on the served index once per configuration of ``configs`` (an evaluation suite's),
+    judged as ``evaluate_example_questions`` judges them; nothing recorded (the caller files the runs)."""
+    base = embedder or settings_query_embedder(settings)
+    engine = RetrievalEngine(settings, embedder=CachingEmbedder(base), query_log=NullQueryLog())
+    files = _file_of_documents(engine, questions)  # IndexNotBuiltError when nothing is published yet
+    dataset = _dataset(settings.sample_corpus_dir, questions)
+    judged_as = _judged_as(questions, files)
+    return [evaluate(engine, dataset, config, files, judged_as=judged_as) for config in configs]

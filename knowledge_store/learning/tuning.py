@@ -450,7 +450,7 @@ def keep_decision(best: np.ndarray, builtin: np.ndarray, min_gain: float = 0.005
     ``best`` and ``builtin`` are per-pseudo-query nDCG@10.  Why the standard-error condition: with a
     fixed margin alone, random draws of pseudo-queries from the same corpus often changed the ranking,
     away from the choice the real labels make; with the paired test far less often, and less far
-    (``research/keep_rule_experiment.py``, docs/EVALUATION.md).
+    (``evals/experiments/keep_rule_experiment.py``, docs/EVALUATION.md).
     """
     decision = paired_gain(best, builtin, min_gain, z)
     gain, se, required, n = decision["gain"], decision["standard_error"], decision["required"], len(best)

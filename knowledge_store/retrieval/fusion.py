@@ -61,7 +61,7 @@ class FusionMode:
     description: str  # what it does, in one line (help texts, schema, console)
     fuse: Callable[[FusionInputs], np.ndarray]
     # the alpha at which this mode is the published method (rrf: 0.5 = unweighted RRF, halved); None = any alpha.
-    # research/quality_report.py measures each mode at it, or at the corpus default alpha when None
+    # evals/experiments/quality_report.py measures each mode at it, or at the corpus default alpha when None
     textbook_alpha: float | None = None
 
 

@@ -435,5 +435,13 @@ class EvaluationSummary(Open):
                                                             "overall and per configuration.")
     drift: dict[str, Any] | None = Field(..., description="The latest query_log_drift run: replayed queries, mean "
                                                           "top-5 overlap, the changed queries, and earlier runs.")
+    feedback_ragas: dict[str, Any] | None = Field(None, description="The latest feedback_eval run's RAGAS figures on "
+                                                  "the references the thumbs make: by_configuration ({configuration: "
+                                                  "{ragas_recall@5, ragas_context_recall@5, ragas_context_precision@5, "
+                                                  "downrated_in_top5}}), samples, run_id, created_at.")
+    query_log_eval: dict[str, Any] | None = Field(None, description="The latest query_log_eval run: by_method ({answer "
+                                                  "method: {metrics, unavailable}}: faithfulness, answer_relevancy, "
+                                                  "answer_support, key_fact_recall), queries, judge_model, "
+                                                  "ragas_version.")
     empty: bool = Field(..., description="True when no evaluation result exists yet.")
     hint: str | None = Field(..., description="How to produce results, when empty.")

@@ -36,7 +36,7 @@ ASSETS_BY_GROUP = {
     "finetuning": {"finetuned_embedder"},
     "evaluation": {"eval_datasets", "retrieval_eval_bm25", "retrieval_eval_vector", "retrieval_eval_hybrid",
                    "retrieval_eval_hybrid_dbsf", "retrieval_eval_hybrid_rrf", "retrieval_eval_hybrid_mmr",
-                   "example_questions_eval", "eval_scorecard", "feedback_eval", "query_log_drift"},
+                   "example_questions_eval", "eval_scorecard", "feedback_eval", "query_log_eval", "query_log_drift"},
     "notebooks": {"alpha_sweep_notebook", "reranker_comparison_notebook"},
     "maintenance": {"retained_query_log"},
 }
@@ -45,6 +45,7 @@ ASSET_CHECKS = {
     ("embeddings", "embeddings_are_unit_vectors"), ("search_index", "index_matches_active_chunks"),
     ("corpus_tuning", "tuning_not_worse_than_builtin"), ("query_adapter", "adapter_helps_held_out_queries"),
     ("finetuned_embedder", "served_snapshot_uses_the_serving_model"), ("eval_scorecard", "recall_did_not_regress"),
+    ("feedback_eval", "feedback_recall_did_not_regress"),
 }
 # "- Sensor `name` (**on** by default ..." in README's Automation section
 AUTOMATION_LINE = re.compile(r"^- (Sensor|Schedule) `(\w+)` \(\*\*(on|off)\*\* by default", re.MULTILINE)

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from research import debian_docs, perl_docs
-from research.devset_files import split_of
+from evals.experiments import debian_docs, perl_docs
+from evals.experiments.devset_files import split_of
 from tests.helpers import read_jsonl, read_qrels
 
 pytestmark = pytest.mark.slow

@@ -54,3 +54,36 @@ def test_eval_on_a_folder_without_a_corpus_is_a_clear_error(tmp_path):
     (tmp_path / "empty").mkdir()
     result = groundwork("eval", str(tmp_path / "empty"), data_dir=tmp_path / "data")
     assert result.returncode == 2 and "corpus.jsonl" in result.stderr
+
+
+@pytest.mark.slow
+def test_eval_suite_runs_every_configuration_and_its_gate_fails_naming_what_dropped(tmp_path):
+    """`groundwork eval --suite`: the suite's sets x configurations from YAML, gated against its baseline file
+    (exit 1 naming set, configuration and metric), and --write-baseline makes the run the new reference."""
+    write_tiny_beir(tmp_path / "tiny")
+    evals = tmp_path / "repo" / "evals"
+    (evals / "sets").mkdir(parents=True)
+    (evals / "suites").mkdir()
+    (evals / "sets" / "tiny.yaml").write_text(f"name: tiny\nkind: beir\npath: {tmp_path / 'tiny'}\nsplit: test\n")
+    (evals / "sets" / "missing.yaml").write_text("name: missing\nkind: beir\npath: not-built\nbuild: make devset\n")
+    suite = evals / "suites" / "tiny.yaml"
+    suite.write_text("name: tiny\nsets: [tiny, missing]\nconfigurations: [{name: hybrid}, {name: bm25, alpha: 0.0}]\n"
+                     "metrics: [recall@5, ndcg@10]\ngate: {metric: recall@5, margin: 0.02}\n")
+    baseline = evals / "baseline.json"
+    baseline.write_text(json.dumps({"tiny/hybrid": {"recall@5": 1.5}}))  # more than any run can reach
+    failed = groundwork("eval", "--suite", str(suite), data_dir=tmp_path / "data")
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert "regression: tiny/hybrid recall@5: 1.0000 vs baseline 1.5000" in failed.stdout
+    assert "tiny/bm25" not in failed.stdout.split("gate:")[1]  # no baseline entry: not compared
+    assert "missing: not evaluated" in failed.stdout and "make devset" in failed.stdout
+    written = groundwork("eval", "--suite", str(suite), "--write-baseline", "--json", data_dir=tmp_path / "data")
+    assert written.returncode == 0, written.stderr[-3000:]
+    report = json.loads(written.stdout)
+    assert {(r["set"], r["configuration"]) for r in report["rows"]} == {("tiny", "hybrid"), ("tiny", "bm25")}
+    assert json.loads(baseline.read_text())["tiny/hybrid"]["recall@5"] == 1.0
+    again = groundwork("eval", "--suite", str(suite), data_dir=tmp_path / "data")
+    assert again.returncode == 0 and "passed" in again.stdout
+    # a bad suite is refused before anything runs, naming the file and the field
+    suite.write_text(suite.read_text().replace("alpha: 0.0", "alpha: 2"))
+    bad = groundwork("eval", "--suite", str(suite), data_dir=tmp_path / "data")
+    assert bad.returncode == 2 and "configurations[1].alpha" in bad.stderr + bad.stdout

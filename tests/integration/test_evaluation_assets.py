@@ -31,8 +31,8 @@ def test_evaluation_assets_write_a_scorecard_and_gate_regressions(tmp_path, monk
     write_tiny_beir(tmp_path / "tiny")
     first = run(tmp_path, monkeypatch)
     assert first.success
-    checks = first.get_asset_check_evaluations()
-    assert [c.passed for c in checks] == [True]
+    checks = {c.check_name: c.passed for c in first.get_asset_check_evaluations()}
+    assert checks == {"recall_did_not_regress": True, "feedback_recall_did_not_regress": True}
     hybrid = first.asset_materializations_for_node("retrieval_eval_hybrid")[0].metadata
     assert hybrid["recall@5"].value == 1.0 and hybrid["mrr@10"].value == 1.0
     assert hybrid["ragas_recall@5"].value == hybrid["recall@5"].value  # RAGAS agrees with our recall@5
@@ -62,7 +62,7 @@ def test_evaluation_assets_write_a_scorecard_and_gate_regressions(tmp_path, monk
     baseline = tmp_path / "baseline.json"
     baseline.write_text(json.dumps({"tiny/hybrid": 1.5}))
     second = run(tmp_path, monkeypatch, baseline)
-    check = second.get_asset_check_evaluations()[0]
+    check = next(c for c in second.get_asset_check_evaluations() if c.check_name == "recall_did_not_regress")
     assert not check.passed and check.metadata["count"].value == 1
     assert "hybrid" in check.metadata["regressions"].value
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from research.perl_docs import build_devset, pod_sections, pod_text
+from evals.experiments.perl_docs import build_devset, pod_sections, pod_text
 
 FAQ = """=head1 NAME
 

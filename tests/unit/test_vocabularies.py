@@ -37,9 +37,9 @@ def test_registered_names_are_accepted_by_settings_and_offered_by_the_cli(regist
 
 
 def test_registered_fusion_mode_is_what_fuse_scores_runs_and_the_tuning_grid_tries(registered):
+    from evals.experiments.quality_report import configurations
     from knowledge_store.learning.tuning import default_grid
     from knowledge_store.storage.tuned import check_manual_value
-    from research.quality_report import configurations
 
     bm25 = np.array([0.0, 3.0, 1.0, 2.0])
     vector = np.array([0.9, 0.1, 0.8, 0.2])

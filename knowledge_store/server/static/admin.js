@@ -1195,6 +1195,46 @@
     renderQuestions(summary.questions || []);
     renderHelpful(summary.helpful);
     renderDrift(summary.drift);
+    renderFeedbackRagas(summary.feedback_ragas);
+    renderQueryLogEval(summary.query_log_eval);
+  }
+
+  /** feedback_eval's RAGAS figures: one row per suite configuration (evals/suites/feedback.yaml). */
+  function renderFeedbackRagas(run) {
+    show($("feedback-ragas-panel"), !!run);
+    if (!run) return;
+    $("feedback-ragas-meta").textContent = "feedback_eval run of " + when(run.created_at) + ": " + run.samples +
+      " rated queries with a thumbs-up passage as references, scored on today's index with RAGAS (non-LLM).";
+    var body = $("feedback-ragas-body");
+    body.textContent = "";
+    Object.keys(run.by_configuration || {}).forEach(function (name) {
+      var m = run.by_configuration[name], row = el("tr");
+      cell(row, name);
+      ["ragas_recall@5", "ragas_context_recall@5", "ragas_context_precision@5", "downrated_in_top5"].forEach(function (k) {
+        cell(row, m[k] === undefined || m[k] === null ? "n/a" : fmt(m[k], 3), "num");
+      });
+      body.appendChild(row);
+    });
+  }
+
+  /** query_log_eval's figures per answer method; a metric without a value shows why. */
+  function renderQueryLogEval(run) {
+    show($("query-log-eval-panel"), !!run);
+    if (!run) return;
+    $("query-log-eval-meta").textContent = "query_log_eval run of " + when(run.created_at) + ": " + (run.queries || 0) +
+      " logged answers; judge: " + (run.judge_model || "none (answer support and key facts only)") + ".";
+    var body = $("query-log-eval-body");
+    body.textContent = "";
+    Object.keys(run.by_method || {}).forEach(function (method) {
+      var entry = run.by_method[method], row = el("tr");
+      cell(row, method);
+      ["faithfulness", "answer_relevancy", "answer_support", "key_fact_recall"].forEach(function (k) {
+        var value = (entry.metrics || {})[k], note = (entry.unavailable || {})[k];
+        var td = cell(row, value !== undefined ? fmt(value, 3) : (note && note.status === "failed" ? "failed" : "n/a"), "num");
+        if (note && td) td.title = note.reason;
+      });
+      body.appendChild(row);
+    });
   }
 
   /** A metric's value and its change since the previous run, marked worse/better in the metric's own direction. */
