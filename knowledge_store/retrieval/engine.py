@@ -445,13 +445,13 @@ class RetrievalEngine:
                              client=client, section_weight=float(section_weight), lead_weight=float(lead_weight),
                              question=question, selection=selection, answer_sources=answer_sources)
 
-    def resolve(self, request: SearchRequest, snapshot: LoadedSnapshot) -> SearchRequest:
+    def resolve(self, request: SearchRequest, snapshot: LoadedSnapshot | None) -> SearchRequest:
         """``request`` with its query's form, read against the documents it searches (``searched_snapshot`` of
-        ``snapshot``), and the alpha it left to the corpus: the corpus's alpha for that form (questions get
-        ``question_alpha``); unchanged once resolved."""
+        ``snapshot``; with no snapshot, from the query's text alone), and the alpha it left to the corpus: the
+        corpus's alpha for that form (questions get ``question_alpha``); unchanged once resolved."""
         if request.query_form is not None:
             return request
-        form = query_form(request.query, self.searched_snapshot(request.filters, snapshot))
+        form = query_form(request.query, None if snapshot is None else self.searched_snapshot(request.filters, snapshot))
         alpha = request.alpha
         if alpha is None:
             alpha = alpha_for_form(form, self.ranking_defaults().alpha, self.question_alpha())

@@ -39,14 +39,16 @@ def test_vector_bench_keeps_the_llamaindex_comparison_when_the_package_is_there(
     assert bench.runnable_methods({"numpy", "llamaindex"}) == {"numpy", "llamaindex"}
 
 
-def test_the_llamaindex_duckdb_store_is_an_optional_bench_extra_only():
+def test_the_llamaindex_duckdb_store_is_pinned_and_read_only_by_the_export_and_the_bench():
+    """The export (groundwork export --llamaindex) needs LlamaIndex's DuckDB vector store, so it is a pinned
+    dependency; serving keeps its own reader, so nothing else in the library imports it."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert not any(dep.startswith("llama-index-vector-stores-duckdb") for dep in project["dependencies"])
-    assert any(dep.startswith("llama-index-vector-stores-duckdb==") for dep in project["optional-dependencies"]["bench"])
-    importers = [
+    assert any(dep.startswith("llama-index-vector-stores-duckdb==") for dep in project["dependencies"])
+    importers = sorted(
         path.relative_to(ROOT).as_posix()
         for folder in ("knowledge_store", "pipelines", "evals", "tests", "bench")
         for path in (ROOT / folder).rglob("*.py")
         if path.name != "test_bench_vector_index.py" and "llama_index.vector_stores" in path.read_text(encoding="utf-8")
-    ]
-    assert importers == ["bench/vector_index.py"]
+    )
+    assert importers == ["bench/vector_index.py", "knowledge_store/retrieval/llama_export.py",
+                         "tests/integration/test_llamaindex_export.py"]

@@ -40,6 +40,12 @@ class NoEmbedder:
     dim = 384
 
 
+def resolved(engine, query: str, **params):
+    """The request ``engine`` would search with, before any index exists: its query's form read from the text
+    alone, and the alpha that form gets."""
+    return engine.resolve(engine.request(query, **params), None)
+
+
 # ------------------------------------------------------------------ no model needed
 
 
@@ -57,7 +63,7 @@ def test_effective_ranking_precedence_setting_over_tuned_over_builtin(tmp_path):
     assert effective_ranking(settings, settings.index_dir) == chosen
     assert ranking_sources(settings, settings.index_dir) == {
         **dict.fromkeys(("alpha", "fusion", "section_weight", "lead_weight"), "tuned"), "question_alpha": "default"}
-    assert RetrievalEngine(settings, embedder=NoEmbedder()).request("anything").ranking == chosen
+    assert resolved(RetrievalEngine(settings, embedder=NoEmbedder()), "anything").ranking == chosen
 
     # a setting given explicitly wins over the tuned value, field by field
     explicit = Settings(data_dir=tmp_path, default_alpha=0.6, lead_weight=0.3)
@@ -84,7 +90,7 @@ def test_a_damaged_tuned_file_is_ignored_not_a_crash(tmp_path, content):
     tuned_path(settings.index_dir).write_text(content)
     assert load_tuned(settings.index_dir) is None
     assert effective_ranking(settings, settings.index_dir) == builtin_ranking(settings)
-    assert RetrievalEngine(settings, embedder=NoEmbedder()).request("anything").ranking == builtin_ranking(settings)
+    assert resolved(RetrievalEngine(settings, embedder=NoEmbedder()), "anything").ranking == builtin_ranking(settings)
 
 
 def test_a_clear_gain_on_the_pseudo_queries_is_adopted():
@@ -178,23 +184,23 @@ def test_questions_get_the_question_alpha_unless_a_query_or_a_pinned_alpha_says_
     settings = Settings(data_dir=tmp_path)
     engine = RetrievalEngine(settings, embedder=NoEmbedder())
     question, other = "How do I sort a hash by value?", "sort hash by value"
-    assert engine.request(question).alpha == settings.question_alpha == 0.8
-    assert engine.request(question).query_form == "question" and engine.request(other).query_form == "other"
-    assert engine.request(other).alpha == settings.default_alpha == 0.7
-    assert engine.request("why does my build fail").alpha == 0.8  # a wh-word opens a question without "?"
-    assert engine.request(question, alpha=0.3).alpha == 0.3  # the query's own alpha wins
+    assert resolved(engine, question).alpha == settings.question_alpha == 0.8
+    assert resolved(engine, question).query_form == "question" and resolved(engine, other).query_form == "other"
+    assert resolved(engine, other).alpha == settings.default_alpha == 0.7
+    assert resolved(engine, "why does my build fail").alpha == 0.8  # a wh-word opens a question without "?"
+    assert resolved(engine, question, alpha=0.3).alpha == 0.3  # the query's own alpha wins
 
     # self-tuning chooses the alpha of everything else; questions keep theirs
     save_tuned(settings.index_dir, fake_tuned(RankingParams(0.5, "weighted", 1.0, 0.6)))
-    assert (engine.request(question).alpha, engine.request(other).alpha) == (0.8, 0.5)
+    assert (resolved(engine, question).alpha, resolved(engine, other).alpha) == (0.8, 0.5)
 
     # an alpha pinned by a setting or in the console is meant for every query
     pinned = RetrievalEngine(Settings(data_dir=tmp_path, default_alpha=0.6), embedder=NoEmbedder())
-    assert (pinned.request(question).alpha, pinned.question_alpha()) == (0.6, None)
+    assert (resolved(pinned, question).alpha, pinned.question_alpha()) == (0.6, None)
     save_manual(settings.index_dir, {"alpha": 0.45})
-    assert (engine.request(question).alpha, ranking_sources(settings, settings.index_dir)["question_alpha"]) == (0.45, "console")
+    assert (resolved(engine, question).alpha, ranking_sources(settings, settings.index_dir)["question_alpha"]) == (0.45, "console")
     # ... unless the question alpha is set explicitly too; and it can be switched off
     both = Settings(data_dir=tmp_path, default_alpha=0.6, question_alpha=0.9)
     assert effective_question_alpha(both, both.index_dir) == 0.9
     off = RetrievalEngine(Settings(data_dir=tmp_path, question_alpha=None), embedder=NoEmbedder())
-    assert off.request(question).alpha == 0.45 and off.question_alpha() is None
+    assert resolved(off, question).alpha == 0.45 and off.question_alpha() is None
