@@ -208,6 +208,19 @@ class RankingSettings(BaseModel):
     phrase_boost: bool = Field(True, description="Queries of 8+ words: candidates containing most of the query's word pairs in order (a pasted passage) rank first.")
     use_tuned_ranking: bool = Field(True, description="Use the corpus's self-tuned ranking (index/tuned.json, `groundwork tune`) for values not set explicitly.")
     rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
+    calibrated_vector_sds: float = Field(1.0, ge=0, description="Calibrated fusion: a cosine range narrower than this "
+                                         "many standard deviations of the query's cosine over a reference sample of "
+                                         "the corpus's chunks counts as noise and is not stretched to 0-1 (see "
+                                         "docs/EVALUATION.md, Calibrated fusion).")
+    calibrated_vector_floor: float = Field(0.1, ge=0, le=2, description="Calibrated fusion: the smallest cosine "
+                                           "noise scale, whatever the reference sample says (a store of a few chunks "
+                                           "has no spread to measure).")
+    calibrated_bm25_idf_share: float = Field(0.5, ge=0, description="Calibrated fusion: a BM25 range narrower than "
+                                             "this share of the mean idf of the query's known terms (about what one "
+                                             "occurrence of a typical query term adds) counts as noise.")
+    calibrated_reference_rows: int = Field(256, ge=2, le=100_000, description="Calibrated fusion: chunks (evenly "
+                                           "spaced over the snapshot) whose cosine with the query gives the vector "
+                                           "noise scale.")
     candidate_pool: int = Field(100, ge=10, le=2000, description="Top hits taken from each of BM25 and vector before fusion.")
     min_relevance: float = Field(0.35, ge=0, le=1, description="Best relevance under this = 'no relevant content found'.")
     search_threads: int = Field(1, ge=1, description="BLAS threads for vector search (1 is fastest under load).")

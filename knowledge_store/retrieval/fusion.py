@@ -1,6 +1,6 @@
 """Score fusion for hybrid retrieval, as plain functions over NumPy arrays.
 
-Three methods, registered in ``FUSION_REGISTRY`` (name -> ``FusionMode``: what it does and the function
+Four methods, registered in ``FUSION_REGISTRY`` (name -> ``FusionMode``: what it does and the function
 that does it; ``fuse_scores`` dispatches on it).  ``FUSION_MODES`` is the live name -> description view
 that settings, CLI, API, MCP, the console, the tuning grid and the evaluations read, so a mode added
 to the registry is accepted and offered everywhere:
@@ -15,6 +15,13 @@ to the registry is accepted and offered everywhere:
   the mean and standard deviation of *its own* top pool (``(x - (mu - 3 sigma)) /
   6 sigma``), so one outlier or a pool padded with the other method's weak
   candidates does not squash the rest, as min-max over the union can.
+- ``calibrated``: ``weighted`` with each method's scale floored by its noise scale
+  (``NoiseScales``: ``ranking.NoiseCalibration`` measures it per query): a method's
+  scores are ``(x - pool min) / max(pool range, noise)``.  Min-max alone turns any
+  difference into 0 vs 1, so on a small or boilerplate-heavy pool a cosine difference
+  below what the model can tell apart outweighs a document matching the query's rare
+  words; with the floor it counts for its size in noise units.  On a large pool, where
+  each method's range exceeds its noise, it ranks as ``weighted`` does.
 """
 
 from __future__ import annotations
@@ -40,6 +47,15 @@ class Fused:
 
 
 @dataclass(frozen=True)
+class NoiseScales:
+    """Per method, the score difference below which two candidates are not told apart (0 = none known):
+    ``calibrated`` fusion never stretches a smaller range than this to the full 0-1 scale."""
+
+    vector: float = 0.0  # in cosine units
+    bm25: float = 0.0  # in BM25 score units
+
+
+@dataclass(frozen=True)
 class FusionInputs:
     """What a fusion function sees of one query's candidate pool (every array in the pool's row order)."""
 
@@ -51,6 +67,7 @@ class FusionInputs:
     bm25_rank: np.ndarray  # 1-based rank in the BM25 pool, 0 = not in it
     vector_rank: np.ndarray  # 1-based rank in the vector pool, 0 = not in it
     rrf_k: int  # reciprocal-rank-fusion constant
+    noise: NoiseScales = NoiseScales()  # each method's noise scale (what ``calibrated`` floors its range with)
 
 
 @dataclass(frozen=True)
@@ -63,6 +80,9 @@ class FusionMode:
     # the alpha at which this mode is the published method (rrf: 0.5 = unweighted RRF, halved); None = any alpha.
     # evals/experiments/quality_report.py measures each mode at it, or at the corpus default alpha when None
     textbook_alpha: float | None = None
+    # it reads ``FusionInputs.noise``: the ranking measures each method's noise scale for it (a few hundred dot
+    # products per query) only then
+    uses_noise: bool = False
 
 
 def _weighted(x: FusionInputs) -> np.ndarray:
@@ -71,6 +91,10 @@ def _weighted(x: FusionInputs) -> np.ndarray:
 
 def _dbsf(x: FusionInputs) -> np.ndarray:
     return x.alpha * distribution_scaled(x.vector, x.vector_pool) + (1.0 - x.alpha) * distribution_scaled(x.bm25, x.bm25_pool)
+
+
+def _calibrated(x: FusionInputs) -> np.ndarray:
+    return x.alpha * noise_floored(x.vector, x.noise.vector) + (1.0 - x.alpha) * noise_floored(x.bm25, x.noise.bm25)
 
 
 def _rrf(x: FusionInputs) -> np.ndarray:
@@ -84,6 +108,9 @@ FUSION_REGISTRY: dict[str, FusionMode] = {mode.name: mode for mode in (
     FusionMode("dbsf", "distribution-based: each method scaled by mean +- 3 sd of its own top pool, then weighted by alpha",
                _dbsf),
     FusionMode("rrf", "reciprocal-rank fusion, alpha-weighted sum of 1 / (rrf_k + rank)", _rrf, textbook_alpha=0.5),
+    FusionMode("calibrated", "weighted, but a method's score range is never stretched beyond its noise scale (query "
+               "cosine spread over the corpus; a share of the query terms' idf), so differences below noise stay small "
+               "on small pools", _calibrated, uses_noise=True),
 )}
 FUSION_MODES = Vocabulary("fusion", FUSION_REGISTRY)
 register_vocabulary("default_fusion", FUSION_MODES)
@@ -125,6 +152,15 @@ def minmax(values: np.ndarray) -> np.ndarray:
     return (values - lo) / (hi - lo)
 
 
+def noise_floored(values: np.ndarray, noise: float) -> np.ndarray:
+    """``(values - min) / max(max - min, noise)``: min-max when the range exceeds ``noise``; a smaller range keeps
+    its size in noise units (at most 1) instead of being stretched to 0 vs 1.  ``noise`` 0 = ``minmax``."""
+    if len(values) == 0 or noise <= 0.0:
+        return minmax(values)
+    lo, hi = float(values.min()), float(values.max())
+    return (values - lo) / max(hi - lo, noise)
+
+
 def distribution_scaled(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """Scale ``values`` so ``mean - 3 sd`` of ``reference`` maps to 0 and ``mean + 3 sd`` to 1 (clipped at 0)."""
     if len(reference) == 0:
@@ -146,11 +182,13 @@ def fuse_scores(
     rrf_k: int = 60,
     vector_candidates: np.ndarray | None = None,
     bm25_top: np.ndarray | None = None,
+    noise: NoiseScales | None = None,
 ) -> Fused:
     """Fuse full-corpus BM25 and vector score arrays into one ranked candidate list.
 
     ``vector_candidates``: the only rows whose vector scores are known (approximate search);
-    ``bm25_top``: the BM25 pool when the caller has already picked it (the same rows).
+    ``bm25_top``: the BM25 pool when the caller has already picked it (the same rows);
+    ``noise``: each method's noise scale, for the modes that read it (``FusionMode.uses_noise``).
     """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha={alpha!r}: must be between 0 and 1")
@@ -167,7 +205,7 @@ def fuse_scores(
     v = vector_scores[rows].astype(np.float64)
     fused = FUSION_REGISTRY[method].fuse(FusionInputs(
         alpha=alpha, bm25=b, vector=v, bm25_pool=bm25_scores[bm25_top], vector_pool=vector_scores[vector_top],
-        bm25_rank=br, vector_rank=vr, rrf_k=rrf_k))
+        bm25_rank=br, vector_rank=vr, rrf_k=rrf_k, noise=noise or NoiseScales()))
     order = np.lexsort((rows, -fused))
     rows = rows[order]
     return Fused(

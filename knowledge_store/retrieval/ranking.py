@@ -34,10 +34,58 @@ from knowledge_store.retrieval.evidence import (
     moved_query_vector,
     pool_vector_evidence,
 )
-from knowledge_store.retrieval.fusion import Fused, fuse_scores, top_rows
+from knowledge_store.retrieval.fusion import FUSION_REGISTRY, Fused, NoiseScales, fuse_scores, top_rows
 from knowledge_store.retrieval.phrase import PhraseQuery, is_phrase_query, order_by_share, phrase_texts
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 from knowledge_store.storage.tuned import RankingParams
+
+
+def reference_rows(count: int, size: int) -> np.ndarray:
+    """``size`` rows evenly spaced over ``count`` (all of them when there are fewer): the same sample for every query."""
+    if count <= size:
+        return np.arange(count)
+    return np.linspace(0, count - 1, size).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class NoiseCalibration:
+    """Each method's noise scale for one query (``fusion.NoiseScales``), what ``calibrated`` fusion floors each
+    method's score range with:
+
+    - vector: ``vector_sds`` standard deviations of the query's cosine over ``reference_rows`` chunks evenly spaced
+      over the snapshot (how far apart unrelated chunks already are for this query), never below ``vector_floor``
+      (a store of a few chunks has no spread to measure);
+    - BM25: ``bm25_idf_share`` of the mean idf of the query's known terms (one occurrence of a typical query term
+      in a chunk of average length adds about its idf), so a difference of less than a term match is not stretched.
+
+    Measured only for fusion modes that read it (``FusionMode.uses_noise``), once per query."""
+
+    vector_sds: float
+    vector_floor: float
+    bm25_idf_share: float
+    reference_rows: int
+    name: str = "calibration"
+
+    @classmethod
+    def from_settings(cls, settings: RankingSettings) -> NoiseCalibration:
+        return cls(float(settings.calibrated_vector_sds), float(settings.calibrated_vector_floor),
+                   float(settings.calibrated_bm25_idf_share), int(settings.calibrated_reference_rows))
+
+    def scales(self, evidence: QueryEvidence, snapshot: LoadedSnapshot | None,
+               query_vector: np.ndarray | None) -> NoiseScales:
+        cosines = None
+        if evidence.partial is None and len(evidence.vector_chunk):
+            cosines = evidence.vector_chunk[reference_rows(len(evidence.vector_chunk), self.reference_rows)]
+        elif snapshot is not None and query_vector is not None and len(snapshot.embeddings):
+            rows = reference_rows(len(snapshot.embeddings), self.reference_rows)
+            cosines = snapshot.embeddings[rows] @ np.asarray(query_vector, dtype=np.float32)
+        spread = float(np.std(cosines)) if cosines is not None and len(cosines) > 1 else 0.0
+        idf = evidence.terms.idf if evidence.terms is not None else np.zeros(0)
+        return NoiseScales(vector=max(self.vector_sds * spread, self.vector_floor),
+                           bm25=self.bm25_idf_share * float(idf.mean()) if len(idf) else 0.0)
+
+
+DEFAULT_CALIBRATION = NoiseCalibration.from_settings(RankingSettings())
 
 
 @dataclass
@@ -56,11 +104,22 @@ class RankingContext:
     mask: np.ndarray | None = None
     pool: int = 100
     rrf_k: int = 60
+    calibration: NoiseCalibration = DEFAULT_CALIBRATION
     sentence_memo: dict | None = field(default=None, repr=False)
     phrase_cache: dict[int, float] | None = field(default=None, repr=False)
     # written by steps: the sentence weight the pool's semantic evidence uses from then on, the entity boost applied
     sentence_weight: float = 0.0
     entity_boost: EntityBoost | None = None
+    # each method's noise scale for this query (measured at the first fusion that reads it; the same under any params)
+    noise_scales: NoiseScales | None = field(default=None, repr=False)
+
+    def noise(self) -> NoiseScales | None:
+        """The query's noise scales when its fusion mode reads them (``FusionMode.uses_noise``), else None."""
+        if not FUSION_REGISTRY[self.params.fusion].uses_noise:
+            return None
+        if self.noise_scales is None:
+            self.noise_scales = self.calibration.scales(self.evidence, self.snapshot, self.query_vector)
+        return self.noise_scales
 
     def for_params(self, params: RankingParams) -> RankingContext:
         """The same query under other parameters, sharing its caches; steps' outputs start afresh."""
@@ -73,7 +132,8 @@ class RankingContext:
 
     def refuse(self, fused: Fused, vector: np.ndarray) -> Fused:
         """``fused``'s candidates fused again with new semantic evidence ``vector`` (in ``fused.rows``' order)."""
-        again = fuse_scores(fused.bm25, vector, None, self.params.alpha, self.pool, self.params.fusion, self.rrf_k)
+        again = fuse_scores(fused.bm25, vector, None, self.params.alpha, self.pool, self.params.fusion, self.rrf_k,
+                            noise=self.noise())
         return Fused(rows=fused.rows[again.rows], fused=again.fused, bm25=again.bm25, vector=again.vector,
                      bm25_rank=again.bm25_rank, vector_rank=again.vector_rank)
 
@@ -99,7 +159,7 @@ def fuse_evidence(context: RankingContext) -> Fused:
         vector_candidates = evidence.partial.scored_rows
     vector = evidence.vector(params.lead_weight) if evidence.partial is None else evidence.partial.blended(params.lead_weight)
     return fuse_scores(bm25, vector, context.mask, params.alpha, context.pool, params.fusion, context.rrf_k,
-                       vector_candidates=vector_candidates, bm25_top=bm25_top)
+                       vector_candidates=vector_candidates, bm25_top=bm25_top, noise=context.noise())
 
 
 @dataclass(frozen=True)
@@ -235,11 +295,13 @@ class UnknownRankingStep(ValueError):
 
 @dataclass(frozen=True)
 class RankingPipeline:
-    """Fusion, then each step in turn (``RANKING_STEPS`` order)."""
+    """Fusion (its noise scales measured by ``calibration`` when the mode reads them), then each step in turn
+    (``RANKING_STEPS`` order)."""
 
     steps: tuple[RankingStep, ...] = ()
     pool: int = 100
     rrf_k: int = 60
+    calibration: NoiseCalibration = DEFAULT_CALIBRATION  # the noise scales of ``calibrated`` fusion
 
     @classmethod
     def served(cls, settings: RankingSettings, only: tuple[str, ...] | None = None) -> RankingPipeline:
@@ -254,7 +316,8 @@ class RankingPipeline:
             step = kind.from_settings(settings)
             if step is not None:
                 steps.append(step)
-        return cls(tuple(steps), pool=settings.candidate_pool, rrf_k=settings.rrf_k)
+        return cls(tuple(steps), pool=settings.candidate_pool, rrf_k=settings.rrf_k,
+                   calibration=NoiseCalibration.from_settings(settings))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -268,7 +331,7 @@ class RankingPipeline:
         scores are kept across them."""
         vector = None if query_vector is None else np.asarray(query_vector, dtype=np.float32)
         return RankingContext(query=query, evidence=evidence, params=params, snapshot=snapshot, query_vector=vector,
-                              mask=mask, pool=self.pool, rrf_k=self.rrf_k,
+                              mask=mask, pool=self.pool, rrf_k=self.rrf_k, calibration=self.calibration,
                               sentence_memo={} if shared_caches else None, phrase_cache={} if shared_caches else None)
 
     def rank(self, context: RankingContext) -> Fused:

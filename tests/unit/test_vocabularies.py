@@ -30,7 +30,7 @@ def test_registered_names_are_accepted_by_settings_and_offered_by_the_cli(regist
     for command in (["query", "x"], ["eval", "folder"]):
         args = parser.parse_args([*command, "--fusion", "bm25max", "--reranker", "reverse"])
         assert (args.fusion, args.reranker) == ("bm25max", "reverse")
-    with pytest.raises(Exception, match="must be one of weighted, dbsf, rrf, bm25max"):
+    with pytest.raises(Exception, match="must be one of weighted, dbsf, rrf, calibrated, bm25max"):
         Settings(default_fusion="nope")
     with pytest.raises(Exception, match="must be one of none, mmr, feedback, cross-encoder, reverse, oracle"):
         Settings(default_reranker="nope")
@@ -45,13 +45,13 @@ def test_registered_fusion_mode_is_what_fuse_scores_runs_and_the_tuning_grid_tri
     vector = np.array([0.9, 0.1, 0.8, 0.2])
     fused = fuse_scores(bm25, vector, None, alpha=0.9, pool=4, method="bm25max")
     assert fused.rows.tolist() == [1, 3, 2, 0] and fused.fused.tolist() == [3.0, 2.0, 1.0, 0.0]
-    assert {p.fusion for p in default_grid()} == {"weighted", "dbsf", "rrf", "bm25max"}
+    assert {p.fusion for p in default_grid()} == {"weighted", "dbsf", "rrf", "calibrated", "bm25max"}
     assert check_manual_value("fusion", "bm25max") == "bm25max"
     assert "bm25max" in {config.fusion for _, config in configurations(Settings())}
 
 
 def test_without_registration_the_vocabularies_are_the_shipped_ones():
-    assert list(FUSION_MODES) == ["weighted", "dbsf", "rrf"]
+    assert list(FUSION_MODES) == ["weighted", "dbsf", "rrf", "calibrated"]
     assert list(RERANKERS) == ["none", "mmr", "feedback", "cross-encoder"]
     assert dict(FUSION_MODES) == {name: mode.description for name, mode in FUSION_REGISTRY.items()}
 
