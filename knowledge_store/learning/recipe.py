@@ -1,0 +1,114 @@
+"""How fine-tuning turns training pairs into a loss, and how much memory that takes.
+
+``ContrastiveRecipe`` is the loss and its optimiser settings as one object: in-batch negatives
+(each query's own target against the other targets - and hard negatives - of its batch, scale 20),
+computed with gradient caching (sentence-transformers' ``CachedMultipleNegativesRankingLoss``): the
+batch is embedded once without gradients, the loss's gradient with respect to the embeddings is
+cached, and the batch is embedded again in mini-batches with gradients.  The effective batch (the
+negatives each query sees) no longer sets the memory: the mini-batch does, and with gradient
+checkpointing a mini-batch keeps only each layer's input for the backward pass.  The result is the
+same for any mini-batch size and with or without checkpointing (the dropout masks are replayed), so
+neither is part of the recipe's identity (``identity``): a model trained with mini-batches of 8 is
+the model trained with 32.
+
+``training_memory_bytes`` estimates a recipe's peak resident memory; ``fit_memory`` picks the
+fastest mini-batch and checkpointing that fit a memory budget (None: nothing fits).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+# The estimate's constants, fitted to peak RSS measured with /usr/bin/time -v on short runs of
+# `groundwork adapt --embedder` (docs/EVALUATION.md, "Fine-tuning within a laptop's memory").
+FLOATS_PER_TOKEN_AND_UNIT = 30  # activations a layer keeps per token and hidden unit for its backward pass
+ATTENTION_MAPS = 3  # per head: scores, softmax and dropout mask, tokens x tokens each
+STATE_BYTES_PER_WEIGHT_BYTE = 4  # fp32 weights, their gradients and AdamW's two moments
+PROCESS_BYTES = 1_100 * 2**20  # Python, torch, the tokenizer, the loaded snapshot and the pairs
+
+# (mini-batch, gradient checkpointing), fastest first: a larger mini-batch uses the cores better and
+# checkpointing runs each layer's forward pass twice
+MEMORY_PLANS = ((32, False), (16, False), (8, False), (32, True), (16, True), (8, True), (4, True))
+
+
+@dataclass(frozen=True)
+class ContrastiveRecipe:
+    """The loss fine-tuning trains with and its optimiser settings (see the module docstring)."""
+
+    batch_size: int = 32  # the effective batch: each query is scored against this many targets (and negatives)
+    scale: float = 20.0
+    max_tokens: int = 192
+    learning_rate: float = 2e-5
+    warmup: float = 0.1
+    epochs: int = 1
+    seed: int = 13
+    hard_negatives: int = 0  # mined negatives per pair (learning.pairs.mine_hard_negatives); 0: in-batch only
+    # memory only: the result does not depend on them (``identity``)
+    mini_batch_size: int = 32
+    gradient_checkpointing: bool = False
+
+    @property
+    def loss(self) -> str:
+        return "CachedMultipleNegativesRankingLoss"
+
+    def identity(self) -> dict[str, Any]:
+        """What makes a model trained with this recipe what it is (the training hash): not the memory plan."""
+        return {k: v for k, v in asdict(self).items() if k not in ("mini_batch_size", "gradient_checkpointing")} | {
+            "loss": self.loss
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"loss": self.loss}
+
+    def build_loss(self, model: Any) -> Any:
+        """The loss module for ``model`` (a SentenceTransformer), its mini-batch and checkpointing applied."""
+        from sentence_transformers.sentence_transformer.losses import (  # noqa: PLC0415 - only training needs it
+            CachedMultipleNegativesRankingLoss,
+        )
+
+        if self.gradient_checkpointing:
+            model[0].auto_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return CachedMultipleNegativesRankingLoss(model, scale=self.scale, mini_batch_size=self.mini_batch_size)
+
+
+def _model_shape(model_path: Path) -> tuple[int, int, int, int]:
+    """(layers, hidden units, attention heads, bytes of fp32 weights) of a sentence-transformers folder."""
+    config = json.loads((Path(model_path) / "config.json").read_text())
+    weights = sum(f.stat().st_size for f in Path(model_path).glob("*.safetensors")) or sum(
+        f.stat().st_size for f in Path(model_path).glob("pytorch_model*.bin")
+    )
+    return (int(config["num_hidden_layers"]), int(config["hidden_size"]), int(config["num_attention_heads"]), weights)
+
+
+def training_memory_bytes(model_path: Path, recipe: ContrastiveRecipe) -> int:
+    """About the peak resident memory of training ``model_path`` with ``recipe``: the process and its data, the
+    weights with their gradients and AdamW's moments, and the activations one mini-batch keeps for its backward
+    pass (per layer and sequence ~30 floats per token and hidden unit plus three attention maps per head; with
+    checkpointing, each layer's input and one layer's activations).  The effective batch adds only its
+    embeddings (a few MB)."""
+    layers, hidden, heads, weights = _model_shape(model_path)
+    tokens = recipe.max_tokens
+    layer = (tokens * hidden * FLOATS_PER_TOKEN_AND_UNIT + heads * tokens * tokens * ATTENTION_MAPS) * 4
+    per_sequence = layers * tokens * hidden * 4 + layer if recipe.gradient_checkpointing else layers * layer
+    return PROCESS_BYTES + STATE_BYTES_PER_WEIGHT_BYTE * weights + recipe.mini_batch_size * per_sequence
+
+
+def fit_memory(model_path: Path, recipe: ContrastiveRecipe, budget_bytes: float) -> ContrastiveRecipe | None:
+    """``recipe`` with the fastest memory plan (``MEMORY_PLANS``, mini-batches no larger than the batch) whose
+    estimate fits ``budget_bytes``; None when even the smallest does not."""
+    for mini_batch, checkpointing in MEMORY_PLANS:
+        if mini_batch > recipe.batch_size:
+            continue
+        planned = replace(recipe, mini_batch_size=mini_batch, gradient_checkpointing=checkpointing)
+        if training_memory_bytes(model_path, planned) <= budget_bytes:
+            return planned
+    return None
+
+
+def smallest_plan(recipe: ContrastiveRecipe) -> ContrastiveRecipe:
+    """``recipe`` with the plan that needs the least memory (what a decline for memory quotes)."""
+    mini_batch, checkpointing = MEMORY_PLANS[-1]
+    return replace(recipe, mini_batch_size=mini_batch, gradient_checkpointing=checkpointing)
