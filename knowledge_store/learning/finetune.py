@@ -112,6 +112,16 @@ def available_memory_bytes() -> int | None:
     return None
 
 
+def peak_rss_mb() -> float | None:
+    """This process's peak resident memory so far (MB); None where the platform does not say."""
+    try:
+        import resource  # noqa: PLC0415 - not on Windows
+
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KB on Linux
+    except (ImportError, OSError):
+        return None
+
+
 class FinetuneError(GroundworkError):
     """Fine-tuning cannot run here (no snapshot, a model that cannot be loaded ...); says why."""
 
@@ -171,6 +181,7 @@ class Decision:
     snapshot_version: int | None = None  # the snapshot published when adopted (else the one decided on)
     created_at: str = ""
     finished_at: str = ""
+    peak_rss_mb: float | None = None  # the process's peak resident memory when the run finished (training included)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -455,21 +466,6 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
                 last.get("base_model_id") == base_id:
             say(f"fine-tune: these pairs were decided before ({last['decision']}, {last['created_at']}); nothing to do")
             return Decision(**{k: v for k, v in last.items() if k in Decision.__dataclass_fields__})
-        # the served model's scores on the held-out queries, before training: whether the rule could see the gain
-        # fine-tuning is for, and the "before" of the decision
-        base_scores = held_out_scores(settings, snapshot, pairs.held_out, served_queries.embed)
-        stages["held_out"] = round(time.perf_counter() - started - sum(stages.values()), 2)
-        decision.detectable_gain, expected_se = detectable_gain(base_scores[0])
-        decision.base_sd = round(float(np.std(base_scores[0], ddof=1)), 4)
-        target = settings.finetune_target_gain
-        if decision.detectable_gain > target:
-            decision.before = figures(base_scores)
-            decision.reason = (f"declined before training: {len(pairs.held_out)} held-out pseudo-queries can show a "
-                               f"gain of {decision.detectable_gain:.4f} nDCG@10 at the least (2 expected standard "
-                               f"errors of {expected_se:.4f}), more than the {target:.4f} fine-tuning is for "
-                               "(GROUNDWORK_FINETUNE_TARGET_GAIN); a corpus with more headings and titles gives more")
-            say(f"fine-tune: {decision.reason}")
-            return _finish(settings, decision, started, stages)
         # a training run the machine cannot hold would be killed midway: declined before it starts, and not
         # remembered as decided (no training hash), so the next run trains the same pairs
         free = available_memory_bytes()
@@ -483,6 +479,21 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
                                f"{budget_bytes / 2**30:.1f} GB is available (GROUNDWORK_FINETUNE_MEMORY_GB "
                                f"{settings.finetune_memory_gb:g}); free memory, choose a smaller model "
                                "(GROUNDWORK_EMBEDDING_MODEL=minilm) or set GROUNDWORK_FINETUNE_EMBEDDER=false")
+            say(f"fine-tune: {decision.reason}")
+            return _finish(settings, decision, started, stages)
+        # the served model's scores on the held-out queries, before training: whether the rule could see the gain
+        # fine-tuning is for, and the "before" of the decision
+        base_scores = held_out_scores(settings, snapshot, pairs.held_out, served_queries.embed)
+        stages["held_out"] = round(time.perf_counter() - started - sum(stages.values()), 2)
+        decision.detectable_gain, expected_se = detectable_gain(base_scores[0])
+        decision.base_sd = round(float(np.std(base_scores[0], ddof=1)), 4)
+        target = settings.finetune_target_gain
+        if decision.detectable_gain > target:
+            decision.before = figures(base_scores)
+            decision.reason = (f"declined before training: {len(pairs.held_out)} held-out pseudo-queries can show a "
+                               f"gain of {decision.detectable_gain:.4f} nDCG@10 at the least (2 expected standard "
+                               f"errors of {expected_se:.4f}), more than the {target:.4f} fine-tuning is for "
+                               "(GROUNDWORK_FINETUNE_TARGET_GAIN); a corpus with more headings and titles gives more")
             say(f"fine-tune: {decision.reason}")
             return _finish(settings, decision, started, stages)
         say(f"fine-tune: batches of {planned.batch_size} in mini-batches of {planned.mini_batch_size}"
@@ -550,6 +561,7 @@ def _finish(settings: Settings, decision: Decision, started: float, stages: dict
             replace_last: bool = False) -> Decision:
     decision.seconds = round(time.perf_counter() - started, 2)
     decision.seconds_by_stage = stages
+    decision.peak_rss_mb = peak_rss_mb()
     decision.finished_at = _now()
     adopted = decision.decision == "adopted" and decision.model_path
     _record(settings, decision, decision.model_path if adopted else None,
