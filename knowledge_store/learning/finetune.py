@@ -65,7 +65,13 @@ from knowledge_store.ingest.embed import embed_missing
 from knowledge_store.ingest.publish import active_fingerprint, publish_index
 from knowledge_store.ingest.sync_runs import end_sync_run, start_sync_run
 from knowledge_store.learning.pairs import PairSet, TrainingPair, build_pairs, mine_hard_negatives
-from knowledge_store.learning.recipe import ContrastiveRecipe, fit_memory, smallest_plan, training_memory_bytes
+from knowledge_store.learning.recipe import (
+    ContrastiveRecipe,
+    fit_memory,
+    release_checkpointing,
+    smallest_plan,
+    training_memory_bytes,
+)
 from knowledge_store.learning.tuning import feedback_rows, score_grid
 from knowledge_store.models.embeddings import (
     document_embedder,
@@ -256,11 +262,12 @@ def train_embedder(base_path: Path, pairs: list[TrainingPair], out_dir: Path, bu
     model.train()
     losses: list[float] = []
     trained = 0
+    training_started = time.monotonic()  # the budget is training time: loading the model is not part of it
     counts = stage_progress("fine-tune", "pairs").start(sum(len(b) for b in plan))
     stopped_by = "epoch"
     say = log or logger.info
     for step, batch in enumerate(plan):
-        if time.monotonic() - started >= budget_s:
+        if time.monotonic() - training_started >= budget_s:
             stopped_by = "budget"
             break
         columns = [[p.query for p in batch], [p.target for p in batch]]
@@ -282,7 +289,7 @@ def train_embedder(base_path: Path, pairs: list[TrainingPair], out_dir: Path, bu
     counts.finish()
     del optimizer, schedule, loss_of  # AdamW's moments: the re-embedding that follows needs the memory
     if recipe.gradient_checkpointing:
-        model[0].auto_model.gradient_checkpointing_disable()
+        release_checkpointing(model[0].auto_model)
     model.eval()
     model.max_seq_length = serving_length
     seconds = time.monotonic() - started

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -64,14 +65,39 @@ class ContrastiveRecipe:
         return asdict(self) | {"loss": self.loss}
 
     def build_loss(self, model: Any) -> Any:
-        """The loss module for ``model`` (a SentenceTransformer), its mini-batch and checkpointing applied."""
+        """The loss module for ``model`` (a SentenceTransformer), its mini-batch and checkpointing applied
+        (``release_checkpointing`` undoes the latter before the model is saved)."""
         from sentence_transformers.sentence_transformer.losses import (  # noqa: PLC0415 - only training needs it
             CachedMultipleNegativesRankingLoss,
         )
 
         if self.gradient_checkpointing:
-            model[0].auto_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            checkpoint_layers(model[0].auto_model)
         return CachedMultipleNegativesRankingLoss(model, scale=self.scale, mini_batch_size=self.mini_batch_size)
+
+
+def checkpoint_layers(auto_model: Any) -> None:
+    """Gradient checkpointing: each encoder layer keeps only its input for the backward pass and runs again
+    there.  transformers' own switch where the model has one; MPNet has none, so its encoder layers are wrapped
+    in ``torch.utils.checkpoint`` here (the dropout masks replayed: the same gradients)."""
+    try:
+        auto_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return
+    except ValueError:  # "... does not support activation checkpointing"
+        pass
+    from torch.utils.checkpoint import checkpoint  # noqa: PLC0415 - only training needs torch
+
+    for layer in auto_model.encoder.layer:
+        layer.forward = partial(checkpoint, layer.forward, use_reentrant=False)
+
+
+def release_checkpointing(auto_model: Any) -> None:
+    """Undo ``checkpoint_layers``."""
+    enabled = getattr(auto_model, "is_activation_checkpointing", None)  # transformers' newer name
+    if enabled if enabled is not None else getattr(auto_model, "is_gradient_checkpointing", False):
+        auto_model.gradient_checkpointing_disable()
+    for layer in getattr(getattr(auto_model, "encoder", None), "layer", []):
+        layer.__dict__.pop("forward", None)
 
 
 def _model_shape(model_path: Path) -> tuple[int, int, int, int]:

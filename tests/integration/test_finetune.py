@@ -239,3 +239,28 @@ def test_a_held_out_set_too_small_to_show_the_target_gain_declines_before_traini
     assert decision.decision == "declined" and decision.reason.startswith("declined before training")
     assert decision.training is None and decision.detectable_gain > 0.001 and decision.before
     assert "GROUNDWORK_FINETUNE_TARGET_GAIN" in decision.reason
+
+
+def test_hard_negatives_come_from_other_sections_are_not_copies_of_the_target_and_are_stripped(corpus, embedder):
+    from knowledge_store.learning.pairs import NEAR_DUPLICATE_COSINE, build_pairs, mine_hard_negatives
+    from knowledge_store.retrieval.snapshot_reader import load_snapshot
+
+    snapshot = load_snapshot(corpus.index_dir)
+    try:
+        pairs = build_pairs(snapshot, [], max_pairs=60).train
+        mined = mine_hard_negatives(snapshot, pairs, embedder.embed([p.query for p in pairs]))
+        with_negative = [p for p in mined if p.negatives]
+        assert len(with_negative) >= len(pairs) // 2
+        texts = snapshot.records.column("text").to_pylist()
+        for pair in with_negative:
+            (group,) = pair.negative_groups
+            assert group != pair.group  # never the target's own section
+            rows = np.flatnonzero(snapshot.sections.group == group)
+            target = snapshot.embeddings[snapshot.sections.lead_row[pair.group]]
+            # some row of the negative's section is no near-copy of the target
+            assert min(float(snapshot.embeddings[r] @ target) for r in rows) < NEAR_DUPLICATE_COSINE
+            assert not any(texts[r] == texts[snapshot.sections.lead_row[pair.group]] for r in rows[:1])
+            assert pair.query.lower() not in pair.negatives[0].lower()  # stripped of the query as the target is
+            assert pair.negatives[0] != pair.target
+    finally:
+        snapshot.close()
