@@ -64,7 +64,7 @@ from knowledge_store.core.progress import stage_progress
 from knowledge_store.ingest.embed import embed_missing
 from knowledge_store.ingest.publish import active_fingerprint, publish_index
 from knowledge_store.ingest.sync_runs import end_sync_run, start_sync_run
-from knowledge_store.learning.pairs import PairSet, TrainingPair, build_pairs, mine_hard_negatives
+from knowledge_store.learning.pairs import HELD_OUT_SHARES, PairSet, TrainingPair, build_pairs, mine_hard_negatives
 from knowledge_store.learning.recipe import (
     ContrastiveRecipe,
     fit_memory,
@@ -445,8 +445,12 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
         served_path = Path(snapshot.info.model_path or model_path_for(settings, served_id) or serving_model_path(settings))
         decision = Decision(decision="declined", reason="", base_model_id=base_id, served_model_id=served_id,
                             created_at=_now(), snapshot_version=snapshot.info.snapshot_version)
-        pairs = build_pairs(snapshot, feedback_rows(settings) if feedback is None else feedback,
-                            max_pairs=settings.finetune_max_pairs)
+        rated = list(feedback_rows(settings) if feedback is None else feedback)
+        pairs = build_pairs(snapshot, rated, max_pairs=settings.finetune_max_pairs)
+        # a larger held-out share must not leave too few pairs to train on: back down a step at a time
+        while len(pairs.train) < settings.finetune_min_pairs and pairs.held_out_share > HELD_OUT_SHARES[0]:
+            smaller = max(share for share in HELD_OUT_SHARES if share < pairs.held_out_share)
+            pairs = build_pairs(snapshot, rated, max_pairs=settings.finetune_max_pairs, held_out_share=smaller)
         stages["pairs"] = round(time.perf_counter() - started, 2)
         decision.pairs, decision.pair_kinds = len(pairs.train), pairs.counts
         decision.held_out, decision.held_out_feedback = len(pairs.held_out), pairs.held_out_feedback
