@@ -28,7 +28,11 @@ from typing import Any
 FLOATS_PER_TOKEN_AND_UNIT = 30  # activations a layer keeps per token and hidden unit for its backward pass
 ATTENTION_MAPS = 3  # per head: scores, softmax and dropout mask, tokens x tokens each
 STATE_BYTES_PER_WEIGHT_BYTE = 4  # fp32 weights, their gradients and AdamW's two moments
-PROCESS_BYTES = 1_100 * 2**20  # Python, torch, the tokenizer, the loaded snapshot and the pairs
+PROCESS_BYTES = 1_200 * 2**20  # Python, torch, the loaded snapshot, the served query encoder and the pairs
+# with checkpointing a sequence keeps each layer's input, and the backward pass holds about three layers' worth
+# of activations at once (the recomputed layer, its gradients and the layer above's): fitted to mpnet's 5.35 GB
+# peak with mini-batches of 32 (estimate before the fit, one layer: 3.6 GB)
+CHECKPOINTED_LAYERS_HELD = 3
 
 # (mini-batch, gradient checkpointing), fastest first: a larger mini-batch uses the cores better and
 # checkpointing runs each layer's forward pass twice
@@ -113,12 +117,16 @@ def training_memory_bytes(model_path: Path, recipe: ContrastiveRecipe) -> int:
     """About the peak resident memory of training ``model_path`` with ``recipe``: the process and its data, the
     weights with their gradients and AdamW's moments, and the activations one mini-batch keeps for its backward
     pass (per layer and sequence ~30 floats per token and hidden unit plus three attention maps per head; with
-    checkpointing, each layer's input and one layer's activations).  The effective batch adds only its
+    checkpointing, each layer's input and ``CHECKPOINTED_LAYERS_HELD`` layers' activations).  The effective batch adds only its
     embeddings (a few MB)."""
     layers, hidden, heads, weights = _model_shape(model_path)
     tokens = recipe.max_tokens
     layer = (tokens * hidden * FLOATS_PER_TOKEN_AND_UNIT + heads * tokens * tokens * ATTENTION_MAPS) * 4
-    per_sequence = layers * tokens * hidden * 4 + layer if recipe.gradient_checkpointing else layers * layer
+    per_sequence = (
+        layers * tokens * hidden * 4 + CHECKPOINTED_LAYERS_HELD * layer
+        if recipe.gradient_checkpointing
+        else layers * layer
+    )
     return PROCESS_BYTES + STATE_BYTES_PER_WEIGHT_BYTE * weights + recipe.mini_batch_size * per_sequence
 
 
