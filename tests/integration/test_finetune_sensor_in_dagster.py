@@ -27,8 +27,13 @@ pytestmark = pytest.mark.slow
 WORKSPACE = REPO_ROOT / "workspace.yaml"
 SENSOR = "corpus_changed_for_finetuning"
 # the code server and its run workers inherit these: a tiny fine-tuning run, never skipped for a small held-out set
-ENV = {"GROUNDWORK_FINETUNE_MIN_PAIRS": "10", "GROUNDWORK_FINETUNE_BUDGET_S": "3", "GROUNDWORK_TORCH_THREADS": "2",
-       "GROUNDWORK_FINETUNE_TARGET_GAIN": "1.0", "HF_HUB_OFFLINE": "1"}
+ENV = {
+    "GROUNDWORK_FINETUNE_MIN_PAIRS": "10",
+    "GROUNDWORK_FINETUNE_BUDGET_S": "3",
+    "GROUNDWORK_TORCH_THREADS": "2",
+    "GROUNDWORK_FINETUNE_TARGET_GAIN": "1.0",
+    "HF_HUB_OFFLINE": "1",
+}
 ADDED = ("MCP.md", "WIDGET.md")  # project docs added by the second sync: well over a fifth of the corpus
 
 
@@ -40,23 +45,36 @@ def _evaluate(location, repo, instance) -> object:
 def _launch(location, repo, instance, process, request) -> str:
     """Create the requested run as the sensor daemon does and hand it to the instance's run launcher."""
     job = repo.get_full_job(request.job_name or "finetune")
-    plan = location.get_execution_plan(job, request.run_config, step_keys_to_execute=None, known_state=None,
-                                       instance=instance)
+    plan = location.get_execution_plan(
+        job, request.run_config, step_keys_to_execute=None, known_state=None, instance=instance
+    )
     run = instance.create_run(
-        job_name=job.name, run_id=str(uuid.uuid4()), run_config=request.run_config,
-        resolved_op_selection=job.resolved_op_selection, step_keys_to_execute=None,
-        status=dg.DagsterRunStatus.NOT_STARTED, op_selection=None, root_run_id=None, parent_run_id=None,
+        job_name=job.name,
+        run_id=str(uuid.uuid4()),
+        run_config=request.run_config,
+        resolved_op_selection=job.resolved_op_selection,
+        step_keys_to_execute=None,
+        status=dg.DagsterRunStatus.NOT_STARTED,
+        op_selection=None,
+        root_run_id=None,
+        parent_run_id=None,
         tags={**(job.run_tags or {}), **request.tags, "dagster/run_key": request.run_key},
-        job_snapshot=job.job_snapshot, execution_plan_snapshot=plan.execution_plan_snapshot,
-        parent_job_snapshot=job.parent_job_snapshot, remote_job_origin=job.get_remote_origin(),
-        job_code_origin=job.get_python_origin(), asset_selection=None, asset_check_selection=None,
-        asset_graph=repo.asset_graph)
+        job_snapshot=job.job_snapshot,
+        execution_plan_snapshot=plan.execution_plan_snapshot,
+        parent_job_snapshot=job.parent_job_snapshot,
+        remote_job_origin=job.get_remote_origin(),
+        job_code_origin=job.get_python_origin(),
+        asset_selection=None,
+        asset_check_selection=None,
+        asset_graph=repo.asset_graph,
+    )
     instance.launch_run(run.run_id, process.create_request_context())
     return run.run_id
 
 
 def test_a_sync_that_changes_a_fifth_of_the_corpus_starts_a_finetuning_run_with_its_decision_and_memory(
-        tmp_path, monkeypatch, embedder):
+    tmp_path, monkeypatch, embedder
+):
     write_sample_corpus(tmp_path / "sample")
     (tmp_path / "added").mkdir()
     data = tmp_path / "data"
@@ -65,16 +83,29 @@ def test_a_sync_that_changes_a_fifth_of_the_corpus_starts_a_finetuning_run_with_
     settings = Settings(data_dir=data, sources=[tmp_path / "sample", tmp_path / "added"])
     run_sync(settings, embedder)
     # a decision made just now: nothing is new since
-    save_record(settings.index_dir, EmbedderRecord(base_model_id=model_id_for(settings.model_path), decision=Decision(
-        decision="declined", reason="declined: the decision before this test's sync", base_model_id=model_id_for(
-            settings.model_path), finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds")).to_dict()))
+    save_record(
+        settings.index_dir,
+        EmbedderRecord(
+            base_model_id=model_id_for(settings.model_path),
+            decision=Decision(
+                decision="declined",
+                reason="declined: the decision before this test's sync",
+                base_model_id=model_id_for(settings.model_path),
+                finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            ).to_dict(),
+        ),
+    )
     time.sleep(1.1)  # the new vectors are made after the decision (timestamps to the second)
 
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(REPO_ROOT / "pipelines" / "dagster.yaml", home / "dagster.yaml")
-    with dg.DagsterInstance.from_config(str(home)) as instance, WorkspaceProcessContext(
-            instance, WorkspaceFileTarget(paths=[str(WORKSPACE)]), version=dg.__version__) as process:
+    with (
+        dg.DagsterInstance.from_config(str(home)) as instance,
+        WorkspaceProcessContext(
+            instance, WorkspaceFileTarget(paths=[str(WORKSPACE)]), version=dg.__version__
+        ) as process,
+    ):
         entry = process.create_request_context().get_code_location_entries()["pipelines"]
         assert entry.load_error is None, entry.load_error.to_string()
         location = entry.code_location
@@ -116,4 +147,3 @@ def test_a_sync_that_changes_a_fifth_of_the_corpus_starts_a_finetuning_run_with_
 
         again = _evaluate(location, repo, instance)  # decided: nothing new since
         assert not again.run_requests, again.skip_message
-
