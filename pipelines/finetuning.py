@@ -53,6 +53,13 @@ def finetuned_embedder(context: dg.AssetExecutionContext, config: FinetuneConfig
     return dg.MaterializeResult(metadata={
         "decision": decision.decision,
         "reason": decision.reason,
+        "progress": (f"{training.get('steps', 0)}/{training.get('planned_steps', 0)} training steps, "
+                     f"{training.get('trained_pairs', 0)} of {decision.pairs} pairs "
+                     f"({training.get('stopped_by') or 'not trained'})"),
+        "peak_rss_mb": float(decision.peak_rss_mb or 0.0),
+        "memory_plan": dg.MetadataValue.json({k: (training.get("recipe") or {}).get(k) for k in (
+            "batch_size", "mini_batch_size", "gradient_checkpointing", "hard_negatives")}),
+        "detectable_gain": float(decision.detectable_gain or 0.0),
         "gain": float(decision.gain or 0.0),
         "standard_error": float(decision.standard_error or 0.0),
         "gain_required": float(decision.required or 0.0),

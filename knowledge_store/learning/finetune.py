@@ -4,11 +4,20 @@ One run (``finetune_corpus``; ``groundwork adapt --embedder``, the Dagster asset
 ``groundwork eval``):
 
 1. **Pairs** from the served snapshot (``learning.pairs``): headings, titles, FAQ questions, first
-   sentences, link texts and thumbs-up, a fifth of the query texts held out by hash.
-2. **Training** (``train_embedder``): contrastive, in-batch negatives (MultipleNegativesRankingLoss: each
-   query's own target against the other targets of its batch, scale 20; no two pairs of one section in
-   a batch), AdamW 2e-5 with 10 % warm-up and linear decay over one epoch, targets cut at 192
-   word-pieces, seeded.  It stops at the step that reaches ``finetune_budget_s``.  The model is saved
+   sentences, link texts and thumbs-up; a fifth of the query texts held out by hash, up to half in a
+   corpus with few headings (enough held-out pseudo-queries that the decision can see a gain);
+   optionally hard negatives mined with BM25 and the served model (``ContrastiveRecipe.hard_negatives``).
+   Before training, the served model ranks the held-out pseudo-queries: when their spread says the
+   decision could not see a gain of ``finetune_target_gain`` (``detectable_gain``), nothing is trained
+   and the decision says why.
+2. **Training** (``train_embedder``) with a ``learning.recipe.ContrastiveRecipe``: contrastive, in-batch
+   negatives (each query's own target against the other targets of its batch of 32, scale 20; no two
+   pairs of one section in a batch) with gradient caching (the batch's loss computed from embeddings
+   made in mini-batches, so memory follows the mini-batch, not the batch), AdamW 2e-5 with 10 % warm-up
+   and linear decay over one epoch, targets cut at 192 word-pieces, seeded.  The mini-batch and
+   gradient checkpointing are the fastest plan whose memory estimate fits ``finetune_memory_gb`` and
+   what the machine has available (``recipe.fit_memory``); when none fits, the run declines before
+   training.  It stops at the step that reaches ``finetune_budget_s``.  The model is saved
    under ``<data_dir>/models/finetuned/<base>-ft-<corpus>-<training hash>`` (written to a temporary
    folder, then renamed: a kill leaves no half model); a run with the same pairs reuses it.
 3. **Re-embedding**: every served chunk text (and its sentences) gets a vector from the candidate in the
@@ -16,8 +25,8 @@ One run (``finetune_corpus``; ``groundwork adapt --embedder``, the Dagster asset
    kill loses one batch and the next run resumes.  The served snapshot is not touched.
 4. **Decision** (``decide``): the held-out pseudo-queries are ranked as the engine serves them
    (``tuning.score_grid`` with the effective ranking and its second passes, the targets stripped of the
-   query's words) over the served snapshot with its model and over the same snapshot with the
-   candidate's vectors and query encoder.  Adopted only when the paired nDCG@10 gain clears
+   query's words) over the served snapshot with its model (scored before training) and over the same
+   snapshot with the candidate's vectors and query encoder.  Adopted only when the paired nDCG@10 gain clears
    ``tuning.paired_gain`` (0.005 and two standard errors): the rule self-tuning and the query adapter
    decide by.  One held-out split, not k folds: a fold costs a fine-tuning.
 5. **Adopted**: ``embedder.json`` names the model and a snapshot is published with its vectors
@@ -55,7 +64,14 @@ from knowledge_store.core.progress import stage_progress
 from knowledge_store.ingest.embed import embed_missing
 from knowledge_store.ingest.publish import active_fingerprint, publish_index
 from knowledge_store.ingest.sync_runs import end_sync_run, start_sync_run
-from knowledge_store.learning.pairs import PairSet, TrainingPair, build_pairs
+from knowledge_store.learning.pairs import HELD_OUT_SHARES, PairSet, TrainingPair, build_pairs, mine_hard_negatives
+from knowledge_store.learning.recipe import (
+    ContrastiveRecipe,
+    fit_memory,
+    release_checkpointing,
+    smallest_plan,
+    training_memory_bytes,
+)
 from knowledge_store.learning.tuning import feedback_rows, score_grid
 from knowledge_store.models.embeddings import (
     document_embedder,
@@ -81,25 +97,13 @@ from knowledge_store.storage.store import store_connection, transaction
 
 logger = logging.getLogger(__name__)
 
-TRAINING = {"loss": "MultipleNegativesRankingLoss", "scale": 20.0, "batch_size": 32, "max_tokens": 192,
-            "learning_rate": 2e-5, "warmup": 0.1, "epochs": 1, "seed": 13}
+RECIPE = ContrastiveRecipe()
 TRAINING_RECORD = "training.json"
 MIN_HELD_OUT = 20  # fewer held-out pseudo-queries cannot show a clear gain
-
-
-def training_memory_bytes(model_path: Path) -> int:
-    """About how much memory training ``model_path`` takes: the activations kept for the backward pass of a
-    batch (``TRAINING``: 32 queries and 32 targets of up to 192 word-pieces; per layer and sequence about 30
-    floats per token and hidden unit, and three attention maps per head) plus the weights, their gradients and
-    AdamW's two moments (16 bytes a parameter).  Measured peaks: MiniLM 5.2 GB (estimate 5.4),
-    mpnet 15.2-18.5 GB (estimate 18.1; docs/EVALUATION.md)."""
-    config = json.loads((Path(model_path) / "config.json").read_text())
-    layers, hidden = int(config["num_hidden_layers"]), int(config["hidden_size"])
-    heads, tokens = int(config["num_attention_heads"]), TRAINING["max_tokens"]
-    per_sequence = layers * (tokens * hidden * 30 + heads * tokens * tokens * 3) * 4
-    weights = sum(f.stat().st_size for f in Path(model_path).glob("*.safetensors")) or \
-        sum(f.stat().st_size for f in Path(model_path).glob("pytorch_model*.bin"))
-    return 2 * TRAINING["batch_size"] * per_sequence + 4 * weights  # fp32 weights: 4 bytes a parameter
+MIN_GAIN, Z = 0.005, 2.0  # the decision rule (core.metrics.paired_gain): a gain over 0.005 and 2 standard errors
+# the spread of a candidate's paired nDCG@10 differences relative to the base model's per-query spread, measured
+# on fine-tuning runs (docs/EVALUATION.md): what detectable_gain expects before training
+DIFF_SD_PER_BASE_SD = 0.5
 
 
 def available_memory_bytes() -> int | None:
@@ -112,6 +116,16 @@ def available_memory_bytes() -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def peak_rss_mb() -> float | None:
+    """This process's peak resident memory so far (MB); None where the platform does not say."""
+    try:
+        import resource  # noqa: PLC0415 - not on Windows
+
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KB on Linux
+    except (ImportError, OSError):
+        return None
 
 
 class FinetuneError(GroundworkError):
@@ -132,10 +146,12 @@ class TrainingRun:
     stopped_by: str  # "epoch" (all pairs once), "budget" (finetune_budget_s reached) or "reused" (found on disk)
     loss_first: float | None = None
     loss_last: float | None = None
+    trained_pairs: int = 0  # pairs the steps went through (each once)
+    recipe: dict[str, Any] = field(default_factory=dict)  # ContrastiveRecipe.to_dict(), memory plan included
 
     @property
     def pairs_per_s(self) -> float:
-        return round(self.steps * TRAINING["batch_size"] / self.seconds, 2) if self.seconds > 0 else 0.0
+        return round(self.trained_pairs / self.seconds, 2) if self.seconds > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "pairs_per_s": self.pairs_per_s}
@@ -154,6 +170,10 @@ class Decision:
     held_out_feedback: int = 0
     before: dict[str, float] = field(default_factory=dict)  # served model on the held-out queries
     after: dict[str, float] = field(default_factory=dict)  # the candidate on them
+    detectable_gain: float | None = None  # the smallest gain the held-out set can show, estimated before training
+    base_sd: float | None = None  # the served model's per-query nDCG@10 spread on the held-out queries
+    diff_sd: float | None = None  # the paired differences' spread (detectable_gain's ratio is fitted to these)
+    held_out_share: float | None = None
     pairs: int = 0
     pair_kinds: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
@@ -167,6 +187,7 @@ class Decision:
     snapshot_version: int | None = None  # the snapshot published when adopted (else the one decided on)
     created_at: str = ""
     finished_at: str = ""
+    peak_rss_mb: float | None = None  # the process's peak resident memory when the run finished (training included)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -175,30 +196,34 @@ class Decision:
 # --------------------------------------------------------------------------- training
 
 
-def training_hash(base_model_id: str, pairs: PairSet, corpus: str) -> str:
-    """What makes a fine-tuned model what it is: its base, its pairs, the recipe and the corpus it is for."""
-    recipe = json.dumps(TRAINING, sort_keys=True)
-    return hashlib.sha256(f"{base_model_id}|{corpus}|{recipe}|{pairs.digest()}".encode()).hexdigest()
+def training_hash(base_model_id: str, pairs: PairSet, corpus: str, recipe: ContrastiveRecipe = RECIPE) -> str:
+    """What makes a fine-tuned model what it is: its base, its pairs, the recipe (not its memory plan) and the
+    corpus it is for."""
+    identity = json.dumps(recipe.identity(), sort_keys=True)
+    return hashlib.sha256(f"{base_model_id}|{corpus}|{identity}|{pairs.digest()}".encode()).hexdigest()
 
 
 def batches(pairs: list[TrainingPair], size: int, seed: int) -> list[list[TrainingPair]]:
     """Seeded batches in which no section appears twice: a second pair of one section would be scored as
-    a wrong answer for the first (in-batch negatives).  Batches of fewer than two pairs teach nothing."""
+    a wrong answer for the first (in-batch negatives), and so would a hard negative mined from a section whose
+    pair is in the batch.  Batches of fewer than two pairs teach nothing."""
     order = list(pairs)
     random.Random(seed).shuffle(order)
     pending = deque(order)
     out: list[list[TrainingPair]] = []
     while pending:
         batch: list[TrainingPair] = []
-        groups: set[int] = set()
+        groups: set[int] = set()  # the batch's targets' sections
+        negative_groups: set[int] = set()  # its hard negatives' sections
         skipped: list[TrainingPair] = []
         while pending and len(batch) < size:
             pair = pending.popleft()
-            if pair.group in groups:
+            if pair.group in groups or pair.group in negative_groups or groups.intersection(pair.negative_groups):
                 skipped.append(pair)
                 continue
             batch.append(pair)
             groups.add(pair.group)
+            negative_groups.update(pair.negative_groups)
         if len(batch) < 2:
             break
         pending.extendleft(reversed(skipped))
@@ -207,10 +232,10 @@ def batches(pairs: list[TrainingPair], size: int, seed: int) -> list[list[Traini
 
 
 def train_embedder(base_path: Path, pairs: list[TrainingPair], out_dir: Path, budget_s: float, threads: int,
-                   log: Callable[[str], None] | None = None, seed: int = TRAINING["seed"]) -> TrainingRun:
-    """Fine-tune ``base_path`` on ``pairs`` into ``out_dir`` (see the module docstring); ``log`` hears loss and
-    pairs/s every few steps.  A folder already at ``out_dir`` is the same training (its name holds the hash):
-    it is reused."""
+                   recipe: ContrastiveRecipe = RECIPE, log: Callable[[str], None] | None = None) -> TrainingRun:
+    """Fine-tune ``base_path`` on ``pairs`` into ``out_dir`` with ``recipe`` (see the module docstring); ``log``
+    hears loss and pairs/s every few steps.  A folder already at ``out_dir`` is the same training (its name holds
+    the hash): it is reused."""
     out_dir = Path(out_dir)
     if (out_dir / TRAINING_RECORD).is_file():
         recorded = json.loads((out_dir / TRAINING_RECORD).read_text())
@@ -218,50 +243,53 @@ def train_embedder(base_path: Path, pairs: list[TrainingPair], out_dir: Path, bu
         return replace(TrainingRun(**recorded), stopped_by="reused")
     # only a fine-tuning run needs torch and sentence-transformers
     import torch  # noqa: PLC0415 - torch, ~1.5 s to import
-    import torch.nn.functional as F  # noqa: N812, PLC0415 - the torch convention; torch, ~1.5 s to import
     from sentence_transformers import SentenceTransformer  # noqa: PLC0415 - sentence-transformers, ~6 s to import
 
     started = time.monotonic()
-    torch.manual_seed(seed)
+    torch.manual_seed(recipe.seed)
     torch.set_num_threads(max(1, threads))
     model = SentenceTransformer(str(base_path), device="cpu", local_files_only=True)
     serving_length = model.max_seq_length
-    model.max_seq_length = min(TRAINING["max_tokens"], serving_length)
-    plan = batches(pairs, TRAINING["batch_size"], seed) * TRAINING["epochs"]
+    model.max_seq_length = min(recipe.max_tokens, serving_length)
+    plan = batches(pairs, recipe.batch_size, recipe.seed) * recipe.epochs
     if not plan:
         raise FinetuneError(f"{len(pairs)} training pairs make no batch of two")
-    warmup = max(1, int(TRAINING["warmup"] * len(plan)))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=TRAINING["learning_rate"])
+    loss_of = recipe.build_loss(model)
+    warmup = max(1, int(recipe.warmup * len(plan)))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min((step + 1) / warmup, max(
         0.0, (len(plan) - step) / max(1, len(plan) - warmup))))
-    labels_of = {}
     model.train()
     losses: list[float] = []
+    trained = 0
+    training_started = time.monotonic()  # the budget is training time: loading the model is not part of it
     counts = stage_progress("fine-tune", "pairs").start(sum(len(b) for b in plan))
     stopped_by = "epoch"
     say = log or logger.info
     for step, batch in enumerate(plan):
-        if time.monotonic() - started >= budget_s:
+        if time.monotonic() - training_started >= budget_s:
             stopped_by = "budget"
             break
-        queries = model.preprocess([p.query for p in batch])
-        targets = model.preprocess([p.target for p in batch])
-        q = F.normalize(model(queries)["sentence_embedding"], dim=-1)
-        d = F.normalize(model(targets)["sentence_embedding"], dim=-1)
-        labels = labels_of.setdefault(len(batch), torch.arange(len(batch)))
-        loss = F.cross_entropy(TRAINING["scale"] * q @ d.T, labels)
-        loss.backward()
+        columns = [[p.query for p in batch], [p.target for p in batch]]
+        if recipe.hard_negatives and all(p.negatives for p in batch):
+            columns += [[p.negatives[i] for p in batch] for i in range(recipe.hard_negatives)]
+        loss = loss_of([model.preprocess(texts) for texts in columns], None)
+        loss.backward()  # the cached loss embeds the batch again, mini-batch by mini-batch, with gradients
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(float(loss.detach()))
+        trained += len(batch)
         counts.advance(len(batch))
         if step % 10 == 0 or step == len(plan) - 1:
             elapsed = time.monotonic() - started
             say(f"fine-tune step {step + 1}/{len(plan)}: loss {np.mean(losses[-10:]):.4f}, "
-                f"{sum(len(b) for b in plan[:step + 1]) / max(elapsed, 1e-9):.1f} pairs/s, {elapsed:.0f} s")
+                f"{trained / max(elapsed, 1e-9):.1f} pairs/s, {elapsed:.0f} s")
     counts.finish()
+    del optimizer, schedule, loss_of  # AdamW's moments: the re-embedding that follows needs the memory
+    if recipe.gradient_checkpointing:
+        release_checkpointing(model[0].auto_model)
     model.eval()
     model.max_seq_length = serving_length
     seconds = time.monotonic() - started
@@ -271,7 +299,8 @@ def train_embedder(base_path: Path, pairs: list[TrainingPair], out_dir: Path, bu
     run = TrainingRun(model_path=str(out_dir), model_id="", training_hash=out_dir.name.rsplit("-", 1)[-1],
                       pairs=len(pairs), steps=len(losses), planned_steps=len(plan), seconds=round(seconds, 2),
                       stopped_by=stopped_by, loss_first=round(losses[0], 4) if losses else None,
-                      loss_last=round(float(np.mean(losses[-10:])), 4) if losses else None)
+                      loss_last=round(float(np.mean(losses[-10:])), 4) if losses else None, trained_pairs=trained,
+                      recipe=recipe.to_dict())
     (tmp / TRAINING_RECORD).write_text(json.dumps(run.to_dict(), indent=2))
     shutil.rmtree(out_dir, ignore_errors=True)
     os.replace(tmp, out_dir)
@@ -330,21 +359,40 @@ def drop_vectors(settings: Settings, model_id: str) -> None:
 # --------------------------------------------------------------------------- deciding
 
 
-def decide(settings: Settings, snapshot: LoadedSnapshot, candidate: LoadedSnapshot, queries: list,
-           served_embed: Callable[[list[str]], np.ndarray], candidate_embed: Callable[[list[str]], np.ndarray],
-           ) -> tuple[dict[str, Any], dict[str, float], dict[str, float]]:
-    """The paired decision on ``queries`` (held-out pseudo-queries) ranked as served over both snapshots;
-    returns (paired_gain's decision, before, after) with nDCG@10 and Recall@5 means."""
+def held_out_scores(settings: Settings, snapshot: LoadedSnapshot, queries: list,
+                    embed: Callable[[list[str]], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-query nDCG@10 and Recall@5 of ``queries`` (held-out pseudo-queries) ranked over ``snapshot`` as the
+    engine serves them (its effective ranking and second passes, the targets stripped of the query's words)."""
     params = effective_ranking(settings, settings.index_dir)
     question_alpha = effective_question_alpha(settings, settings.index_dir)
-    scored = []
-    for snap, embed in ((snapshot, served_embed), (candidate, candidate_embed)):
-        ndcg, recall = score_grid(snap, queries, embed, [params], pool=settings.candidate_pool, rrf_k=settings.rrf_k,
-                                  question_alpha=question_alpha, served_by=settings)
-        scored.append((ndcg[0], recall[0]))
-    (base_ndcg, base_recall), (cand_ndcg, cand_recall) = scored
-    figures = [{"ndcg@10": round(float(n.mean()), 4), "recall@5": round(float(r.mean()), 4)} for n, r in scored]
-    return paired_gain(cand_ndcg, base_ndcg), figures[0], figures[1]
+    ndcg, recall = score_grid(snapshot, queries, embed, [params], pool=settings.candidate_pool, rrf_k=settings.rrf_k,
+                              question_alpha=question_alpha, served_by=settings)
+    return ndcg[0], recall[0]
+
+
+def figures(scores: tuple[np.ndarray, np.ndarray]) -> dict[str, float]:
+    ndcg, recall = scores
+    return {"ndcg@10": round(float(ndcg.mean()), 4), "recall@5": round(float(recall.mean()), 4)}
+
+
+def detectable_gain(base_ndcg: np.ndarray, min_gain: float = MIN_GAIN, z: float = Z) -> tuple[float, float]:
+    """(the smallest paired nDCG@10 gain the decision can adopt on these held-out queries, the standard error it
+    expects), estimated before training from the served model's per-query nDCG@10: a paired difference spreads
+    about ``DIFF_SD_PER_BASE_SD`` times as widely as the base scores do."""
+    n = len(base_ndcg)
+    if n < 2:
+        return float("inf"), float("inf")
+    se = DIFF_SD_PER_BASE_SD * float(np.std(base_ndcg, ddof=1)) / np.sqrt(n)
+    return max(min_gain, z * se), se
+
+
+def decide(base: tuple[np.ndarray, np.ndarray], candidate: tuple[np.ndarray, np.ndarray],
+           ) -> tuple[dict[str, Any], dict[str, float], dict[str, float]]:
+    """The paired decision on the held-out pseudo-queries' scores with the served model (``base``) and the
+    candidate (``held_out_scores``): (paired_gain's decision, before, after) with nDCG@10 and Recall@5 means."""
+    verdict = paired_gain(candidate[0], base[0], MIN_GAIN, Z)
+    verdict["diff_sd"] = round(float(np.std(candidate[0] - base[0], ddof=1)), 4) if len(base[0]) > 1 else 0.0
+    return verdict, figures(base), figures(candidate)
 
 
 # --------------------------------------------------------------------------- one run
@@ -381,7 +429,8 @@ def _close(settings: Settings, run_id: str, status: str, reason: str) -> None:
 
 
 def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, budget_s: float | None = None,
-                    force: bool = False, log: Callable[[str], None] | None = None) -> Decision:
+                    force: bool = False, log: Callable[[str], None] | None = None,
+                    recipe: ContrastiveRecipe = RECIPE) -> Decision:
     """Fine-tune the base model on the corpus served from ``settings.index_dir``, decide, and adopt or decline
     (see the module docstring).  ``force``: train and decide again even when these pairs were decided before."""
     started = time.perf_counter()
@@ -396,11 +445,16 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
         served_path = Path(snapshot.info.model_path or model_path_for(settings, served_id) or serving_model_path(settings))
         decision = Decision(decision="declined", reason="", base_model_id=base_id, served_model_id=served_id,
                             created_at=_now(), snapshot_version=snapshot.info.snapshot_version)
-        pairs = build_pairs(snapshot, feedback_rows(settings) if feedback is None else feedback,
-                            max_pairs=settings.finetune_max_pairs)
+        rated = list(feedback_rows(settings) if feedback is None else feedback)
+        pairs = build_pairs(snapshot, rated, max_pairs=settings.finetune_max_pairs)
+        # a larger held-out share must not leave too few pairs to train on: back down a step at a time
+        while len(pairs.train) < settings.finetune_min_pairs and pairs.held_out_share > HELD_OUT_SHARES[0]:
+            smaller = max(share for share in HELD_OUT_SHARES if share < pairs.held_out_share)
+            pairs = build_pairs(snapshot, rated, max_pairs=settings.finetune_max_pairs, held_out_share=smaller)
         stages["pairs"] = round(time.perf_counter() - started, 2)
         decision.pairs, decision.pair_kinds = len(pairs.train), pairs.counts
         decision.held_out, decision.held_out_feedback = len(pairs.held_out), pairs.held_out_feedback
+        decision.held_out_share = pairs.held_out_share
         say(f"fine-tune: {len(pairs.train)} training pairs {pairs.counts} from {pairs.candidates} candidates; "
             f"{len(pairs.held_out)} held-out pseudo-queries ({pairs.held_out_feedback} from thumbs-up)")
         if len(pairs.train) < settings.finetune_min_pairs or len(pairs.held_out) < MIN_HELD_OUT:
@@ -408,7 +462,15 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
                                f"pseudo-queries; fine-tuning needs {settings.finetune_min_pairs} and {MIN_HELD_OUT} "
                                "(a corpus with more headings, titles and sections, or thumbs-up, gives more)")
             return _finish(settings, decision, started, stages)
-        digest = training_hash(base_id, pairs, corpus_key(settings))
+        served_queries = settings_query_embedder(settings, served_path, threads=settings.torch_threads)
+        if recipe.hard_negatives:
+            mined = mine_hard_negatives(snapshot, pairs.train, served_queries.embed([p.query for p in pairs.train]),
+                                        recipe.hard_negatives)
+            pairs = replace(pairs, train=mined)
+            decision.pair_kinds = {**pairs.counts, "with_hard_negatives": sum(bool(p.negatives) for p in mined)}
+            stages["hard_negatives"] = round(time.perf_counter() - started - sum(stages.values()), 2)
+            say(f"fine-tune: hard negatives for {decision.pair_kinds['with_hard_negatives']} of {len(mined)} pairs")
+        digest = training_hash(base_id, pairs, corpus_key(settings), recipe)
         decision.training_hash = digest[:12]
         last = (load_record(settings.index_dir) or EmbedderRecord(base_model_id=base_id)).decision
         if not force and last and last.get("training_hash") == decision.training_hash and \
@@ -417,18 +479,41 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
             return Decision(**{k: v for k, v in last.items() if k in Decision.__dataclass_fields__})
         # a training run the machine cannot hold would be killed midway: declined before it starts, and not
         # remembered as decided (no training hash), so the next run trains the same pairs
-        need, free = training_memory_bytes(base_path), available_memory_bytes()
-        if free is not None and free < need:
+        free = available_memory_bytes()
+        budget_bytes = settings.finetune_memory_gb * 2**30 if free is None else min(free, settings.finetune_memory_gb * 2**30)
+        planned = fit_memory(base_path, recipe, budget_bytes)
+        if planned is None:
+            need = training_memory_bytes(base_path, smallest_plan(recipe))
             decision.training_hash = None
-            decision.reason = (f"declined: training {base_id} needs about {need / 2**30:.1f} GB of memory and "
-                               f"{free / 2**30:.1f} GB is available; free memory, choose a smaller model "
+            decision.reason = (f"declined: training {base_id} needs about {need / 2**30:.1f} GB of memory (mini-batches "
+                               f"of {smallest_plan(recipe).mini_batch_size}, gradient checkpointing) and "
+                               f"{budget_bytes / 2**30:.1f} GB is available (GROUNDWORK_FINETUNE_MEMORY_GB "
+                               f"{settings.finetune_memory_gb:g}); free memory, choose a smaller model "
                                "(GROUNDWORK_EMBEDDING_MODEL=minilm) or set GROUNDWORK_FINETUNE_EMBEDDER=false")
             say(f"fine-tune: {decision.reason}")
             return _finish(settings, decision, started, stages)
+        # the served model's scores on the held-out queries, before training: whether the rule could see the gain
+        # fine-tuning is for, and the "before" of the decision
+        base_scores = held_out_scores(settings, snapshot, pairs.held_out, served_queries.embed)
+        stages["held_out"] = round(time.perf_counter() - started - sum(stages.values()), 2)
+        decision.detectable_gain, expected_se = detectable_gain(base_scores[0])
+        decision.base_sd = round(float(np.std(base_scores[0], ddof=1)), 4)
+        target = settings.finetune_target_gain
+        if decision.detectable_gain > target:
+            decision.before = figures(base_scores)
+            decision.reason = (f"declined before training: {len(pairs.held_out)} held-out pseudo-queries can show a "
+                               f"gain of {decision.detectable_gain:.4f} nDCG@10 at the least (2 expected standard "
+                               f"errors of {expected_se:.4f}), more than the {target:.4f} fine-tuning is for "
+                               "(GROUNDWORK_FINETUNE_TARGET_GAIN); a corpus with more headings and titles gives more")
+            say(f"fine-tune: {decision.reason}")
+            return _finish(settings, decision, started, stages)
+        say(f"fine-tune: batches of {planned.batch_size} in mini-batches of {planned.mini_batch_size}"
+            f"{' with gradient checkpointing' if planned.gradient_checkpointing else ''}, about "
+            f"{training_memory_bytes(base_path, planned) / 2**30:.1f} GB")
         name = f"{base_id.split(':')[0]}-ft-{corpus_key(settings)}-{decision.training_hash}"
         out_dir = finetuned_dir(settings) / name
         budget = settings.finetune_budget_s if budget_s is None else budget_s
-        training = train_embedder(base_path, pairs.train, out_dir, budget, settings.torch_threads, log=say)
+        training = train_embedder(base_path, pairs.train, out_dir, budget, settings.torch_threads, planned, log=say)
         stages["train"] = round(time.perf_counter() - started - sum(stages.values()), 2)
         decision.training, decision.model_path = training.to_dict(), str(out_dir)
         candidate_id = document_model_id(out_dir, settings.document_quantization, settings.bare_vector_weight,
@@ -450,11 +535,10 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
         stages["embed"] = round(time.perf_counter() - started - sum(stages.values()), 2)
         vectors, sentences = store_vectors(settings, snapshot, candidate_id)
         candidate = with_vectors(snapshot, vectors, sentences, candidate_id)
-        threads = settings.torch_threads
-        served_queries = settings_query_embedder(settings, served_path, threads=threads)
-        candidate_queries = settings_query_embedder(settings, out_dir, threads=threads)
-        verdict, before, after = decide(settings, snapshot, candidate, pairs.held_out, served_queries.embed,
-                                        candidate_queries.embed)
+        candidate_queries = settings_query_embedder(settings, out_dir, threads=settings.torch_threads)
+        verdict, before, after = decide(base_scores, held_out_scores(settings, candidate, pairs.held_out,
+                                                                     candidate_queries.embed))
+        decision.diff_sd = verdict.get("diff_sd")
         stages["decide"] = round(time.perf_counter() - started - sum(stages.values()), 2)
         decision.gain, decision.standard_error, decision.required = (verdict["gain"], verdict["standard_error"],
                                                                      verdict["required"])
@@ -488,6 +572,7 @@ def _finish(settings: Settings, decision: Decision, started: float, stages: dict
             replace_last: bool = False) -> Decision:
     decision.seconds = round(time.perf_counter() - started, 2)
     decision.seconds_by_stage = stages
+    decision.peak_rss_mb = peak_rss_mb()
     decision.finished_at = _now()
     adopted = decision.decision == "adopted" and decision.model_path
     _record(settings, decision, decision.model_path if adopted else None,

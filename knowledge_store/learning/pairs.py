@@ -19,7 +19,9 @@ the rest), and the total is capped by a seeded sample.
 
 A share of the query texts is **held out** by a hash of the normalised text (``held_out``): the
 same text is held out in every run and every kind, so a heading held out is never trained under
-another kind.  The held-out pseudo-queries are what the adoption decision ranks
+another kind.  The share is a fifth, more for a corpus with few headings and titles (up to half,
+``held_out_share_for``): enough held-out pseudo-queries that the decision's standard error leaves
+room for the gains fine-tuning is for.  The held-out pseudo-queries are what the adoption decision ranks
 (``learning.finetune``); nothing held out is trained on.
 """
 
@@ -31,7 +33,7 @@ import random
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -42,6 +44,10 @@ from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
 
 PAIR_KINDS = ("heading", "question", "title", "feedback", "first_sentence", "link")
 HELD_OUT_SHARE = 0.2
+# the held-out share grows along these steps until WANTED_HELD_OUT pseudo-queries are held out: with fewer, the
+# standard error of a paired gain hides the gains fine-tuning is for (learning.finetune.detectable_gain)
+HELD_OUT_SHARES = (0.2, 0.3, 0.4, 0.5)
+WANTED_HELD_OUT = 200
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_'-]*")
 _URLISH = re.compile(r"^(?:https?://|www\.|/|\.\./)|\.(?:html?|md|txt|pdf)$", re.IGNORECASE)
 
@@ -53,6 +59,8 @@ class TrainingPair:
     kind: str  # one of PAIR_KINDS
     doc: int  # the target's document (LoadedSnapshot.documents index): the per-document cap
     group: int  # the target's section: never two pairs of one section in a batch (in-batch negatives)
+    negatives: tuple[str, ...] = ()  # mined hard negatives' texts, stripped like the target (mine_hard_negatives)
+    negative_groups: tuple[int, ...] = ()  # their sections
 
 
 def normalised(text: str) -> str:
@@ -149,19 +157,34 @@ class PairSet:
     counts: dict[str, int]  # training pairs per kind
     candidates: int  # pairs before deduplication, the cap and the sample
     held_out_feedback: int  # held-out pseudo-queries from thumbs-up
+    held_out_share: float = HELD_OUT_SHARE  # the share of the query texts held out (held_out_share_for)
 
     def digest(self) -> str:
         """A hash of the training pairs (order included): part of the fine-tuned model's id."""
         h = hashlib.sha256()
         for pair in self.train:
-            h.update(f"{pair.kind}\x1f{pair.query}\x1f{pair.target}\x1e".encode())
+            negatives = "\x1d".join(pair.negatives)
+            h.update(f"{pair.kind}\x1f{pair.query}\x1f{pair.target}\x1f{negatives}\x1e".encode())
         return h.hexdigest()
 
 
+def held_out_share_for(queries: list[PseudoQuery], wanted: int = WANTED_HELD_OUT) -> float:
+    """The smallest of ``HELD_OUT_SHARES`` that holds out ``wanted`` of ``queries`` (the largest when none does):
+    a large corpus keeps a fifth aside, a small one up to half, so its held-out set can still show a gain.  The
+    shares are nested (``held_out``): a text held out at 0.2 is held out at 0.5 too."""
+    for share in HELD_OUT_SHARES:
+        if sum(held_out(q.query, share) for q in queries) >= wanted:
+            return share
+    return HELD_OUT_SHARES[-1]
+
+
 def build_pairs(snapshot: LoadedSnapshot, feedback: Iterable[dict] = (), max_pairs: int = 6000,
-                held_out_share: float = HELD_OUT_SHARE, max_held_out: int = 400, seed: int = 13) -> PairSet:
-    """The corpus's training pairs (deduplicated, capped per document and in total) and held-out pseudo-queries."""
+                held_out_share: float | None = None, max_held_out: int = 400, seed: int = 13) -> PairSet:
+    """The corpus's training pairs (deduplicated, capped per document and in total) and held-out pseudo-queries
+    (``held_out_share``: None sizes it with ``held_out_share_for``)."""
     queries = build_pseudo_queries(snapshot, feedback, limit=10**9, seed=seed)
+    if held_out_share is None:
+        held_out_share = held_out_share_for(queries)
     kept = [q for q in queries if not held_out(q.query, held_out_share)]
     evaluation = [q for q in queries if held_out(q.query, held_out_share)]
     embed_texts = chunk_embed_texts(snapshot)
@@ -194,4 +217,56 @@ def build_pairs(snapshot: LoadedSnapshot, feedback: Iterable[dict] = (), max_pai
     gold = [q for q in evaluation if q.kind == "feedback"]
     evaluation = (gold + [q for q in evaluation if q.kind != "feedback"])[:max_held_out]
     return PairSet(train=train, held_out=evaluation, counts=dict(Counter(p.kind for p in train)),
-                   candidates=len(candidates), held_out_feedback=sum(q.kind == "feedback" for q in evaluation))
+                   candidates=len(candidates), held_out_feedback=sum(q.kind == "feedback" for q in evaluation),
+                   held_out_share=held_out_share)
+
+
+NEAR_DUPLICATE_COSINE = 0.95  # a row this close to the target's lead row is the same passage (a copy, a revision)
+POSITIVE_MARGIN = 0.95  # a negative scoring above this share of the target's score may well answer the query too
+MINED_FROM = 20  # candidates from each ranking (BM25 and the served model's vectors)
+
+
+def mine_hard_negatives(snapshot: LoadedSnapshot, pairs: list[TrainingPair], query_vectors: np.ndarray,
+                        count: int = 1) -> list[TrainingPair]:
+    """``pairs`` with ``count`` hard negatives each: the passages BM25 and the served model (``query_vectors``:
+    its vectors of the pairs' queries) rank highest for the query (reciprocal-rank fusion of the top
+    ``MINED_FROM`` of each), leaving out the target's own section, near-duplicates of the target's lead row
+    (``NEAR_DUPLICATE_COSINE``, the same text) and passages the served model scores nearly as high as the target
+    (``POSITIVE_MARGIN``: more likely an unlabelled answer than a wrong one).  A negative is stripped of the query's
+    words as the target is.  A pair without enough negatives is returned without any."""
+    sections = snapshot.sections
+    active = snapshot.active
+    hashes = snapshot.records.column("content_hash").to_pylist()
+    out = []
+    for pair, qv in zip(pairs, query_vectors, strict=True):
+        lead = int(sections.lead_row[pair.group])
+        vector = snapshot.embeddings @ qv
+        bm25, _ = snapshot.bm25_scores(snapshot.query_terms(pair.query))
+        fused: dict[int, float] = {}
+        for scores in (vector, bm25):
+            top = np.argsort(-np.where(active, scores, -np.inf))[:MINED_FROM]
+            for rank, row in enumerate(top.tolist()):
+                if scores[row] > 0 or scores is vector:
+                    fused[row] = fused.get(row, 0.0) + 1.0 / (60 + rank)
+        positive = float(vector[lead])
+        lead_vector = snapshot.embeddings[lead]
+        chosen: list[int] = []
+        seen_sections = {pair.group}
+        for row in sorted(fused, key=lambda r: -fused[r]):
+            group = int(sections.group[row])
+            if group in seen_sections or hashes[row] == hashes[lead] or \
+                    float(snapshot.embeddings[row] @ lead_vector) >= NEAR_DUPLICATE_COSINE or \
+                    float(vector[row]) >= POSITIVE_MARGIN * positive:
+                continue
+            chosen.append(row)
+            seen_sections.add(group)
+            if len(chosen) == count:
+                break
+        if len(chosen) < count:
+            out.append(pair)
+            continue
+        strip = PseudoQuery(pair.query, pair.kind, "section", frozenset(), pair.query, "section")
+        texts, _ = stripped_embed_texts(snapshot, strip, np.array(chosen))
+        out.append(replace(pair, negatives=tuple(texts),
+                           negative_groups=tuple(int(sections.group[r]) for r in chosen)))
+    return out

@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import StoreError
-from knowledge_store.learning.finetune import Decision, batches, training_hash
-from knowledge_store.learning.pairs import PairSet, TrainingPair, held_out, normalised
+from knowledge_store.learning.finetune import DIFF_SD_PER_BASE_SD, Decision, batches, detectable_gain, training_hash
+from knowledge_store.learning.pairs import (
+    HELD_OUT_SHARES,
+    WANTED_HELD_OUT,
+    PairSet,
+    TrainingPair,
+    held_out,
+    held_out_share_for,
+    normalised,
+)
+from knowledge_store.learning.recipe import MEMORY_PLANS, ContrastiveRecipe, fit_memory, training_memory_bytes
+from knowledge_store.learning.tuning import PseudoQuery
 from knowledge_store.models.embeddings import model_id_for
 from knowledge_store.models.serving import (
     EmbedderRecord,
@@ -106,3 +118,72 @@ def test_model_ids_lead_back_to_their_folders(tmp_path):
 def test_a_decision_round_trips_through_its_dict():
     decision = Decision(decision="declined", reason="declined: too few pairs", pairs=12, pair_kinds={"heading": 12})
     assert Decision(**decision.to_dict()) == decision
+
+
+def _config_model(folder: Path, layers: int, hidden: int, heads: int, weight_bytes: int) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"num_hidden_layers": layers, "hidden_size": hidden,
+                                                    "num_attention_heads": heads}))
+    with open(folder / "model.safetensors", "wb") as handle:  # a sparse file: its size is what counts
+        handle.truncate(weight_bytes)
+    return folder
+
+
+def test_the_memory_plan_is_the_fastest_that_fits_and_none_when_nothing_does(tmp_path):
+    mpnet = _config_model(tmp_path / "mpnet", 12, 768, 12, 438_000_000)
+    recipe = ContrastiveRecipe()
+    estimates = {(m, c): training_memory_bytes(mpnet, replace(recipe, mini_batch_size=m, gradient_checkpointing=c))
+                 for m, c in MEMORY_PLANS}
+    # memory grows with the mini-batch and checkpointing makes a mini-batch cheaper
+    assert estimates[(8, False)] < estimates[(16, False)] < estimates[(32, False)]
+    assert estimates[(16, True)] < estimates[(16, False)]
+    plan = fit_memory(mpnet, recipe, 4 * 2**30)
+    assert plan is not None and training_memory_bytes(mpnet, plan) <= 4 * 2**30
+    assert plan.batch_size == 32  # the effective batch is the recipe's whatever the plan
+    assert (plan.mini_batch_size, plan.gradient_checkpointing) == next(
+        p for p in MEMORY_PLANS if estimates[p] <= 4 * 2**30)
+    assert fit_memory(mpnet, recipe, 10 * 2**30).gradient_checkpointing is False  # room enough: no recomputation
+    assert fit_memory(mpnet, recipe, 1 * 2**30) is None
+    assert fit_memory(mpnet, replace(recipe, batch_size=8), 64 * 2**30).mini_batch_size == 8  # never above the batch
+
+
+def test_the_memory_plan_is_not_part_of_the_training_hash_but_the_recipe_is():
+    pairs = PairSet(train=[pair(i) for i in range(10)], held_out=[], counts={}, candidates=10, held_out_feedback=0)
+    recipe = ContrastiveRecipe()
+    same = training_hash("m:1", pairs, "c", recipe)
+    assert same == training_hash("m:1", pairs, "c", replace(recipe, mini_batch_size=4, gradient_checkpointing=True))
+    assert same != training_hash("m:1", pairs, "c", replace(recipe, batch_size=64))
+    assert same != training_hash("m:1", pairs, "c", replace(recipe, hard_negatives=1))
+    with_negative = PairSet(train=[replace(pair(i), negatives=("other",)) for i in range(10)], held_out=[],
+                            counts={}, candidates=10, held_out_feedback=0)
+    assert with_negative.digest() != pairs.digest()
+
+
+def test_batches_keep_a_pairs_hard_negative_away_from_the_section_it_was_mined_from():
+    pairs = [replace(pair(i), negatives=("n",), negative_groups=((i + 1) % 60,)) for i in range(60)]
+    for batch in batches(pairs, 16, seed=3):
+        targets = {p.group for p in batch}
+        assert len(targets) == len(batch)
+        assert not targets & {g for p in batch for g in p.negative_groups}
+
+
+def test_the_held_out_share_grows_until_the_set_can_show_a_gain():
+    many = [PseudoQuery(f"configure widget number {i}", "heading", "section", frozenset({i})) for i in range(3000)]
+    few = many[:500]
+    assert held_out_share_for(many) == HELD_OUT_SHARES[0]  # a fifth of 3,000 is plenty
+    share = held_out_share_for(few)
+    assert share > HELD_OUT_SHARES[0] and sum(held_out(q.query, share) for q in few) >= WANTED_HELD_OUT
+    assert held_out_share_for(many[:50]) == HELD_OUT_SHARES[-1]  # never more than half
+    # nested: a text held out at a fifth stays held out at a larger share
+    assert all(held_out(q.query, 0.5) for q in few if held_out(q.query, 0.2))
+
+
+def test_the_detectable_gain_follows_the_spread_and_the_number_of_held_out_queries():
+    rng = np.random.default_rng(1)
+    spread = rng.uniform(0, 1, 400)
+    small, _ = detectable_gain(spread[:40])
+    large, se = detectable_gain(spread)
+    assert large < small and large == pytest.approx(2 * DIFF_SD_PER_BASE_SD * spread.std(ddof=1) / 20)
+    assert se == pytest.approx(large / 2)
+    assert detectable_gain(np.full(400, 0.5))[0] == 0.005  # no spread: the rule's floor
+    assert detectable_gain(np.array([0.3]))[0] == float("inf")
