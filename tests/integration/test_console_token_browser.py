@@ -41,7 +41,7 @@ def test_admin_pages_ask_for_the_token_once_and_never_put_it_in_a_url(page, live
     # the search page is public: a question is answered without the token (no dialog)
     page.get_by_label("Question or keywords").fill("how do I reset the Aurora to factory settings")
     page.keyboard.press("Enter")
-    expect(page.locator("#results .result").first).to_be_visible()
+    expect(page.locator("#results .result").first).to_be_visible(timeout=20_000)
     expect(page.locator("#token-dialog")).not_to_be_visible()
 
     go(page, "Sources")
@@ -78,17 +78,17 @@ def test_a_source_made_internal_on_the_sources_page_leaves_the_public_search_at_
     row.get_by_role("button", name="Edit").click()
     page.get_by_label("Visibility").select_option("internal")
     page.get_by_role("button", name="Save changes").click()
-    expect(page.locator("#sources-status")).to_contain_text("changed visibility")
-    expect(page.locator("#sources-body tr").filter(has_text="docs").first).to_contain_text("internal")
+    expect(page.locator("#sources-status")).to_contain_text("changed visibility", timeout=20_000)
+    expect(page.locator("#sources-body tr").filter(has_text="docs").first).to_contain_text("internal", timeout=20_000)
     try:
         # a reader without the token (the stored one dropped) is no longer answered from it; an admin is
         page.evaluate("sessionStorage.removeItem('groundwork.adminToken')")
         go(page, "Search")
         page.get_by_label("Question or keywords").fill("how do I reset the Aurora to factory settings")
         page.keyboard.press("Enter")
-        expect(page.locator("#status")).to_contain_text("No relevant content found")
+        expect(page.locator("#status")).to_contain_text("No relevant content found", timeout=20_000)
         page.evaluate(f"sessionStorage.setItem('groundwork.adminToken', '{TOKEN}')")
         page.get_by_role("button", name="Search").click()
-        expect(page.locator("#results .result").first).to_be_visible()
+        expect(page.locator("#results .result").first).to_be_visible(timeout=20_000)
     finally:
         update_source_now(live["settings"], "docs", {"visibility": "public"})
