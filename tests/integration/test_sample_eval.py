@@ -104,4 +104,5 @@ def test_the_example_questions_refuse_an_index_of_another_corpus(tmp_path, embed
     assert "does not hold" in error and "aurora-installation-manual.pdf" in error and "groundwork eval <BEIR folder>" in error
     assert not (settings.data_dir / "eval" / "results.duckdb").exists()  # nothing recorded
     assert main(["eval"]) == 2
-    assert "give a BEIR folder or --sample" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "give a BEIR folder, --sample" in err and "--suite" in err and "exactly one of them" in err
