@@ -33,7 +33,7 @@ from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import ConfigError, IndexNotBuiltError
 from knowledge_store.evaluation import results_store
 from knowledge_store.evaluation.beir import ingest_beir, load_beir
-from knowledge_store.evaluation.feedback_gold import feedback_gold_set, helpful_by_config
+from knowledge_store.evaluation.feedback_gold import helpful_by_config
 from knowledge_store.evaluation.log_eval import feedback_evaluation, query_log_evaluation
 from knowledge_store.evaluation.log_replay import replay
 from knowledge_store.evaluation.metrics import METRICS, PRIMARY_METRIC, check_metric_value, metric_label, metric_spec
@@ -405,15 +405,16 @@ def feedback_eval(context: dg.AssetExecutionContext, evaluation: EvaluationResou
     suite = evaluation.suite(FEEDBACK_SUITE)
     log = _serving_log(evaluation, retrieval)
     try:
-        samples = feedback_gold_set(log)
         helpful = helpful_by_config(log)
     finally:
         log.close()
     settings = retrieval.settings()
+    # the report reads the rated queries itself: every one is either scored or has down-ratings only
     report = feedback_evaluation(settings, suite.configurations, engine=retrieval.engine(),
                                  log_path=Path(evaluation.logs_path) if evaluation.logs_path else None)
+    rated = report.samples + report.negative_only
     hybrid = next(iter(report.by_configuration.values()), {})
-    figures = {"samples": len(samples), "samples_with_references": report.samples,
+    figures = {"samples": rated, "samples_with_references": report.samples,
                "recall@5": float(hybrid.get("ragas_recall@5", 0.0)),
                "unhelpful_passages_in_top5": int(round(hybrid.get("downrated_in_top5", 0.0) * report.samples))}
     now = utcnow()
@@ -424,7 +425,7 @@ def feedback_eval(context: dg.AssetExecutionContext, evaluation: EvaluationResou
         context.log.info(f"feedback {name}: " + ", ".join(f"{m} {v:.3f}" for m, v in values.items()))
     gated = suite.gate.metric
     return dg.MaterializeResult(metadata={
-        "samples": len(samples), "samples_with_references": report.samples, "suite": str(suite.path),
+        "samples": rated, "samples_with_references": report.samples, "suite": str(suite.path),
         "ragas_version": report.ragas_version,
         # one entry per configuration: the gated metric, plotted across runs in the asset's history
         **{f"{gated}/{name}": float(values[gated]) for name, values in report.by_configuration.items()
