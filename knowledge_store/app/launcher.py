@@ -3,8 +3,9 @@ that starts both and stops both, with everything they started.
 
 Each command starts in a process group of its own, so its group holds everything it starts (``dagster dev``'s
 webserver, daemon, code servers and the runs they launch) and one ``killpg`` reaches all of it.  A stop - SIGINT
-(Ctrl-C), SIGTERM or SIGHUP to the launcher - sends each group exactly one SIGINT, the graceful stop both commands
-handle (``dagster dev`` then shuts its webserver and daemon down itself, uvicorn finishes its requests).  Exactly
+(Ctrl-C), SIGTERM or SIGHUP to the launcher - sends each command exactly one SIGINT, the graceful stop both commands
+handle: to ``groundwork serve``'s whole group (uvicorn finishes its requests), to ``dagster dev``'s own process
+alone (it shuts its webserver and daemon down, then its code server - see ``Command``).  Exactly
 one: a terminal's Ctrl-C reaches only the launcher's own group, never the children's, because a second SIGINT
 interrupts ``dagster dev``'s shutdown half way ("Aborted!") and makes uvicorn skip its graceful one.  The launcher
 then waits until no process of any group is left, up to ``stop_timeout_s``; what is left then is killed (SIGKILL)
@@ -48,10 +49,17 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 @dataclass(frozen=True)
 class Command:
-    """One long-running command: ``name`` is how messages call it, ``argv`` what runs."""
+    """One long-running command: ``name`` is how messages call it, ``argv`` what runs.
+
+    ``stops_its_own_children``: the stop's SIGINT goes to the command's own process only, which then stops what
+    it started in its own order.  ``dagster dev`` is such a command: it tells its webserver and daemon to stop,
+    waits for them, and only then stops its code server - a SIGINT to its whole group stops the code server at
+    once, while the daemon may still be evaluating a sensor against it (a "could not reach user code server"
+    traceback at every stop).  Otherwise the whole group gets the SIGINT."""
 
     name: str
     argv: Sequence[str]
+    stops_its_own_children: bool = False
 
 
 def workbench_commands(workspace: Path, dagster_host: str, dagster_port: int) -> list[Command]:
@@ -63,7 +71,7 @@ def workbench_commands(workspace: Path, dagster_host: str, dagster_port: int) ->
     return [
         Command("groundwork serve", [sys.executable, "-m", "knowledge_store.cli", "serve"]),
         Command("dagster dev", [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-h", dagster_host,
-                                "-p", str(dagster_port)]),
+                                "-p", str(dagster_port)], stops_its_own_children=True),
     ]
 
 
@@ -186,11 +194,14 @@ def run_together(commands: Sequence[Command], stop_timeout_s: float = DEFAULT_ST
 
 def _stop(started: dict[int, tuple[Command, subprocess.Popen]], stop_timeout_s: float,
           received: list[tuple[int, float]], subreaper: bool, say: Callable[[str], None]) -> None:
-    """One SIGINT to each group still there; wait until every group is empty, killing what is left at the
-    deadline or when a stop signal comes ``AGAIN_AFTER_S`` or more into the stop."""
+    """One SIGINT to each group still there (to its leader alone for a command that stops its own children);
+    wait until every group is empty, killing what is left at the deadline or when a stop signal comes
+    ``AGAIN_AFTER_S`` or more into the stop."""
     own = {pid: process for pid, (_, process) in started.items()}
-    for pgid in started:  # a command's process group id is its pid (process_group=0)
-        if _group_alive(pgid):
+    for pgid, (command, process) in started.items():  # a command's process group id is its pid (process_group=0)
+        if command.stops_its_own_children and process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        elif _group_alive(pgid):
             _signal_group(pgid, signal.SIGINT)
     began = time.monotonic()
     deadline = began + stop_timeout_s

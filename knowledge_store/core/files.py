@@ -11,7 +11,7 @@ import fcntl
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,12 +36,20 @@ def write_json_atomic(path: Path, data: Any, indent: int = 2) -> Path:
 
 
 @contextmanager
-def exclusive_lock(lock_path: Path, thread_lock: threading.Lock) -> Iterator[None]:
-    """Hold ``thread_lock`` (this process's threads) and an ``flock`` on ``lock_path`` (other processes)."""
+def exclusive_lock(lock_path: Path, thread_lock: threading.Lock,
+                   on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold ``thread_lock`` (this process's threads) and an ``flock`` on ``lock_path`` (other processes);
+    ``on_wait`` is called once before blocking when another process holds the lock (so a caller can say why it
+    waits)."""
     lock_path = Path(lock_path)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with thread_lock, open(lock_path, "a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         try:
             yield
         finally:

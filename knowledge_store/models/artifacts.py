@@ -292,7 +292,8 @@ class ModelArtifacts:
                                      "GROUNDWORK_MODELS_CACHE_DIR to a writable folder") from error
         digest = weights_sha256(self.model_path, self.cache_dir)
         self.folder = self.cache_dir / f"{name}-{digest[:16]}" / f"onnxruntime-{onnxruntime.__version__}"
-        self.state = "idle"  # what ``ensure`` is doing: idle | exporting | quantising (read by progress reports)
+        self.state = "idle"  # what ``ensure`` is doing: idle | waiting (for another process building the graphs) |
+        # exporting | quantising (read by progress reports)
 
     @property
     def fp32_path(self) -> Path:
@@ -305,8 +306,8 @@ class ModelArtifacts:
     def fidelity_path(self, tag: str) -> Path:
         return self.folder / f"{tag}.{ONNX_EXPORT_REVISION}.fidelity.json"
 
-    def _lock(self):
-        return exclusive_lock(self.folder / ".lock", _thread_lock(self.folder))
+    def _lock(self, on_wait: Callable[[], None] | None = None):
+        return exclusive_lock(self.folder / ".lock", _thread_lock(self.folder), on_wait)
 
     def ensure(self, tag: str = "", on_state: Callable[[str], None] | None = None) -> Path:
         """The graph of recipe ``tag`` ("" = fp32), exported and quantised first if missing (one process at a
@@ -315,7 +316,7 @@ class ModelArtifacts:
         if target.is_file() and self.fp32_path.is_file():
             return target
         self.folder.mkdir(parents=True, exist_ok=True)
-        with self._lock():
+        with self._lock(on_wait=lambda: self._set_state("waiting", on_state)):  # another process builds them
             if not self.fp32_path.is_file():
                 self._set_state("exporting", on_state)
                 export_fp32(self.model_path, self.fp32_path)

@@ -28,7 +28,8 @@ UNKNOWN_RETRY_S = 5
 OVERDUE_RETRY_S = 2
 # what each step means, for reasons people read ("starting": a warm-up on its way to the load, reading the index
 # that says which model it needs)
-PHASE_TEXT = {"starting": "starting", "exporting": "exporting it to ONNX (once per model)",
+PHASE_TEXT = {"starting": "starting", "waiting": "waiting for another process that is building its graphs",
+              "exporting": "exporting it to ONNX (once per model)",
               "quantising": "quantising it to int8 (once per model)", "loading": "loading it"}
 
 
@@ -113,7 +114,9 @@ class ModelLoad:
     def _on_phase(self, phase: str) -> None:
         with self._lock:
             later = [i for i in range(self._step, len(self._steps)) if self._steps[i][0] == phase]
-            if later:
+            if phase == "waiting":  # before the planned step it holds up: that one has not started
+                self._steps.insert(self._step, (phase, 0.0))
+            elif later:
                 self._step = later[0]
             else:  # a step the estimate did not plan (an embedder without estimates): no time of its own
                 self._step = self._step + 1 if self._steps else 0
@@ -122,8 +125,8 @@ class ModelLoad:
         log.info("the embedding model %s: %s", self.name, PHASE_TEXT.get(phase, phase))
 
     def status(self, pending: bool = False) -> dict[str, Any]:
-        """``state`` (not_loaded | loading | ready | failed), ``phase`` (while loading: starting | exporting |
-        quantising | loading), ``seconds`` (so far while loading; of the last attempt otherwise), ``retry_after_s``
+        """``state`` (not_loaded | loading | ready | failed), ``phase`` (while loading: starting | waiting |
+        exporting | quantising | checking | loading), ``seconds`` (so far while loading; of the last attempt otherwise), ``retry_after_s``
         (while loading: the estimated seconds left, at least 1) and ``error`` (of a failed load, ``Type: message``).
         ``pending``: a warm-up is on its way to this load (not started yet: loading, phase starting)."""
         loaded = self.loaded

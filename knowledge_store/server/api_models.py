@@ -357,7 +357,7 @@ class Health(Open):
     model_loaded: bool | None = Field(None, description="Admin.")
     model_load: dict[str, Any] | None = Field(None, description="Admin: the served query model's load: state "
                                               "(not_loaded | loading | ready | failed), phase while loading (starting | "
-                                              "exporting | quantising | checking | loading), seconds (so far, or of the "
+                                              "waiting (for another process building the graphs) | exporting | quantising | checking | loading), seconds (so far, or of the "
                                               "last attempt), retry_after_s (the estimated seconds left while loading), "
                                               "error; null when its folder is missing.")
     model_graph: dict[str, Any] | None = Field(None, description="Admin: which ONNX graph embeds queries on this CPU "

@@ -3,12 +3,15 @@ export and load run in tests/integration/test_serve_startup.py)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import pytest
 
 from knowledge_store.config.embedding_models import QUANTIZATION_RECIPES
 from knowledge_store.core.errors import ModelLoadFailedError, ModelLoadingError
+from knowledge_store.core.files import exclusive_lock
 from knowledge_store.models.embeddings import OnnxEmbedder, report_step, step_seconds
 from knowledge_store.models.loading import OVERDUE_RETRY_S, UNKNOWN_RETRY_S, ModelLoad
 
@@ -67,6 +70,43 @@ def test_a_load_says_its_step_and_the_seconds_left_then_ready():
     ready = load.status()
     assert ready["state"] == "ready" and ready["seconds"] is not None and ready["retry_after_s"] is None
     assert load.not_ready() is None
+
+
+def test_waiting_for_another_builder_is_a_step_of_its_own_before_the_planned_ones():
+    load = ModelLoad(SteppedModel(), name="stepped")
+    load._steps, load._step = list(STEPS), 0  # as ``load`` plans them
+    load._loading = True
+    load._on_phase("waiting")  # another process holds the builder's lock
+    assert load.status()["phase"] == "waiting" and load.status()["retry_after_s"] == 11  # the plan is all still left
+    load._on_phase("exporting")
+    assert load.status()["phase"] == "exporting"
+    load._on_phase("loading")
+    assert load.status()["phase"] == "loading" and [step for step, _ in load._steps] == ["waiting", *dict(STEPS)]
+
+
+def test_an_exclusive_lock_held_elsewhere_says_so_before_it_waits(tmp_path):
+    said = []
+    path = tmp_path / ".lock"
+    with exclusive_lock(path, threading.Lock(), on_wait=lambda: said.append("free")):
+        pass
+    assert said == []  # a free lock is taken without waiting
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with exclusive_lock(path, threading.Lock(), on_wait=lambda: said.append("waiting")):
+            assert holder.wait(10) is not None  # taken only once the other process let go
+    finally:
+        holder.kill()
+    assert said == ["waiting"]
+
+
+HOLD_LOCK = """
+import fcntl, sys, time
+with open(sys.argv[1], "a") as handle:
+    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    print("held", flush=True)
+    time.sleep(0.5)
+"""
 
 
 def test_a_failed_load_keeps_its_error_and_queries_are_told_it_without_a_new_load():

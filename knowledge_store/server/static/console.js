@@ -385,7 +385,8 @@
   // the model is up, and a search that came in meanwhile runs then.
   var modelNotice = $("model-notice"), queryHint = $("query-hint");
   var QUERY_HINT = queryHint.textContent;
-  var PHASES = { starting: "starting", exporting: "exporting it to ONNX, once per model",
+  var PHASES = { starting: "starting", waiting: "waiting for another process that is building it",
+                 exporting: "exporting it to ONNX, once per model",
                  quantising: "quantising it, once per model",
                  checking: "checking the quantised graph against fp32 on this CPU, once per CPU", loading: "loading it" };
   var modelState = "unknown", modelPoll = null, waitingBody = null, readyTimer = null;
