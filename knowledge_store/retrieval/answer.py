@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 from knowledge_store.core.errors import GroundworkError
 from knowledge_store.core.text import plain_inline, sentence_spans
 from knowledge_store.core.vocabulary import Vocabulary
+from knowledge_store.retrieval.answer_types import AnswerType, expected_answer_type
 from knowledge_store.retrieval.answer_units import AnswerUnit, answer_units
 from knowledge_store.retrieval.snippets import best_snippet, collapse_ws, term_weights
 from knowledge_store.retrieval.terms import normalize, query_terms, term_spans
@@ -158,7 +159,8 @@ class AnswerCandidate:
     four-word line's vector, pooled in its chunk or embedded alone, says little of its own; the passage's cosine
     when the index has no sentence vectors; None without either), ``passage_semantic`` its passage's.
     ``support`` is how well the unit answers on its own (the mean of ``lexical`` and ``semantic``), ``score`` the
-    same discounted by the passage's rank."""
+    same discounted by the passage's rank.  ``typed``: the unit holds a value of the kind the question asks for
+    (``answer_types``: "1.0 bar" for "what pressure ..."; False when it asks for none)."""
 
     hit: int  # 0-based position of its passage in the hits
     order: int  # position among every unit of every hit
@@ -172,27 +174,34 @@ class AnswerCandidate:
     support: float
     score: float
     vector: tuple[int, int] | None  # the span of the embedded sentence its cosine comes from (None: passage's)
+    typed: bool = False
 
 
 @dataclass(frozen=True)
 class AnswerEvidence:
     """What an extractive answer is chosen from: every unit of the hits with its evidence, and the query terms'
-    weights (``weights``; ``total`` is their sum with missing terms counted)."""
+    weights (``weights``; ``total`` is their sum with missing terms counted); ``expected`` is the kind of value
+    the question asks for (``answer_types.expected_answer_type``), None when it asks for none."""
 
     terms: tuple[str, ...]
     weights: dict[str, float]
     total: float
     candidates: tuple[AnswerCandidate, ...]
+    expected: AnswerType | None = None
 
     def confidence(self, chosen: Sequence[AnswerCandidate]) -> float:
         """How well ``chosen`` answer the query together (0-1): the share of the query's terms they hold, they or
         what frames them (a unit under "Version 3.4" answers about 3.4, as the reader of its citation sees),
         averaged with their best semantic evidence, each quoted unit read in its passage (the better of its own
-        cosine and its passage's)."""
+        cosine and its passage's).  A question that asks for a kind of value (``expected``) counts it as one more
+        term, as heavy as its rarest: an answer naming the thing without its value holds part of what was asked."""
         if not chosen:
             return 0.0
         held = set().union(*(c.words | c.context for c in chosen))
         lexical = sum(self.weights.get(t, 0.0) for t in held) / self.total if self.total else 0.0
+        if self.expected is not None and self.total:
+            value = max(self.weights.values(), default=0.0) or 1.0
+            lexical = (lexical * self.total + (value if any(c.typed for c in chosen) else 0.0)) / (self.total + value)
         semantic = [max(x for x in (c.semantic, c.passage_semantic) if x is not None) for c in chosen
                     if c.semantic is not None or c.passage_semantic is not None]
         return 0.5 * lexical + 0.5 * max(semantic) if semantic else lexical
@@ -227,7 +236,11 @@ def _cosine_of(hit: SearchHit, unit: AnswerUnit) -> tuple[float, tuple[int, int]
 
 def answer_evidence(query: str, hits: Sequence[SearchHit]) -> AnswerEvidence:
     """Every unit of ``hits`` (``answer_units``) with its evidence for ``query`` (see ``AnswerCandidate``)."""
+    expected = expected_answer_type(query)
     terms = answer_query_terms(query)
+    if expected is not None:  # "long" in "how long" asks for the value; the answer need not say it
+        asking = set().union(*(answer_terms(word) for word in expected.asking))
+        terms = tuple(t for t in terms if t not in asking) or terms
     wanted = set(terms)
     per_hit = []
     framings = []
@@ -269,9 +282,10 @@ def answer_evidence(query: str, hits: Sequence[SearchHit]) -> AnswerEvidence:
             support = lexical if semantic is None else 0.5 * lexical + 0.5 * semantic
             candidates.append(AnswerCandidate(r, order, unit, frozenset(found), frozenset(around), held, lexical,
                                               semantic, passage, support, support / (1 + _RANK_DECAY * r),
-                                              None if vector is None else vector[1]))
+                                              None if vector is None else vector[1],
+                                              expected is not None and expected.given_by(unit.text)))
             order += 1
-    return AnswerEvidence(terms, weights, total, tuple(candidates))
+    return AnswerEvidence(terms, weights, total, tuple(candidates), expected)
 
 
 # a term that names something rather than says something: letters and digits mixed (e47, ipv6), a version or
@@ -300,11 +314,16 @@ def _shares_focus(candidate: AnswerCandidate, best: AnswerCandidate, held: set[s
 def choose_answer_units(evidence: AnswerEvidence, max_units: int = 3, max_chars: int = 600) -> list[AnswerCandidate]:
     """The units an extractive answer quotes, best first: the best-scoring quotable unit; the units right after
     it in its paragraph or list while they share its focus (``_shares_focus``: the 429 sentence after the rate
-    limit's), and the one right before it when it does (what the best one continues); then other units that share it and score at least ``_RELATED_SHARE`` of the best; no
+    limit's), and the sentence right before a best sentence when it does (what the best one continues; a list item or table
+    row stands on its own); then other units that share it and score at least ``_RELATED_SHARE`` of the best; no
     near-duplicates, at most ``max_units`` and ``max_chars`` (markers included).  When the query names something
     (``_IDENTIFIER``: an error code, a version, a parameter), only the units that name the most of it, themselves
     or in what frames them, are candidates: a general sentence about firmware releases does not answer what
-    changed in 3.4 when the 3.4 section is among the passages.  Empty when no passage has a quotable unit."""
+    changed in 3.4 when the 3.4 section is among the passages.  Likewise, when the query asks for a kind of value
+    (``AnswerEvidence.expected``: a measurement, a duration, a frequency), only the units that give one and hold
+    some of the query's terms, themselves or in what frames them, are candidates when there are any: "The
+    expansion vessel is a pressure vessel" does not answer what pressure it should be; "it must be 1.0 bar" under
+    the heading "Expansion vessel" does.  Empty when no passage has a quotable unit."""
     quotable = [c for c in evidence.candidates if c.unit.quoted]
     if not quotable:
         return []
@@ -313,6 +332,9 @@ def choose_answer_units(evidence: AnswerEvidence, max_units: int = 3, max_chars:
         named = {id(c): sum(1 for t in names if t in c.words or t in c.context) for c in quotable}
         most = max(named.values())
         quotable = [c for c in quotable if named[id(c)] == most]
+    typed = [c for c in quotable if c.typed and (c.words or c.context)]
+    if typed:  # it asks for a value (a pressure, how long, how often): answer from where one is given, when it is
+        quotable = typed
     ranked = sorted(quotable, key=lambda c: (-c.score, c.order))
     best = ranked[0]
     chosen: list[AnswerCandidate] = []
@@ -333,22 +355,26 @@ def choose_answer_units(evidence: AnswerEvidence, max_units: int = 3, max_chars:
     def held() -> set[str]:  # the query's terms the chosen units hold, themselves or in what frames them
         return set().union(*(c.words | c.context for c in chosen))
 
+    def focus() -> AnswerCandidate:  # what the answer is about so far: the chosen unit holding most of the query
+        return max(chosen, key=lambda c: (c.own, c is best))
+
     take(best)
     for following in evidence.candidates[best.order + 1:]:
         if len(chosen) >= max_units or following.hit != best.hit or following.unit.block != best.unit.block:
             break
         if following.unit.kind in ("fragment", "rule"):
             continue
-        if not following.unit.quoted or not _shares_focus(following, best, held(), True) or not take(following):
+        if not following.unit.quoted or not _shares_focus(following, focus(), held(), True) or not take(following):
             break
     before = evidence.candidates[best.order - 1] if best.order > 0 else None
-    if (before is not None and len(chosen) < max_units and before.hit == best.hit and before.unit.quoted
-            and before.unit.block == best.unit.block and _shares_focus(before, best, held(), True)):
+    if (before is not None and len(chosen) < max_units and best.unit.kind == "sentence"
+            and before.hit == best.hit and before.unit.quoted
+            and before.unit.block == best.unit.block and _shares_focus(before, focus(), held(), True)):
         take(before)  # the best one continues it ("Requests above the limit ..." after the limit)
     for candidate in ranked[1:]:
         if len(chosen) >= max_units or best.score <= 0 or candidate.score < _RELATED_SHARE * best.score:
             break
-        if candidate not in chosen and _shares_focus(candidate, best, held(), False):
+        if candidate not in chosen and _shares_focus(candidate, focus(), held(), False):
             take(candidate)
     return chosen
 

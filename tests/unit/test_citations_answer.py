@@ -400,3 +400,21 @@ def test_coverage_is_capped_by_what_the_quoted_sentences_support():
     assert answered_coverage("high", 0.2) == "low"  # shown (the passages passed the floor), never "high"
     assert answered_coverage("medium", 0.95) == "medium"  # support never raises what the passages say
     assert answered_coverage("none", 0.95) == "none"
+
+
+def test_a_question_that_asks_for_a_value_is_answered_by_the_unit_that_gives_one():
+    """The introduction holds all of the question's words and names the thing; the step that gives the value
+    holds one of them itself and the others in its section's heading - it answers, and the answer that gives no
+    value is less sure of itself."""
+    text = ("The expansion vessel ASSET-104 is a pressure vessel and is inspected in service as API 510 describes."
+            "\n\n1. Close the isolation valve under the vessel.\n2. Read the pre-charge pressure at the gas valve: it\n"
+            "   must be 1.0 bar, plus or minus 0.1 bar.\n3. Look for corrosion on the shell.")
+    hit = make_hit(text, 1, section="Expansion vessel", section_path=("SOP-42", "Expansion vessel"))
+    answer = extractive_answer("what pressure should the expansion vessel be", [hit])
+    assert answer.text == ("2. Read the pre-charge pressure at the gas valve: it must be 1.0 bar, plus or minus 0.1 "
+                           "bar. [1]")
+    intro_only = make_hit(text.split("\n\n")[0], 1, section="Expansion vessel")
+    unanswered = extractive_answer("what pressure should the expansion vessel be", [intro_only])
+    assert unanswered.text.startswith("The expansion vessel ASSET-104")  # nothing gives a value: the best there is
+    named = extractive_answer("is the expansion vessel a pressure vessel", [intro_only])
+    assert unanswered.confidence < named.confidence  # the same unit answers a question that asks for no value
