@@ -230,16 +230,22 @@ def mine_hard_negatives(snapshot: LoadedSnapshot, pairs: list[TrainingPair], que
                         count: int = 1) -> list[TrainingPair]:
     """``pairs`` with ``count`` hard negatives each: the passages BM25 and the served model (``query_vectors``:
     its vectors of the pairs' queries) rank highest for the query (reciprocal-rank fusion of the top
-    ``MINED_FROM`` of each), leaving out the target's own section, near-duplicates of the target's lead row
-    (``NEAR_DUPLICATE_COSINE``, the same text) and passages the served model scores nearly as high as the target
-    (``POSITIVE_MARGIN``: more likely an unlabelled answer than a wrong one).  A negative is stripped of the query's
-    words as the target is.  A pair without enough negatives is returned without any."""
+    ``MINED_FROM`` of each), leaving out the target's own section, every section holding a near-duplicate of the
+    target's lead row (``NEAR_DUPLICATE_COSINE``, or the same text: a copy of the target elsewhere answers too)
+    and passages the served model scores nearly as high as the target (``POSITIVE_MARGIN``: more likely an
+    unlabelled answer than a wrong one).  A negative is stripped of the query's words as the target is.  A pair
+    without enough negatives is returned without any."""
     sections = snapshot.sections
     active = snapshot.active
     hashes = snapshot.records.column("content_hash").to_pylist()
+    groups_by_hash: dict[str, set[int]] = {}
+    for row, digest in enumerate(hashes):
+        groups_by_hash.setdefault(digest, set()).add(int(sections.group[row]))
     out = []
     for pair, qv in zip(pairs, query_vectors, strict=True):
         lead = int(sections.lead_row[pair.group])
+        copies = np.flatnonzero(snapshot.embeddings @ snapshot.embeddings[lead] >= NEAR_DUPLICATE_COSINE)
+        holding_copies = groups_by_hash.get(hashes[lead], set()) | {int(g) for g in sections.group[copies]}
         vector = snapshot.embeddings @ qv
         bm25, _ = snapshot.bm25_scores(snapshot.query_terms(pair.query))
         fused: dict[int, float] = {}
@@ -249,13 +255,11 @@ def mine_hard_negatives(snapshot: LoadedSnapshot, pairs: list[TrainingPair], que
                 if scores[row] > 0 or scores is vector:
                     fused[row] = fused.get(row, 0.0) + 1.0 / (60 + rank)
         positive = float(vector[lead])
-        lead_vector = snapshot.embeddings[lead]
         chosen: list[int] = []
         seen_sections = {pair.group}
         for row in sorted(fused, key=lambda r: -fused[r]):
             group = int(sections.group[row])
-            if group in seen_sections or hashes[row] == hashes[lead] or \
-                    float(snapshot.embeddings[row] @ lead_vector) >= NEAR_DUPLICATE_COSINE or \
+            if group in seen_sections or group in holding_copies or \
                     float(vector[row]) >= POSITIVE_MARGIN * positive:
                 continue
             chosen.append(row)
