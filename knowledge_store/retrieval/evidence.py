@@ -101,12 +101,27 @@ def moved_query_vector(snapshot: LoadedSnapshot, query_vector: np.ndarray, rows:
 
 
 def best_sentence_cosines(snapshot: LoadedSnapshot, rows: np.ndarray, query_vector: np.ndarray,
-                          memo: dict | None = None) -> np.ndarray:
+                          memo: dict | None = None, blocks: dict | None = None) -> np.ndarray:
     """Each row's best sentence cosine with ``query_vector`` (``SentenceIndex.best``), computed once per row and
-    vector when ``memo`` (``ranking.RankingContext.sentence_memo``) is given."""
+    vector when ``memo`` (``ranking.RankingContext.sentence_memo``) is given; ``blocks``
+    (``RankingContext.sentence_blocks``) keeps the gathered sentence vectors of each set of rows scored, for the
+    query's next vector over the same rows."""
     index = snapshot.sentence_index
+
+    def best(wanted: np.ndarray) -> np.ndarray:
+        if blocks is None:
+            return index.best(wanted, query_vector)
+        order = np.argsort(wanted, kind="stable")  # a step that re-fused the pool asks for its rows in a new order
+        ordered = wanted[order]
+        key = ordered.tobytes()
+        if key not in blocks:
+            blocks[key] = index.gather(ordered)
+        out = np.empty(len(wanted), dtype=np.float32)
+        out[order] = index.best(ordered, query_vector, blocks[key])
+        return out
+
     if memo is None:
-        return index.best(rows, query_vector)
+        return best(np.asarray(rows, dtype=np.int64))
     key = query_vector.tobytes()
     known = memo.get(key)
     if known is None:
@@ -114,7 +129,7 @@ def best_sentence_cosines(snapshot: LoadedSnapshot, rows: np.ndarray, query_vect
     out = known[rows]
     missing = np.isnan(out)
     if missing.any():
-        fresh = index.best(rows[missing], query_vector)
+        fresh = best(np.asarray(rows[missing], dtype=np.int64))
         known[rows[missing]] = fresh
         out[missing] = fresh
     return out
@@ -122,18 +137,19 @@ def best_sentence_cosines(snapshot: LoadedSnapshot, rows: np.ndarray, query_vect
 
 def pool_vector_evidence(snapshot: LoadedSnapshot, rows: np.ndarray, query_vector: np.ndarray, lead_weight: float,
                          sentence_weight: float = 0.0, replaced: Mapping[int, np.ndarray] | None = None,
-                         memo: dict | None = None) -> np.ndarray:
+                         memo: dict | None = None, blocks: dict | None = None) -> np.ndarray:
     """The semantic evidence of ``rows`` for ``query_vector``: each chunk's cosine (blended with its best
     sentence's when ``sentence_weight`` and the snapshot has sentence vectors), blended with its section lead's.
-    ``replaced``: rows scored with another vector than the stored one (``chunk_vectors``); ``memo``: see
-    ``best_sentence_cosines``."""
+    ``replaced``: rows scored with another vector than the stored one (``chunk_vectors``); ``memo`` and
+    ``blocks``: see ``best_sentence_cosines``."""
     with_sentences = sentence_weight > 0.0 and snapshot.sentence_index is not None
 
     def cosine(r: np.ndarray) -> np.ndarray:
         own = chunk_vectors(snapshot, r, replaced) @ query_vector
         if not with_sentences:
             return own
-        return (1.0 - sentence_weight) * own + sentence_weight * best_sentence_cosines(snapshot, r, query_vector, memo)
+        return (1.0 - sentence_weight) * own + sentence_weight * best_sentence_cosines(snapshot, r, query_vector, memo,
+                                                                                       blocks)
 
     chunk = cosine(rows)
     if snapshot.sections is None:

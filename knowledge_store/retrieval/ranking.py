@@ -106,6 +106,7 @@ class RankingContext:
     rrf_k: int = 60
     calibration: NoiseCalibration = DEFAULT_CALIBRATION
     sentence_memo: dict | None = field(default=None, repr=False)
+    sentence_blocks: dict = field(default_factory=dict, repr=False)  # gathered sentence vectors per pool (evidence)
     phrase_cache: dict[int, float] | None = field(default=None, repr=False)
     # written by steps: the sentence weight the pool's semantic evidence uses from then on, the entity boost applied
     sentence_weight: float = 0.0
@@ -128,7 +129,7 @@ class RankingContext:
     def pool_semantic(self, rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
         """The semantic evidence of pool ``rows`` for ``vector`` as the steps so far define it."""
         return pool_vector_evidence(self.snapshot, rows, vector, self.params.lead_weight, self.sentence_weight,
-                                    self.evidence.replaced, self.sentence_memo)
+                                    self.evidence.replaced, self.sentence_memo, self.sentence_blocks)
 
     def refuse(self, fused: Fused, vector: np.ndarray) -> Fused:
         """``fused``'s candidates fused again with new semantic evidence ``vector`` (in ``fused.rows``' order)."""

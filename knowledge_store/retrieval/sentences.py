@@ -36,14 +36,24 @@ class SentenceIndex:
     def count(self) -> int:
         return len(self.vectors)
 
-    def best(self, rows: np.ndarray, query_vector: np.ndarray) -> np.ndarray:
-        """Each row's best sentence cosine with ``query_vector`` (float32, one gather and one product)."""
+    def gather(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The sentence vectors of ``rows`` as one float32 block, and where each row's start in it.  The gather and
+        the float16 -> float32 conversion are most of ``best``'s cost: a caller scoring the same rows with several
+        vectors (a query before and after its feedback step) gathers once (``best(..., gathered=)``)."""
         rows = np.asarray(rows, dtype=np.int64)
         counts = self.end[rows] - self.start[rows]
         offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         index = np.repeat(self.start[rows] - offsets, counts) + np.arange(int(counts.sum()), dtype=np.int64)
-        cosines = self.vectors[index].astype(np.float32) @ np.asarray(query_vector, dtype=np.float32)
-        return np.maximum.reduceat(cosines, offsets) if len(rows) else np.zeros(0, dtype=np.float32)
+        return self.vectors[index].astype(np.float32), offsets
+
+    def best(self, rows: np.ndarray, query_vector: np.ndarray,
+             gathered: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        """Each row's best sentence cosine with ``query_vector`` (float32, one gather and one product);
+        ``gathered``: ``gather(rows)``, made before."""
+        if not len(rows):
+            return np.zeros(0, dtype=np.float32)
+        block, offsets = self.gather(rows) if gathered is None else gathered
+        return np.maximum.reduceat(block @ np.asarray(query_vector, dtype=np.float32), offsets)
 
 
 def sentence_index_from(content_hashes: list[str], table_hashes: list[str], vectors: np.ndarray) -> SentenceIndex | None:

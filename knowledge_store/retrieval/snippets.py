@@ -106,16 +106,18 @@ def unit_term_sets(spans: Sequence[tuple[int, int]], tokens: Sequence[tuple[str,
     return sets
 
 
-def best_segment(text: str, terms: Sequence[str]) -> tuple[int, float, list[tuple[int, int]]]:
+def best_segment(text: str, terms: Sequence[str],
+                 tokens: Sequence[tuple[str, int, int]] | None = None) -> tuple[int, float, list[tuple[int, int]]]:
     """(index of the best unit, its score, all unit spans).  The score is the summed
     within-passage weight of the distinct query terms a unit contains; ties go to
-    the earlier unit, and with no match at all the first unit wins (score 0)."""
+    the earlier unit, and with no match at all the first unit wins (score 0).
+    ``tokens``: ``term_spans(text)``, when the caller has them."""
     spans = segments(text)
     if not spans:
         return -1, 0.0, spans
     if not terms:
         return 0, 0.0, spans
-    sets = unit_term_sets(spans, term_spans(text))
+    sets = unit_term_sets(spans, term_spans(text) if tokens is None else tokens)
     weights = term_weights(terms, sets)
     best, best_score = 0, 0.0
     for index, found in enumerate(sets):
@@ -140,19 +142,21 @@ def best_snippet(text: str, query: str, max_chars: int = 150) -> tuple[str, int,
     if max_chars < 1:
         raise ValueError(f"max_chars must be at least 1, got {max_chars}")
     terms = query_terms(query)
-    index, _, spans = best_segment(text, terms)
+    tokens = term_spans(text) if terms else None  # stemmed once, for the unit and for the words around it
+    index, _, spans = best_segment(text, terms, tokens)
     if index < 0:
         return "", 0, 0
-    return snippet_around(text, spans, index, terms, max_chars)
+    return snippet_around(text, spans, index, terms, max_chars, tokens)
 
 
 class _Words:
     """The words (maximal non-space runs) of a text, with the unit each belongs
     to and the query terms each contains; lengths are whitespace-collapsed."""
 
-    def __init__(self, text: str, spans: Sequence[tuple[int, int]], terms: Sequence[str]) -> None:
+    def __init__(self, text: str, spans: Sequence[tuple[int, int]], terms: Sequence[str],
+                 tokens: Sequence[tuple[str, int, int]] | None = None) -> None:
         self.text = text
-        tokens = term_spans(text)
+        tokens = term_spans(text) if tokens is None else tokens
         term_set = set(terms)
         self.weights = term_weights(terms, unit_term_sets(spans, tokens)) if terms else {}
         self.starts: list[int] = []
@@ -203,10 +207,11 @@ class _Words:
 
 
 def snippet_around(
-    text: str, spans: list[tuple[int, int]], index: int, terms: Sequence[str], max_chars: int
+    text: str, spans: list[tuple[int, int]], index: int, terms: Sequence[str], max_chars: int,
+    tokens: Sequence[tuple[str, int, int]] | None = None,
 ) -> tuple[str, int, int]:
-    """Snippet for unit ``index`` of ``spans`` (see ``best_snippet``)."""
-    words = _Words(text, spans, terms)
+    """Snippet for unit ``index`` of ``spans`` (see ``best_snippet``; ``tokens``: ``term_spans(text)``)."""
+    words = _Words(text, spans, terms, tokens)
     first = words.unit_first[index]
     last = words.unit_last[index]
     fits = lambda i, j: words.length(i, j) <= max_chars  # noqa: E731

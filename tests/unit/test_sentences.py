@@ -117,6 +117,25 @@ def test_a_memo_gives_the_same_best_sentence_cosines_and_computes_each_row_once_
     assert pipeline.context("q", None, None, snapshot, q).sentence_memo is None  # a query ranked once keeps no memo
 
 
+def test_a_pool_scored_again_in_another_order_with_another_vector_reuses_its_gathered_sentences():
+    rng = np.random.default_rng(7)
+    snapshot = _snapshot(_unit(rng, 6), [_unit(rng, k) for k in (1, 3, 2, 1, 2, 4)])
+    q, moved = _unit(rng, 2)
+    index = snapshot.sentence_index
+    gathers = []
+    gather = index.gather
+    snapshot.sentence_index = SimpleNamespace(start=index.start, best=index.best,
+                                              gather=lambda rows: gathers.append(len(rows)) or gather(rows))
+    blocks: dict = {}
+    pool = np.array([4, 0, 4, 2, 5])
+    np.testing.assert_allclose(best_sentence_cosines(snapshot, pool, q, None, blocks), index.best(pool, q), rtol=1e-6)
+    refused = pool[[3, 1, 4, 0, 2]]  # the same rows after re-fusion
+    np.testing.assert_allclose(best_sentence_cosines(snapshot, refused, moved, None, blocks), index.best(refused, moved),
+                               rtol=1e-6)
+    assert gathers == [5] and len(blocks) == 1  # gathered once for both vectors
+    np.testing.assert_allclose(index.best(pool, q, index.gather(pool)), index.best(pool, q))
+
+
 def test_replaced_rows_are_scored_with_their_replacement_and_the_snapshot_is_untouched():
     rng = np.random.default_rng(7)
     snapshot = _snapshot(_unit(rng, 4), [_unit(rng, 1) for _ in range(4)])
