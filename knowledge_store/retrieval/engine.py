@@ -634,4 +634,4 @@ class RetrievalEngine:
 
         retriever = self.as_retriever(**params, reranker=reranker)
         return RetrieverQueryEngine(retriever=retriever, response_synthesizer=ExtractiveSynthesizer(
-            top_k=params.get("k") or self.settings.default_k))
+            top_k=params.get("k") or self.settings.default_k, retriever=retriever))

@@ -104,10 +104,14 @@ class HybridRetriever(BaseRetriever):
         self._engine = engine
         self._params = {k: v for k, v in params.items() if v is not None}
         self.last_request_id: str | None = None
+        # the last retrieval's ranked chunks as the search returned them (section path, sentence cosines), by
+        # chunk id: what ``ExtractiveSynthesizer`` answers from, as the served answers do
+        self.hits_by_id: dict[str, SearchHit] = {}
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         response = self._engine.search(query_bundle.query_str, answer="none", client="llamaindex", **self._params)
         self.last_request_id = response.retrieval_request_id
+        self.hits_by_id = {hit.chunk_id: hit for hit in response.hits}
         snapshot = response.snapshot or self._engine.snapshots.current()  # the one the search read
         same = snapshot.info.snapshot_version == response.snapshot_version  # rows index that snapshot only
         vector = self._engine.embedder.embed([query_bundle.query_str])[0]  # cached: the search just embedded it
@@ -134,11 +138,14 @@ def node_to_hit(item: NodeWithScore) -> SearchHit:
 
 
 class ExtractiveSynthesizer(BaseSynthesizer):
-    """Answers with retrieved sentences only, each followed by ``[n]``; citations in metadata."""
+    """Answers with retrieved sentences only, each followed by ``[n]``; citations in metadata.  ``retriever``: the
+    ``HybridRetriever`` whose nodes it answers: their chunks as the search ranked them (section path, sentence
+    cosines) are quoted as the served answers quote them; other nodes are read from their metadata."""
 
-    def __init__(self, top_k: int = 5) -> None:
+    def __init__(self, top_k: int = 5, retriever: HybridRetriever | None = None) -> None:
         super().__init__(llm=MockLLM())
         self._top_k = top_k
+        self._retriever = retriever
 
     def _get_prompts(self) -> dict:
         return {}
@@ -158,7 +165,8 @@ class ExtractiveSynthesizer(BaseSynthesizer):
     def synthesize(self, query: Any, nodes: list[NodeWithScore], additional_source_nodes: Any = None, **kwargs: Any) -> Response:
         query_str = query.query_str if isinstance(query, QueryBundle) else str(query)
         nodes = nodes[: self._top_k]
-        hits = [node_to_hit(n) for n in nodes]
+        known = self._retriever.hits_by_id if self._retriever is not None else {}
+        hits = [known.get(n.node.node_id) or node_to_hit(n) for n in nodes]
         answer = extractive_answer(query_str, hits)
         citations = build_citations(hits, query_str)
         return Response(

@@ -235,6 +235,15 @@ def test_llamaindex_retriever_and_query_engine_carry_citations(engine):
     assert citations[0]["pages"] == [4] and len(citations[0]["snippet"]) <= 150
 
 
+def test_llamaindex_query_engine_answers_as_the_served_answer_does(engine):
+    """The query engine a LlamaIndex user composes quotes the same units as a served search with the same
+    passages: it answers from the chunks as the search ranked them (section path, sentence cosines)."""
+    served = engine.search(RESET, k=3, log=False)
+    response = engine.as_query_engine(k=3).query(RESET)
+    assert [n.node.node_id for n in response.source_nodes] == [hit.chunk_id for hit in served.hits]
+    assert str(response) == served.answer.text
+
+
 def test_llamaindex_query_engine_is_logged_like_every_other_client(engine):
     """as_query_engine() runs engine.search: one query-log record (client llamaindex) whose id the
     response carries, so thumbs on a LlamaIndex answer land on the right request."""
