@@ -65,6 +65,9 @@ def llama_server(n_ctx: int = 4096, n_predict: int = 384) -> Iterator[LlamaServe
     params.cpuparams.n_threads = THREADS
     params.cpuparams_batch.n_threads = THREADS
     params.sampling.temp = 0.0  # greedy: the same judgement on every run
+    # llama.cpp's DRY sampler penalises extending a sequence already written: a 135M model decoding greedily
+    # otherwise repeats one JSON item until the completion cap (instructor's IncompleteOutputException)
+    params.sampling.dry_multiplier = 0.8
     server = xllamacpp.Server(params)
     try:
         address = server.listening_address

@@ -3,8 +3,8 @@
 
 - An answering request (``LLMAnswerer``: no JSON schema in the system message) gets the first sentence of
   passage [1] followed by `` [1]``.
-- A judge request (RAGAS through ``llm_factory``: instructor's JSON mode puts the output's JSON schema in the
-  system message) gets the JSON that schema asks for: two statements for ``StatementGeneratorOutput``, the
+- A judge request (RAGAS through instructor's JSON-schema mode: the output's JSON schema in ``response_format``;
+  in JSON mode it is in the system message) gets the JSON that schema asks for: two statements for ``StatementGeneratorOutput``, the
   verdicts 1 then 0 for ``NLIStatementOutput`` (faithfulness 0.5), the question ``QUESTION`` and
   noncommittal 0 for ``AnswerRelevanceOutput``.
 - Embeddings are letter counts (a-z) of each text, so equal texts embed equally and others differ.
@@ -94,6 +94,7 @@ class StandIn:
         messages = body.get("messages", [])
         system = " ".join(m.get("content", "") for m in messages if m.get("role") == "system")
         user = " ".join(m.get("content", "") for m in messages if m.get("role") == "user")
+        system += " " + json.dumps(body.get("response_format") or {})  # the schema, in JSON-schema mode
         if model == "garbage-judge":
             content = "certainly! here is no json at all"
         elif "json_schema" not in system:  # an answer, as LLMAnswerer asks for one

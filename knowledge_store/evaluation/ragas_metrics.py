@@ -45,8 +45,8 @@ holds a third of a long labelled document counts as found for ``recall@5`` and a
 OpenAI-compatible endpoint, RAGAS ``Faithfulness`` (claims of the answer verified against the
 served passages) and ``AnswerRelevancy`` (questions generated from the answer, compared with the
 asked question by embedding cosine) are computed through the same endpoint
-(``ragas.metrics.collections``, an ``AsyncOpenAI`` client wrapped by ``llm_factory``, which asks
-for JSON output; embeddings from the endpoint's ``/embeddings``).  A request that fails is the
+(``ragas.metrics.collections``, an ``AsyncOpenAI`` client wrapped by instructor in JSON-schema mode, so the
+server constrains each reply to the schema RAGAS validates; embeddings from the endpoint's ``/embeddings``).  A request that fails is the
 query's error, never a zero.  Nothing here tokenises with tiktoken, so no encoding is fetched.
 """
 
@@ -289,14 +289,19 @@ class RagasJudge:
 
     def _metric(self, metric: JudgedMetric) -> Any:
         os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
+        import instructor  # noqa: PLC0415 - instructor (RAGAS's structured output), ~0.5 s to import
         from openai import AsyncOpenAI  # noqa: PLC0415 - openai, ~0.5 s to import
         from ragas.embeddings.openai_provider import OpenAIEmbeddings  # noqa: PLC0415 - RAGAS, ~2.5 s to import
-        from ragas.llms.base import llm_factory  # noqa: PLC0415 - RAGAS, ~2.5 s to import
+        from ragas.llms.base import InstructorLLM, InstructorModelArgs  # noqa: PLC0415 - RAGAS, ~2.5 s to import
         from ragas.metrics.collections import AnswerRelevancy, Faithfulness  # noqa: PLC0415 - RAGAS, ~2.5 s to import
 
         client = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key or "not-needed", timeout=self.timeout_s,
                              max_retries=self.max_retries)
-        llm = llm_factory(self.model, client=client)
+        # the judge's replies are constrained to each RAGAS step's JSON schema (``response_format`` json_schema,
+        # which llama.cpp, Ollama, vLLM and OpenAI enforce while decoding), not only asked for JSON: a small local
+        # model asked for "JSON" writes JSON of its own shape and every answer fails validation
+        llm = InstructorLLM(client=instructor.from_openai(client, mode=instructor.Mode.JSON_SCHEMA), model=self.model,
+                            provider="openai", model_args=InstructorModelArgs())
         if metric == "faithfulness":
             return Faithfulness(llm=llm)
         return AnswerRelevancy(llm=llm, embeddings=OpenAIEmbeddings(client=client, model=self.embedding_model))

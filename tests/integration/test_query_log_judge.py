@@ -1,9 +1,10 @@
 """query_log_eval with a REAL judge: llama.cpp's OpenAI-compatible server on loopback (tests/llama_server.py:
 xllamacpp serving SmolLM2-135M-Instruct, sha256-pinned). A tiny corpus keeps the passages short, so the judge's
 prompts stay small on a 2-core machine; one answer is logged as extractive, one written by the same server
-(answer=llm), and faithfulness is recorded for each answer method with the judge model named: the judge's
-number, or - SmolLM2-135M often runs past RAGAS's 1024-token cap on its JSON - the judge's error as a failed
-metric naming the model, never a 0."""
+(answer=llm), and faithfulness is recorded for each answer method with the judge model named: a number, since
+the judge's replies are constrained to RAGAS's JSON schemas (and the DRY sampler keeps the small model from
+repeating one item to the completion cap).  Its value says little with a 135M judge; that it is computed
+through a real server, end to end, is what this tests."""
 
 from __future__ import annotations
 
@@ -55,13 +56,9 @@ def test_query_log_eval_records_faithfulness_per_answer_method_through_a_real_ll
     assert report.judge_model == MODEL_NAME and report.queries == 2
     assert set(report.by_method) == {"extractive", "llm"}
     for method in ("extractive", "llm"):
-        figures, notes = report.by_method[method], report.unavailable[method]
-        # the judge's number, or the judge's own error recorded as failed with its model named - never a 0, never
-        # "not applicable": a judge was configured and was asked
-        if "faithfulness" in figures:
-            assert 0.0 <= figures["faithfulness"] <= 1.0 and not math.isnan(figures["faithfulness"])
-        else:
-            assert notes["faithfulness"]["status"] == "failed", (method, notes)
-            assert f"judge {MODEL_NAME} failed on 1 of 1 answers: " in notes["faithfulness"]["reason"]
+        # the judge's number: its replies are constrained to RAGAS's schemas, so even a 135M model's parse
+        figures = report.by_method[method]
+        assert "faithfulness" in figures, (method, report.unavailable[method])
+        assert 0.0 <= figures["faithfulness"] <= 1.0 and not math.isnan(figures["faithfulness"])
     # the extractive answer quotes the up-rated passage: supported without any judge
     assert report.by_method["extractive"]["answer_support"] == 1.0
