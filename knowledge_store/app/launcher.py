@@ -189,7 +189,9 @@ def run_together(commands: Sequence[Command], stop_timeout_s: float = DEFAULT_ST
         raise
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            # after a requested stop the process is on its way out: a stop signal that comes now (the same stop
+            # sent twice, SIGTERM to make's group) must not end it by signal after it stopped cleanly
+            signal.signal(sig, signal.SIG_IGN if received else handler)
 
 
 def _stop(started: dict[int, tuple[Command, subprocess.Popen]], stop_timeout_s: float,
