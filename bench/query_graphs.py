@@ -7,7 +7,9 @@ This measures the candidates on the questions of a real set: the fp32 export, th
 feed-forward outputs in fp32 (the recipe shipped before the blockwise one; quantised here into a temporary
 folder, never into the model cache).  Each query's time is its fastest of ``--repeats`` runs.
 
-    .venv/bin/python bench/query_graphs.py --queries-file QUERIES.jsonl [--model mpnet] [--threads 1] [--repeats 3]
+    .venv/bin/python bench/query_graphs.py --queries-file QUERIES.jsonl [--threads 1] [--repeats 3] [--json OUT]
+
+The model is the settings' (``GROUNDWORK_EMBEDDING_MODEL``, default mpnet).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from knowledge_store.config.embedding_models import model_facts
 from knowledge_store.config.settings import Settings
 from knowledge_store.models.artifacts import RECIPES, ModelArtifacts, QuantisationRecipe, cpu_identity, quantise
 from knowledge_store.models.embeddings import _Graph
@@ -44,15 +47,15 @@ def main() -> None:
     artifacts = ModelArtifacts(model_path, Path(settings.models_cache_dir))
     queries = [json.loads(line)["text"] for line in args.queries_file.read_text().splitlines() if line.strip()]
     tokenizer = Tokenizer.from_file(str(model_path / "tokenizer.json"))
-    tokenizer.enable_truncation(max_length=384)
+    tokenizer.enable_truncation(max_length=model_facts(model_path).max_tokens or 256)  # as the served embedder
     tokenizer.no_padding()
     rows = []
     reference = None
     scratch = Path(tempfile.mkdtemp(prefix="query-graphs-"))
+    fp32 = artifacts.ensure("")
     per_tensor = scratch / f"{PER_TENSOR.tag}.onnx"
-    quantise(artifacts.ensure(""), per_tensor, PER_TENSOR)
-    for tag, path in [("fp32", artifacts.ensure(""))] + [(t, artifacts.ensure(t)) for t in RECIPES] + \
-            [(PER_TENSOR.tag, per_tensor)]:
+    quantise(fp32, per_tensor, PER_TENSOR)
+    for tag, path in [("fp32", fp32)] + [(t, artifacts.ensure(t)) for t in RECIPES] + [(PER_TENSOR.tag, per_tensor)]:
         graph = _Graph(path, tokenizer, args.threads)
         graph.vectors(queries[:10], 1)  # warm-up
         best = []

@@ -64,9 +64,9 @@ def main(argv: list[str] | None = None) -> int:
                "load_1min_at_start": round(load, 2), "reason": decision.reason}
         rows.append(row)
         print(json.dumps(row))
-    report = {"data_dir": str(args.data_dir), "budget_s": args.budget, "model": rows and Settings(
-        data_dir=args.data_dir).model_path.name, "cpu_threads": Settings(data_dir=args.data_dir).torch_threads,
-              "rows": rows}
+    settings = Settings(data_dir=args.data_dir)
+    report = {"data_dir": str(args.data_dir), "budget_s": args.budget, "model": Path(settings.model_path).name,
+              "cpu_threads": settings.torch_threads, "rows": rows}
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0

@@ -238,14 +238,21 @@ def mine_hard_negatives(snapshot: LoadedSnapshot, pairs: list[TrainingPair], que
     sections = snapshot.sections
     active = snapshot.active
     hashes = snapshot.records.column("content_hash").to_pylist()
-    groups_by_hash: dict[str, set[int]] = {}
-    for row, digest in enumerate(hashes):
-        groups_by_hash.setdefault(digest, set()).add(int(sections.group[row]))
     out = []
     for pair, qv in zip(pairs, query_vectors, strict=True):
         lead = int(sections.lead_row[pair.group])
-        copies = np.flatnonzero(snapshot.embeddings @ snapshot.embeddings[lead] >= NEAR_DUPLICATE_COSINE)
-        holding_copies = groups_by_hash.get(hashes[lead], set()) | {int(g) for g in sections.group[copies]}
+        lead_vector, lead_hash = snapshot.embeddings[lead], hashes[lead]
+        holds: dict[int, bool] = {}
+
+        def holds_copy(group: int) -> bool:
+            """Whether a row of section ``group`` is the target's text or a near-duplicate of its vector (checked
+            for the candidates' sections only, once each)."""
+            if group not in holds:
+                rows = sections.rows(group)
+                holds[group] = any(hashes[r] == lead_hash for r in rows.tolist()) or \
+                    float((snapshot.embeddings[rows] @ lead_vector).max()) >= NEAR_DUPLICATE_COSINE
+            return holds[group]
+
         vector = snapshot.embeddings @ qv
         bm25, _ = snapshot.bm25_scores(snapshot.query_terms(pair.query))
         fused: dict[int, float] = {}
@@ -259,8 +266,7 @@ def mine_hard_negatives(snapshot: LoadedSnapshot, pairs: list[TrainingPair], que
         seen_sections = {pair.group}
         for row in sorted(fused, key=lambda r: -fused[r]):
             group = int(sections.group[row])
-            if group in seen_sections or group in holding_copies or \
-                    float(vector[row]) >= POSITIVE_MARGIN * positive:
+            if group in seen_sections or float(vector[row]) >= POSITIVE_MARGIN * positive or holds_copy(group):
                 continue
             chosen.append(row)
             seen_sections.add(group)

@@ -180,14 +180,16 @@ class AnswerCandidate:
 @dataclass(frozen=True)
 class AnswerEvidence:
     """What an extractive answer is chosen from: every unit of the hits with its evidence, and the query terms'
-    weights (``weights``; ``total`` is their sum with missing terms counted); ``expected`` is the kind of value
-    the question asks for (``answer_types.expected_answer_type``), None when it asks for none."""
+    weights (``weights``; ``total`` is their sum with missing terms counted at ``rarest``, the weight of the
+    rarest present term); ``expected`` is the kind of value the question asks for
+    (``answer_types.expected_answer_type``), None when it asks for none."""
 
     terms: tuple[str, ...]
     weights: dict[str, float]
     total: float
     candidates: tuple[AnswerCandidate, ...]
     expected: AnswerType | None = None
+    rarest: float = 1.0
 
     def confidence(self, chosen: Sequence[AnswerCandidate]) -> float:
         """How well ``chosen`` answer the query together (0-1): the share of the query's terms they hold, they or
@@ -200,7 +202,7 @@ class AnswerEvidence:
         held = set().union(*(c.words | c.context for c in chosen))
         lexical = sum(self.weights.get(t, 0.0) for t in held) / self.total if self.total else 0.0
         if self.expected is not None and self.total:
-            value = max(self.weights.values(), default=0.0) or 1.0
+            value = self.rarest
             lexical = (lexical * self.total + (value if any(c.typed for c in chosen) else 0.0)) / (self.total + value)
         semantic = [max(x for x in (c.semantic, c.passage_semantic) if x is not None) for c in chosen
                     if c.semantic is not None or c.passage_semantic is not None]
@@ -264,7 +266,8 @@ def answer_evidence(query: str, hits: Sequence[SearchHit]) -> AnswerEvidence:
     weights = term_weights(terms, occurrences)
     present = {t: w for t, w in weights.items() if w > 0}
     missing = [t for t in terms if t not in present]
-    total = sum(present.values()) + len(missing) * (max(present.values()) if present else 1.0)
+    rarest = max(present.values()) if present else 1.0
+    total = sum(present.values()) + len(missing) * rarest
     candidates = []
     order = 0
     for r, (hit, (units, own, context)) in enumerate(zip(hits, per_hit)):
@@ -285,7 +288,7 @@ def answer_evidence(query: str, hits: Sequence[SearchHit]) -> AnswerEvidence:
                                               None if vector is None else vector[1],
                                               expected is not None and expected.given_by(unit.text)))
             order += 1
-    return AnswerEvidence(terms, weights, total, tuple(candidates), expected)
+    return AnswerEvidence(terms, weights, total, tuple(candidates), expected, rarest)
 
 
 # a term that names something rather than says something: letters and digits mixed (e47, ipv6), a version or

@@ -351,6 +351,11 @@ class SectionIndex:
     def count(self) -> int:
         return len(self.lead_row)
 
+    def rows(self, section: int) -> np.ndarray:
+        """The rows of ``section`` (a run of consecutive rows, from its lead to the next section's)."""
+        end = int(self.lead_row[section + 1]) if section + 1 < self.count else len(self.group)
+        return np.arange(int(self.lead_row[section]), end, dtype=np.int64)
+
     def scores(self, termids: np.ndarray) -> np.ndarray:
         out = np.zeros(self.count, dtype=np.float32)
         for termid, idf in zip(termids, self.idf(termids)):
