@@ -2,10 +2,13 @@
 queries, timed over a real question set, with each graph's cosine to the fp32 export.
 
 A query is one text embedded on every request, so its graph is the fastest that stays faithful on the CPU.
-This measures the candidates on the questions of a real set: the fp32 export, the shipped blockwise int8 recipe
-(``models.artifacts.RECIPES``) and per-tensor dynamic int8 with signed 7-bit per-channel weights and the
-feed-forward outputs in fp32 (the recipe shipped before the blockwise one; quantised here into a temporary
-folder, never into the model cache).  Each query's time is its fastest of ``--repeats`` runs.
+This measures the candidates on the questions of a real set: the fp32 export, the shipped recipes
+(``models.artifacts.RECIPES``: the all-blockwise int8 document recipe and the mixed query recipe), per-tensor
+dynamic int8 with signed 7-bit per-channel weights and the feed-forward outputs in fp32 (the recipe shipped before
+the blockwise one) and the same with every MatMul dynamic (the fastest, and the one that shows why the feed-forward
+layers are kept out of dynamic int8); the last two are quantised into a temporary folder, never into the model
+cache.  Each query's time is its fastest of ``--repeats`` runs, every graph embedding each question back to back (the
+machine's speed drifts within minutes); ratios are per question, to the document recipe.
 
     .venv/bin/python bench/query_graphs.py --queries-file QUERIES.jsonl [--threads 1] [--repeats 3] [--json OUT]
 
@@ -33,6 +36,9 @@ PER_TENSOR = QuantisationRecipe(
     tag="onnx-int8-dyn-pc2-rr", description="dynamic int8, signed 7-bit per-channel weights, feed-forward outputs fp32",
     method="dynamic", weight_type="QInt8", per_channel=True, reduce_range=True,
     keep_fp32=r"/layer\.\d+/output/dense/MatMul$")
+PER_CHANNEL_ALL = QuantisationRecipe(
+    tag="onnx-int8-dyn-pc-rr-all", description="dynamic int8, signed 7-bit per-channel weights, every MatMul",
+    method="dynamic", weight_type="QInt8", per_channel=True, reduce_range=True)
 
 
 def main() -> None:
@@ -50,31 +56,34 @@ def main() -> None:
     tokenizer.enable_truncation(max_length=model_facts(model_path).max_tokens or 256)  # as the served embedder
     tokenizer.no_padding()
     rows = []
-    reference = None
     scratch = Path(tempfile.mkdtemp(prefix="query-graphs-"))
     fp32 = artifacts.ensure("")
-    per_tensor = scratch / f"{PER_TENSOR.tag}.onnx"
-    quantise(fp32, per_tensor, PER_TENSOR)
-    for tag, path in [("fp32", fp32)] + [(t, artifacts.ensure(t)) for t in RECIPES] + [(PER_TENSOR.tag, per_tensor)]:
-        graph = _Graph(path, tokenizer, args.threads)
+    extra = []
+    for recipe in (PER_TENSOR, PER_CHANNEL_ALL):
+        extra.append((recipe.tag, scratch / f"{recipe.tag}.onnx"))
+        quantise(fp32, extra[-1][1], recipe)
+    graphs = [(tag, _Graph(path, tokenizer, args.threads))
+              for tag, path in [("fp32", fp32)] + [(t, artifacts.ensure(t)) for t in RECIPES] + extra]
+    for _, graph in graphs:
         graph.vectors(queries[:10], 1)  # warm-up
-        best = []
-        vectors = None
-        for _ in range(args.repeats):
-            times = []
-            out = []
-            for q in queries:
+    times = {tag: np.zeros((args.repeats, len(queries))) for tag, _ in graphs}
+    vectors = {tag: [None] * len(queries) for tag, _ in graphs}
+    for repeat in range(args.repeats):
+        for i, q in enumerate(queries):
+            # every graph embeds each question back to back, in an order that alternates: a slower minute of the
+            # shared machine falls on all of them alike
+            for tag, graph in graphs if (i + repeat) % 2 == 0 else graphs[::-1]:
                 start = time.perf_counter()
-                out.append(graph.vectors([q], 1)[0])
-                times.append((time.perf_counter() - start) * 1000)
-            best.append(times)
-            vectors = np.array(out)
-        per_query = np.min(np.array(best), axis=0)  # each query's fastest run: the graph, not the neighbours
-        if reference is None:
-            reference = vectors
-        cosines = (vectors * reference).sum(axis=1)
+                vectors[tag][i] = graph.vectors([q], 1)[0]
+                times[tag][repeat, i] = (time.perf_counter() - start) * 1000
+    reference = np.array(vectors["fp32"])
+    first = times[graphs[1][0]].min(axis=0)  # the document recipe: the ratios' base
+    for tag, _ in graphs:
+        per_query = times[tag].min(axis=0)  # each query's fastest run: the graph, not the neighbours
+        cosines = (np.array(vectors[tag]) * reference).sum(axis=1)
         row = {"graph": tag, "p50_ms": round(float(np.percentile(per_query, 50)), 2),
                "p95_ms": round(float(np.percentile(per_query, 95)), 2), "mean_ms": round(float(per_query.mean()), 2),
+               "median_ratio_to_document_recipe": round(float(np.median(per_query / first)), 3),
                "cosine_to_fp32_mean": round(float(cosines.mean()), 5), "cosine_to_fp32_min": round(float(cosines.min()), 5)}
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -83,7 +92,8 @@ def main() -> None:
               "load_1min_at_end": os.getloadavg()[0], "rows": rows}
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
-    per_tensor.unlink(missing_ok=True)
+    for _, path in extra:
+        path.unlink(missing_ok=True)
     scratch.rmdir()
 
 

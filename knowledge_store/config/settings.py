@@ -185,7 +185,7 @@ class ModelSettings(BaseModel):
                                            "store directly (one machine).")
     query_torch_threads: int = Field(1, ge=1, description="Threads for query embedding in the serving process.")
     query_encoder: str = Field("onnx", description="Query embedding backend: onnx (ONNX Runtime, exported once from the local weights, faster, same vectors) or torch.")
-    query_quantization: str | None = Field(None, description="Query vectors from the fp32 graph (none) or the int8 one (int8: the document recipe applied to the query encoder; for a large model whose query embedding dominates a query's latency, e.g. mpnet; ranking effect and latency in docs/EVALUATION.md and docs/BENCHMARKS.md). Needs query_encoder=onnx. Query vectors are never stored, so switching needs no re-embedding. Default: the model's registry entry (minilm none, mpnet int8).")
+    query_quantization: str | None = Field(None, description="Query vectors from the fp32 graph (none) or an int8 one (int8: the document recipe, every MatMul in 8-bit blocks; int8-mixed: the attention projections as dynamic int8 with 7-bit weights and the feed-forward layers in 8-bit blocks, faster for one question at a time) - for a large model whose query embedding dominates a query's latency, e.g. mpnet; ranking effect and latency in docs/EVALUATION.md and docs/BENCHMARKS.md. Each runs only where it passed its fidelity check on this CPU, else fp32. Needs query_encoder=onnx. Query vectors are never stored, so switching needs no re-embedding. Default: the model's registry entry (minilm none, mpnet int8-mixed).")
 
 
 class RankingSettings(BaseModel):

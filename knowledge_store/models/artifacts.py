@@ -252,7 +252,8 @@ def _thread_lock(folder: Path) -> threading.Lock:
 class QuantisationRecipe:
     tag: str
     description: str
-    method: str  # "blockwise": MatMulNBits weight blocks; "dynamic": per-tensor dynamic int8 (quantize_dynamic)
+    method: str  # "blockwise": MatMulNBits weight blocks; "dynamic": per-tensor dynamic int8 (quantize_dynamic);
+    # "mixed": dynamic int8 except the MatMuls ``blockwise_nodes`` names, which become MatMulNBits blocks
     bits: int = 8
     block_size: int = 128  # blockwise: weights and activations quantised in blocks of this many inputs
     accuracy_level: int = 4  # blockwise: 4 = activations in int8 per block (integer kernels), 0 = fp32 activations
@@ -260,6 +261,7 @@ class QuantisationRecipe:
     per_channel: bool = True  # dynamic
     reduce_range: bool = False  # dynamic: 7-bit weights
     keep_fp32: str = ""  # dynamic: regular expression over MatMul node names left in fp32
+    blockwise_nodes: str = ""  # mixed: regular expression over MatMul node names quantised in blocks instead
 
 
 # The int8 recipe: every weight MatMul as ONNX Runtime's MatMulNBits with 8-bit symmetric weights in blocks of 128
@@ -273,6 +275,19 @@ RECIPES: dict[str, QuantisationRecipe] = {
         tag="onnx-int8-nbits8-b128",
         description="MatMulNBits: 8-bit weights and int8 activations in blocks of 128 inputs (accuracy level 4)",
         method="blockwise", bits=8, block_size=128, accuracy_level=4),
+    # The query recipe: one short text per request, where MatMulNBits' 8-bit kernels are slower than ONNX Runtime's
+    # dynamic int8 ones (which use VNNI, and AMX where the CPU has it).  Dynamic int8 quantises a MatMul's input
+    # with one scale for the whole tensor, which the feed-forward layers' inputs (outlier dimensions after the
+    # layer norm, and after GELU) do not survive: with them dynamic, real questions fail the fidelity gate.  So the
+    # attention projections (q, k, v and the output) run as dynamic int8 with 7-bit per-channel weights (7 bits:
+    # no saturation on AVX2 without VNNI) and the feed-forward layers as 8-bit blocks of 128, which keeps the
+    # blockwise recipe's fidelity margin and embeds a question faster (docs/BENCHMARKS.md, query graphs).
+    "onnx-int8-dynattn-nbits8-b128": QuantisationRecipe(
+        tag="onnx-int8-dynattn-nbits8-b128",
+        description="attention projections as dynamic int8 with 7-bit per-channel weights, feed-forward layers "
+                    "as MatMulNBits 8-bit blocks of 128 inputs (accuracy level 4)",
+        method="mixed", weight_type="QInt8", per_channel=True, reduce_range=True, bits=8, block_size=128,
+        accuracy_level=4, blockwise_nodes=r"/layer\.\d+/(intermediate|output)/dense/MatMul$"),
 }
 
 
@@ -414,6 +429,13 @@ def quantise(fp32_path: Path, target: Path, recipe: QuantisationRecipe) -> None:
     try:
         if recipe.method == "blockwise":
             _quantise_blockwise(onnx, fp32_path, tmp, recipe)
+        elif recipe.method == "mixed":
+            dynamic = tmp.with_name(f"{tmp.name}.dynamic")
+            try:  # dynamic int8 leaves the named MatMuls in fp32; the weight-only quantiser then takes exactly those
+                _quantise_dynamic(onnx, fp32_path, dynamic, recipe, keep_fp32=recipe.blockwise_nodes)
+                _quantise_blockwise(onnx, dynamic, tmp, recipe)
+            finally:
+                dynamic.unlink(missing_ok=True)
         else:
             _quantise_dynamic(onnx, fp32_path, tmp, recipe)
         os.replace(tmp, target)
@@ -444,18 +466,21 @@ def _quantise_blockwise(onnx, fp32_path: Path, tmp: Path, recipe: QuantisationRe
     quantizer.model.save_model_to_file(str(tmp), use_external_data_format=False)
 
 
-def _quantise_dynamic(onnx, fp32_path: Path, tmp: Path, recipe: QuantisationRecipe) -> None:
+def _quantise_dynamic(onnx, fp32_path: Path, tmp: Path, recipe: QuantisationRecipe, keep_fp32: str | None = None) -> None:
+    """Dynamic int8 of every weight MatMul but those whose name ``keep_fp32`` (default ``recipe.keep_fp32``)
+    matches."""
     from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415 - ONNX Runtime, ~0.4 s
 
-    pattern = re.compile(recipe.keep_fp32) if recipe.keep_fp32 else None
-    keep_fp32 = [node.name for node in onnx.load(str(fp32_path), load_external_data=False).graph.node
-                 if pattern is not None and node.op_type == "MatMul" and pattern.search(node.name)]
-    if pattern is not None and not keep_fp32:  # the recipe names nodes of this export; another export needs another tag
-        raise ModelArtifactError(f"{fp32_path.name}: no MatMul matches {recipe.keep_fp32!r} to keep in fp32 "
+    keep = recipe.keep_fp32 if keep_fp32 is None else keep_fp32
+    pattern = re.compile(keep) if keep else None
+    kept = [node.name for node in onnx.load(str(fp32_path), load_external_data=False).graph.node
+            if pattern is not None and node.op_type == "MatMul" and pattern.search(node.name)]
+    if pattern is not None and not kept:  # the recipe names nodes of this export; another export needs another tag
+        raise ModelArtifactError(f"{fp32_path.name}: no MatMul matches {keep!r} to keep out of dynamic int8 "
                                  f"(recipe {recipe.tag} does not fit this export)")
     quantize_dynamic(
         str(fp32_path), str(tmp), weight_type=getattr(QuantType, recipe.weight_type), per_channel=recipe.per_channel,
-        reduce_range=recipe.reduce_range, op_types_to_quantize=["MatMul"], nodes_to_exclude=keep_fp32,
+        reduce_range=recipe.reduce_range, op_types_to_quantize=["MatMul"], nodes_to_exclude=kept,
         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
     )
 

@@ -14,7 +14,7 @@ from knowledge_store.config.embedding_models import QUANTIZATION_RECIPES
 from knowledge_store.config.settings import Settings
 from knowledge_store.models import artifacts as artifacts_module
 from knowledge_store.models.artifacts import FIDELITY_MIN, FIDELITY_MIN_MEAN, PROBE_TEXTS, ModelArtifacts, cpu_identity
-from knowledge_store.models.embeddings import OnnxEmbedder, graph_status, model_id_for
+from knowledge_store.models.embeddings import OnnxEmbedder, _Graph, graph_status, model_id_for
 
 pytestmark = pytest.mark.slow
 INT8 = QUANTIZATION_RECIPES["int8"]
@@ -182,3 +182,29 @@ def test_health_and_the_config_say_why_fp32_serves_where_the_quantised_graph_fai
         assert answer.status_code == 200 and answer.json()["results"]
         config = httpx.get(f"{base}/api/knowledge/config", timeout=30).json()
         assert "FAILED" in config["embedding_model"]["graphs"]["queries"]["reason"]
+
+
+def test_the_mixed_query_recipe_quantises_attention_dynamically_and_feed_forward_in_blocks(tmp_path, model_path, embedder):
+    import onnx
+
+    mixed = QUANTIZATION_RECIPES["int8-mixed"]
+    artifacts = ModelArtifacts(model_path, tmp_path / "cache")
+    graph = onnx.load(str(artifacts.ensure(mixed)), load_external_data=False).graph
+    by_kind: dict[str, list[str]] = {}
+    for node in graph.node:
+        by_kind.setdefault(node.op_type, []).append(node.name)
+    feed_forward = [n for n in by_kind.get("MatMulNBits", []) if "/intermediate/" in n or "/output/dense" in n]
+    assert feed_forward and len(feed_forward) == len(by_kind["MatMulNBits"])  # every block MatMul is a feed-forward one
+    assert by_kind.get("MatMulInteger") or by_kind.get("DynamicQuantizeMatMul")  # the attention projections
+    weight_names = {init.name for init in graph.initializer}
+    weighted_fp32 = [n.name for n in graph.node if n.op_type == "MatMul" and any(i in weight_names for i in n.input)]
+    assert not weighted_fp32, weighted_fp32  # no weight MatMul is left in fp32
+
+    queries = OnnxEmbedder(model_path, artifacts.cache_dir, quantization="int8-mixed", purpose="queries")
+    decision = queries.decision
+    assert decision.fidelity.passed and decision.recipe == mixed, decision.reason
+    # the graph's own vectors, a question at a time as a server embeds them, against sentence-transformers'
+    texts = list(PROBE_TEXTS)
+    graph_vectors = _Graph(artifacts.graph_path(mixed), queries._make_tokenizer(), 1).vectors(texts, 1)
+    cosines = (graph_vectors * embedder.embed(texts)).sum(axis=1)
+    assert cosines.mean() >= FIDELITY_MIN_MEAN and cosines.min() >= FIDELITY_MIN, cosines

@@ -1043,7 +1043,7 @@
     /* what runs on this CPU: the quantised graph only where it passed its fidelity check against fp32 */
     function running(purpose, asked) {
       var decision = graphs[purpose];
-      if (!decision) return asked === "int8" ? "int8" : "fp32";
+      if (!decision) return asked && asked !== "none" ? asked : "fp32";
       if (decision.in_effect === null || decision.in_effect === undefined) return asked + " (not checked on this CPU yet)";
       return decision.in_effect === "none" ? "fp32" + (asked !== "none" ? " (" + asked + " asked for)" : "") : decision.in_effect;
     }
