@@ -63,7 +63,8 @@ _HOW_OFTEN = re.compile(r"\bhow\s+(?:often|frequently)\b|\bhow\s+many\s+times\b|
 @dataclass(frozen=True)
 class AnswerType:
     """A kind of value a question asks for (``name``), the pattern of a text that gives one, and the words that
-    only ask for it (``asking``: "long" in "how long", which the answer need not repeat)."""
+    only ask for it (``asking``: "long" and "take" in "how long does the inspection take", which the answer need not
+    repeat: "Allow two hours" answers it under the inspection's heading, "Installing takes 45 minutes" does not)."""
 
     name: str
     value: re.Pattern[str]
@@ -75,7 +76,7 @@ class AnswerType:
 
 
 MEASUREMENT = AnswerType("measurement", _MEASURE, ("much", "many"))
-DURATION = AnswerType("duration", _DURATION, ("long", "much", "time"))
+DURATION = AnswerType("duration", _DURATION, ("long", "much", "time", "take", "last"))
 FREQUENCY = AnswerType("frequency", _FREQUENCY, ("often", "frequently", "many", "times"))
 
 

@@ -418,3 +418,17 @@ def test_a_question_that_asks_for_a_value_is_answered_by_the_unit_that_gives_one
     assert unanswered.text.startswith("The expansion vessel ASSET-104")  # nothing gives a value: the best there is
     named = extractive_answer("is the expansion vessel a pressure vessel", [intro_only])
     assert unanswered.confidence < named.confidence  # the same unit answers a question that asks for no value
+
+
+def test_a_duration_question_is_answered_from_its_subject_not_from_another_passage_sharing_its_verb():
+    """"how long does the inspection take": "take" asks for a duration as "how long" does, so the second
+    passage's "takes about 45 minutes" (installing, not inspecting) holds none of what the question is about,
+    while "Allow two hours" sits under the inspection's heading."""
+    inspection = make_hit("SOP-42 covers the yearly inspection of the plant room: the expansion vessel and the pump. "
+                          "Allow two hours with the heating off. Records are kept as ISO 9001 requires.", 1,
+                          section="Annual Inspection of the Plant Room",
+                          section_path=("SOP-42 Annual Inspection of the Plant Room",))
+    installing = make_hit("Installing the Aurora takes about 45 minutes for a typical single-stage system.", 2,
+                          section="Installation", section_path=("Installation",))
+    answer = extractive_answer("how long does the inspection take", [inspection, installing])
+    assert "Allow two hours with the heating off." in answer.text and "45 minutes" not in answer.text
