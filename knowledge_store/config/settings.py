@@ -202,6 +202,10 @@ class RankingSettings(BaseModel):
                                 "candidates mentioning it gain this share of the fused-score spread (times the share of "
                                 "the query's entities they mention), and one naming all of them is never below "
                                 "min_relevance. 0 = off; queries naming no entity are unaffected.")
+    identifier_boost: float = Field(0.75, ge=0, le=10, description="A query naming an identifier the corpus holds "
+                                    "(a known term of letters and digits: E47, ext4, sha256): candidates holding it "
+                                    "gain this share of the fused-score spread (times the share of the query's "
+                                    "identifiers they hold), as entity_boost does for entities. 0 = off.")
     feedback_docs: int = Field(3, ge=0, le=20, description="Pseudo-relevance feedback: the query vector is moved towards the best chunk of each of the first this many documents of the fused ranking and the candidate pool is fused again (0 = off). See docs/EVALUATION.md.")
     feedback_beta: float = Field(0.3, ge=0.0, le=2.0, description="Pseudo-relevance feedback: how far the query vector moves towards those documents (query + beta * their centroid, renormalised; 0 = off).")
     sentence_weight: float = Field(0.15, ge=0.0, le=1.0, description="Sentence evidence: each candidate's vector evidence becomes (1 - w) * its chunk's cosine + w * its best sentence's cosine (and the same for its section's lead), over the fused pool only; 0 = off. Chosen on the dev sets' train splits (docs/EVALUATION.md). Needs sentence vectors in the snapshot (sentence_vectors).")

@@ -70,9 +70,10 @@ def apply_entity_boost(fused: Fused, boost: EntityBoost) -> Fused:
         spread = abs(float(fused.fused.max())) or 1.0
     amount = boost.weight * spread * share
     scores = fused.fused + amount
+    added = amount if fused.boost is None else fused.boost + amount  # a boost applied before stays counted
     order = np.lexsort((fused.rows, -scores))
     return Fused(rows=fused.rows[order], fused=scores[order], bm25=fused.bm25[order], vector=fused.vector[order],
-                 bm25_rank=fused.bm25_rank[order], vector_rank=fused.vector_rank[order], boost=amount[order])
+                 bm25_rank=fused.bm25_rank[order], vector_rank=fused.vector_rank[order], boost=added[order])
 
 
 def first_document_rows(snapshot: LoadedSnapshot, rows: np.ndarray, k: int) -> np.ndarray:

@@ -19,6 +19,7 @@ Which steps a caller ranks with, and why they differ:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -36,7 +37,7 @@ from knowledge_store.retrieval.evidence import (
 )
 from knowledge_store.retrieval.fusion import FUSION_REGISTRY, Fused, NoiseScales, fuse_scores, top_rows
 from knowledge_store.retrieval.phrase import PhraseQuery, is_phrase_query, order_by_share, phrase_texts
-from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot
+from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, QueryTerms
 from knowledge_store.storage.tuned import RankingParams
 
 
@@ -235,6 +236,44 @@ class EntityBoostStep:
         return apply_entity_boost(pool, context.entity_boost)
 
 
+# a query term made of letters and digits together (E47, ext4, x86_64, sha256): a code, a model or a version,
+# which an embedding model reads as a few word-pieces close to its neighbours' (E47 ~ E42) while BM25 matches it
+# exactly
+IDENTIFIER_TERM = re.compile(r"^(?=[a-z0-9_]*[a-z])(?=[a-z0-9_]*[0-9])[a-z0-9_]{2,}$")
+
+
+def identifier_terms(terms: QueryTerms) -> list[int]:
+    """The term ids of the query's known terms that are identifiers (``IDENTIFIER_TERM``)."""
+    return [int(t) for t, word in zip(terms.termids.tolist(), terms.known) if IDENTIFIER_TERM.match(word)]
+
+
+@dataclass(frozen=True)
+class IdentifierBoostStep:
+    """A query naming an identifier the corpus holds (an error code E47, a file system ext4, a digest sha256):
+    candidates whose chunk holds it gain ``weight * spread * share`` like named entities
+    (``evidence.apply_entity_boost``; ``share``: the fraction of the query's identifiers the chunk holds).
+
+    Why: the vector side cannot tell E47 from E42 - both are a letter and two digits to the model, and the
+    section about E42 is the closer paraphrase of "what does E47 mean" - so at a question's alpha a passage about
+    the wrong code outranks the only one naming the asked one.  No pattern list: any known term mixing letters and
+    digits, so each corpus's own codes count."""
+
+    weight: float
+    name: str = "identifiers"
+
+    @classmethod
+    def from_settings(cls, settings: RankingSettings) -> IdentifierBoostStep | None:
+        return cls(float(settings.identifier_boost)) if settings.identifier_boost > 0.0 else None
+
+    def apply(self, pool: Fused, context: RankingContext) -> Fused:
+        if context.snapshot is None or not len(pool.rows) or not 0.0 < context.params.alpha < 1.0:
+            return pool  # BM25 alone already weighs the identifier; vectors alone are asked not to read words
+        termids = identifier_terms(context.evidence.terms)
+        if not termids:
+            return pool
+        return apply_entity_boost(pool, EntityBoost(tuple(context.snapshot.term_rows(t) for t in termids), self.weight))
+
+
 PHRASE_BM25_CANDIDATES = 20  # chunk-BM25 rows read for phrase evidence (20 and 40: 195/200 known items; the whole fused pool: 196)
 
 
@@ -281,6 +320,7 @@ RANKING_STEPS: Mapping[str, type] = {
     "sentences": SentenceEvidenceStep,
     "feedback": VectorFeedbackStep,
     "entity_boost": EntityBoostStep,
+    "identifiers": IdentifierBoostStep,
     "phrase": PhraseOrderStep,
 }
 # the steps self-tuning and the adapter check rank with (see the module docstring); "plain": without served_by

@@ -243,6 +243,10 @@ class LoadedSnapshot:
             cache[query] = found
         return found
 
+    def term_rows(self, termid: int) -> np.ndarray:
+        """The rows whose chunk holds the term ``termid``, sorted (its BM25 postings)."""
+        return np.sort(self.post_rows[self.term_ptr[termid]:self.term_ptr[termid + 1]].astype(np.int64))
+
     # ---------------------------------------------------------------- vectors
     def vector_scores(self, query_vector: np.ndarray) -> np.ndarray:
         return self.embeddings @ query_vector.astype(np.float32)

@@ -263,3 +263,13 @@ def test_chunks_asset_metadata_counts_entities_per_type(tmp_path):
     assert "entities_equipment" not in metadata
     assert metadata["entity_documents_extracted"] == 1
     assert "| asset | 2 | 3 | 1 |" in metadata["entities_by_type"]
+
+
+def test_a_question_naming_a_code_is_answered_from_the_passage_that_names_it(sample, embedder):
+    """E47 is no entity of the vocabulary: it counts as an identifier (letters and digits) the corpus holds, and the
+    table row naming it ranks first (the sections about E42 and E55 read much the same to an embedding model)."""
+    response = sample["engine"].search("what does E47 mean", k=3, log=False)
+    assert "E47" in response.hits[0].text and response.hits[0].entity_boost > 0
+    assert "No contact with the Aurora Hub for more than 15 minutes" in response.answer.text
+    plain = RetrievalEngine(sample["settings"].model_copy(update={"identifier_boost": 0.0}), embedder=embedder)
+    assert all(h.entity_boost == 0.0 for h in plain.search("what does E47 mean", k=3, log=False).hits)
