@@ -71,7 +71,7 @@ class Citation(BaseModel):
         "each value works in filters.entities.",
     )
     entity_boost: float = Field(
-        0.0, description="What the query naming an entity this passage mentions added to score (0: none; setting entity_boost)."
+        0.0, description="What the query naming an entity this passage mentions, or an identifier it holds (E47, ext4), added to score (0: none; settings entity_boost, identifier_boost)."
     )
 
 

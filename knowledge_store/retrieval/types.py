@@ -22,7 +22,7 @@ class SearchHit:
     is then the mean Tesseract word confidence (0-1) of its least sure page, or
     None when unknown.  ``entities`` are the entities the chunk's text mentions
     (``knowledge_store.core.entities``), in order of first mention; ``entity_boost``
-    is what the query naming one of them added to ``score`` (0 when none); a
+    is what the query naming one of them, or an identifier the chunk holds, added to ``score`` (0 when none); a
     passage naming every entity of the query has ``relevance`` at least the
     query's ``min_relevance`` (see ``RetrievalEngine.candidates``).
     """
