@@ -490,6 +490,9 @@ class _Graph:
         return np.vstack(parts) if parts else out
 
 
+FP32_ASKED_FOR = RecipeDecision("none", "none", "", "fp32 asked for")
+
+
 def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """sentence-transformers' mean pooling and normalisation of token states under an attention mask."""
     weights = mask[..., None].astype(np.float32)
@@ -571,16 +574,20 @@ class OnnxEmbedder:
         return self._decision
 
     def recorded_decision(self) -> RecipeDecision | None:
-        """``decision`` if it is known without building or checking anything (for status pages), else None."""
-        if self._decision is not None or self.requested_quantization == "none":
-            return self.decision
+        """``decision`` if it is known without building or checking anything (for status pages), else None.  Never
+        waits for ``_lock``: a load holds it while it waits for another process's graph build, and ``/health``
+        must answer meanwhile."""
+        if self._decision is not None:
+            return self._decision
+        if self.requested_quantization == "none":
+            return FP32_ASKED_FOR
         tag = QUANTIZATION_RECIPES[self.requested_quantization]
         record = self.artifacts.fidelity(tag) if self.artifacts.graph_path(tag).is_file() else None
         return None if record is None else self._decision_from(record)
 
     def _decide(self) -> RecipeDecision:
         if self.requested_quantization == "none":
-            return RecipeDecision("none", "none", "", "fp32 asked for")
+            return FP32_ASKED_FOR
         tag = QUANTIZATION_RECIPES[self.requested_quantization]
         record = self.artifacts.fidelity(tag) if self.artifacts.graph_path(tag).is_file() else None
         if record is None:

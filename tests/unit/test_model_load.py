@@ -172,3 +172,28 @@ def test_step_estimates_follow_the_weights_and_the_files_left_to_make(tmp_path, 
     assert [step for step, _ in int8.load_steps()] == ["checking", "loading"]
     fp32 = OnnxEmbedder(model_path, tmp_path / "cache")
     assert [step for step, _ in fp32.load_steps()] == ["loading"]
+
+
+def test_what_a_loading_embedder_runs_is_told_without_waiting_for_its_load(tmp_path, model_path):
+    """A load holds the embedder's lock while it waits for another process's graph build; ``/health`` asks
+    ``recorded_decision`` meanwhile and must answer at once."""
+    embedder = OnnxEmbedder(model_path, tmp_path / "cache")
+    held, release = threading.Event(), threading.Event()
+
+    def loading():
+        with embedder._lock:
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=loading, daemon=True)
+    thread.start()
+    held.wait(10)
+    answered: list = []
+    asking = threading.Thread(target=lambda: answered.append(embedder.recorded_decision()), daemon=True)
+    asking.start()
+    asking.join(3)
+    answered_while_loading = list(answered)
+    release.set()
+    thread.join(10)
+    assert answered_while_loading, "recorded_decision waited for the load's lock"
+    assert answered_while_loading[0].in_effect == "none" and answered_while_loading[0].reason == "fp32 asked for"
