@@ -433,7 +433,7 @@ class SentencePooling:
                 self.covered[self.first[i] + j] = True
 
 
-@dataclass
+@dataclass(frozen=True)
 class RecipeDecision:
     """Which graph an ``OnnxEmbedder`` runs, and why: the quantisation asked for, the one in effect, the check."""
 
@@ -490,7 +490,7 @@ class _Graph:
         return np.vstack(parts) if parts else out
 
 
-FP32_ASKED_FOR = RecipeDecision("none", "none", "", "fp32 asked for")
+FP32_ASKED_FOR = RecipeDecision("none", "none", "", "fp32 asked for")  # frozen: one instance serves every embedder
 
 
 def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -31,7 +31,7 @@ from knowledge_store.core.vocabulary import Vocabulary
 from knowledge_store.retrieval.answer_types import AnswerType, expected_answer_type
 from knowledge_store.retrieval.answer_units import AnswerUnit, answer_units
 from knowledge_store.retrieval.snippets import best_snippet, collapse_ws, term_weights
-from knowledge_store.retrieval.terms import normalize, query_terms, term_spans
+from knowledge_store.retrieval.terms import mixes_letters_and_digits, normalize, query_terms, term_spans
 from knowledge_store.retrieval.types import SearchHit
 
 if TYPE_CHECKING:
@@ -291,9 +291,10 @@ def answer_evidence(query: str, hits: Sequence[SearchHit]) -> AnswerEvidence:
     return AnswerEvidence(terms, weights, total, tuple(candidates), expected, rarest)
 
 
-# a term that names something rather than says something: letters and digits mixed (e47, ipv6), a version or
-# decimal number (3.4), or a compound name (min_cycle_minutes); a bare number is not one
-_IDENTIFIER = re.compile(r"[a-z].*\d|\d.*[a-z]|[._]")
+def _names_something(term: str) -> bool:
+    """A term that names something rather than says something: letters and digits mixed (e47, ipv6), a version
+    or decimal number (3.4), or a compound name (min_cycle_minutes); a bare number is not one."""
+    return mixes_letters_and_digits(term) or "." in term or "_" in term
 
 
 def _shares_focus(candidate: AnswerCandidate, best: AnswerCandidate, held: set[str], adjacent: bool) -> bool:
@@ -320,7 +321,7 @@ def choose_answer_units(evidence: AnswerEvidence, max_units: int = 3, max_chars:
     limit's), and the sentence right before a best sentence when it does (what the best one continues; a list item or table
     row stands on its own); then other units that share it and score at least ``_RELATED_SHARE`` of the best; no
     near-duplicates, at most ``max_units`` and ``max_chars`` (markers included).  When the query names something
-    (``_IDENTIFIER``: an error code, a version, a parameter), only the units that name the most of it, themselves
+    (``_names_something``: an error code, a version, a parameter), only the units that name the most of it, themselves
     or in what frames them, are candidates: a general sentence about firmware releases does not answer what
     changed in 3.4 when the 3.4 section is among the passages.  Likewise, when the query asks for a kind of value
     (``AnswerEvidence.expected``: a measurement, a duration, a frequency), only the units that give one and hold
@@ -330,7 +331,7 @@ def choose_answer_units(evidence: AnswerEvidence, max_units: int = 3, max_chars:
     quotable = [c for c in evidence.candidates if c.unit.quoted]
     if not quotable:
         return []
-    names = [t for t in evidence.terms if _IDENTIFIER.search(t)]
+    names = [t for t in evidence.terms if _names_something(t)]
     if names:  # the query names something (E47, 3.4, a parameter): answer from where it is named, when it is
         named = {id(c): sum(1 for t in names if t in c.words or t in c.context) for c in quotable}
         most = max(named.values())

@@ -19,7 +19,6 @@ Which steps a caller ranks with, and why they differ:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -38,6 +37,7 @@ from knowledge_store.retrieval.evidence import (
 from knowledge_store.retrieval.fusion import FUSION_REGISTRY, Fused, NoiseScales, fuse_scores, top_rows
 from knowledge_store.retrieval.phrase import PhraseQuery, is_phrase_query, order_by_share, phrase_texts
 from knowledge_store.retrieval.snapshot_reader import LoadedSnapshot, QueryTerms
+from knowledge_store.retrieval.terms import mixes_letters_and_digits
 from knowledge_store.storage.tuned import RankingParams
 
 
@@ -236,15 +236,10 @@ class EntityBoostStep:
         return apply_entity_boost(pool, context.entity_boost)
 
 
-# a query term made of letters and digits together (E47, ext4, x86_64, sha256): a code, a model or a version,
-# which an embedding model reads as a few word-pieces close to its neighbours' (E47 ~ E42) while BM25 matches it
-# exactly
-IDENTIFIER_TERM = re.compile(r"^(?=[a-z0-9_]*[a-z])(?=[a-z0-9_]*[0-9])[a-z0-9_]{2,}$")
-
-
 def identifier_terms(terms: QueryTerms) -> list[int]:
-    """The term ids of the query's known terms that are identifiers (``IDENTIFIER_TERM``)."""
-    return [int(t) for t, word in zip(terms.termids.tolist(), terms.known) if IDENTIFIER_TERM.match(word)]
+    """The term ids of the query's known terms that are identifiers: letters and digits together
+    (``terms.mixes_letters_and_digits``: E47, ext4, x86_64, sha256)."""
+    return [int(t) for t, word in zip(terms.termids.tolist(), terms.known) if mixes_letters_and_digits(word)]
 
 
 @dataclass(frozen=True)

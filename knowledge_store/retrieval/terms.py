@@ -39,6 +39,17 @@ _SUFFIXES: tuple[tuple[str, int], ...] = (
 _UNDOUBLE_AFTER = ("ing", "ed", "ingly", "edly")
 
 
+# a term of letters and digits together (e47, ext4, x86_64, ipv6): a code, a model or a version.  It names
+# something rather than says something, and an embedding model reads it as a few word-pieces much like its
+# neighbours' (E47 ~ E42) while the index matches it exactly.  Terms here and in the fts index are [a-z0-9_]+.
+_LETTERS_AND_DIGITS = re.compile(r"[a-z].*\d|\d.*[a-z]")
+
+
+def mixes_letters_and_digits(term: str) -> bool:
+    """Whether ``term`` (a normalised, stemmed term) holds letters and digits together: e47, ext4, sha256."""
+    return _LETTERS_AND_DIGITS.search(term) is not None
+
+
 @lru_cache(maxsize=65536)
 def normalize(text: str) -> str:
     """Lower case with accents stripped ("Café" -> "cafe"), as the fts index does."""
