@@ -28,7 +28,8 @@ HNSW graph (usearch; the measurements behind the choice are in docs/BENCHMARKS.m
   HNSW is not used for this: it keeps no crash-recovery log for a persisted index.
 - usearch is imported only when a graph is built or checked, never with this module: it loads
   NumKong's symbols into the process's global namespace (``RTLD_GLOBAL``), after which
-  ``import onnxruntime`` (the ONNX encoders, and PyMuPDF, which imports it) crashes the process.
+  ``import onnxruntime`` (the ONNX encoders, sentence scoring, and PyMuPDF, which imports it) crashes the
+  process; so ONNX Runtime is imported first wherever usearch is.
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ class AnnIndex:
 
 # ---------------------------------------------------------------------------- build
 def _new_index(dim: int, config: AnnConfig):
+    import onnxruntime  # noqa: F401, PLC0415 - loaded before usearch (module docstring); ~0.2 s, once
     from usearch.index import Index  # noqa: PLC0415 - usearch must load after ONNX Runtime (module docstring)
 
     return Index(ndim=dim, metric="cos", dtype=config.dtype, connectivity=config.connectivity,
@@ -154,6 +156,7 @@ def _file_digest(path: Path) -> str:
 
 def identity(snapshot_path: Path, info, embeddings: np.ndarray, config: AnnConfig) -> dict:
     """What a cached graph must match to be used for this snapshot."""
+    import onnxruntime  # noqa: F401, PLC0415 - loaded before usearch (module docstring); ~0.2 s, once
     import usearch  # noqa: PLC0415 - usearch must load after ONNX Runtime (module docstring)
 
     stat = Path(snapshot_path).stat()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from knowledge_store.core.text import sentence_spans_to_embed
+from knowledge_store.retrieval.half_products import half_products
 
 
 @dataclass(frozen=True)
@@ -37,23 +38,23 @@ class SentenceIndex:
         return len(self.vectors)
 
     def gather(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The sentence vectors of ``rows`` as one float32 block, and where each row's start in it.  The gather and
-        the float16 -> float32 conversion are most of ``best``'s cost: a caller scoring the same rows with several
-        vectors (a query before and after its feedback step) gathers once (``best(..., gathered=)``)."""
+        """The sentence vectors of ``rows`` as one contiguous float16 block, and where each row's start in it.  A
+        caller scoring the same rows with several vectors (a query before and after its feedback step) gathers
+        once (``best(..., gathered=)``)."""
         rows = np.asarray(rows, dtype=np.int64)
         counts = self.end[rows] - self.start[rows]
         offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         index = np.repeat(self.start[rows] - offsets, counts) + np.arange(int(counts.sum()), dtype=np.int64)
-        return self.vectors[index].astype(np.float32), offsets
+        return self.vectors[index], offsets
 
     def best(self, rows: np.ndarray, query_vector: np.ndarray,
              gathered: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
-        """Each row's best sentence cosine with ``query_vector`` (float32, one gather and one product);
-        ``gathered``: ``gather(rows)``, made before."""
+        """Each row's best sentence cosine with ``query_vector`` (float32 products of the float16 block:
+        ``half_products``); ``gathered``: ``gather(rows)``, made before."""
         if not len(rows):
             return np.zeros(0, dtype=np.float32)
         block, offsets = self.gather(rows) if gathered is None else gathered
-        return np.maximum.reduceat(block @ np.asarray(query_vector, dtype=np.float32), offsets)
+        return np.maximum.reduceat(half_products(block, query_vector), offsets)
 
 
 def sentence_index_from(content_hashes: list[str], table_hashes: list[str], vectors: np.ndarray) -> SentenceIndex | None:
