@@ -3,7 +3,8 @@ queries, timed over a real question set, with each graph's cosine to the fp32 ex
 
 A query is one text embedded on every request, so its graph is the fastest that stays faithful on the CPU.
 This measures the candidates on the questions of a real set: the fp32 export, the shipped recipes
-(``models.artifacts.RECIPES``: the all-blockwise int8 document recipe and the mixed query recipe), per-tensor
+(``models.artifacts.RECIPES``: the all-blockwise int8 document recipe, the mixed query recipe and the smoothed
+one), per-tensor
 dynamic int8 with signed 7-bit per-channel weights and the feed-forward outputs in fp32 (the recipe shipped before
 the blockwise one) and the same with every MatMul dynamic (the fastest, and the one that shows why the feed-forward
 layers are kept out of dynamic int8); the last two are quantised into a temporary folder, never into the model

@@ -262,6 +262,8 @@ class QuantisationRecipe:
     reduce_range: bool = False  # dynamic: 7-bit weights
     keep_fp32: str = ""  # dynamic: regular expression over MatMul node names left in fp32
     blockwise_nodes: str = ""  # mixed: regular expression over MatMul node names quantised in blocks instead
+    smooth_nodes: str = ""  # dynamic, mixed: MatMuls whose input is smoothed first (``smooth_activations``)
+    smooth_alpha: float = 0.5  # how much of an input channel's range moves into the weights (SmoothQuant's alpha)
 
 
 # The int8 recipe: every weight MatMul as ONNX Runtime's MatMulNBits with 8-bit symmetric weights in blocks of 128
@@ -288,6 +290,18 @@ RECIPES: dict[str, QuantisationRecipe] = {
                     "as MatMulNBits 8-bit blocks of 128 inputs (accuracy level 4)",
         method="mixed", weight_type="QInt8", per_channel=True, reduce_range=True, bits=8, block_size=128,
         accuracy_level=4, blockwise_nodes=r"/layer\.\d+/(intermediate|output)/dense/MatMul$"),
+    # The mixed recipe with the feed-forward input projections dynamic as well, their inputs smoothed first
+    # (``smooth_activations``): a feed-forward input's outlier channels come from the layer norm's scale and are
+    # the same for every text, so dividing them out and multiplying the weights' rows back in leaves one scale per
+    # tensor enough.  The feed-forward outputs (GELU's outliers, which smoothing does not tame) stay in blocks.
+    "onnx-int8-dynsq-nbits8-b128": QuantisationRecipe(
+        tag="onnx-int8-dynsq-nbits8-b128",
+        description="attention and feed-forward input projections as dynamic int8 with 7-bit per-channel weights "
+                    "(feed-forward inputs smoothed, alpha 0.5), feed-forward outputs as MatMulNBits 8-bit blocks of "
+                    "128 inputs (accuracy level 4)",
+        method="mixed", weight_type="QInt8", per_channel=True, reduce_range=True, bits=8, block_size=128,
+        accuracy_level=4, blockwise_nodes=r"/layer\.\d+/output/dense/MatMul$",
+        smooth_nodes=r"/layer\.\d+/intermediate/dense/MatMul$", smooth_alpha=0.5),
 }
 
 
@@ -337,7 +351,7 @@ class ModelArtifacts:
                 export_fp32(self.model_path, self.fp32_path)
             if tag and not target.is_file():
                 self._set_state("quantising", on_state)
-                quantise(self.fp32_path, target, RECIPES[tag])
+                quantise(self.fp32_path, target, RECIPES[tag], self.model_path / "tokenizer.json")
                 self.fidelity_path(tag).unlink(missing_ok=True)  # a new graph has not been checked anywhere
             self._set_state("idle", on_state)
         return target
@@ -415,11 +429,13 @@ def export_fp32(model_path: Path, target: Path) -> None:
 NODE_BY_NODE_LOGGER = "onnxruntime.quantization.matmul_nbits_quantizer"
 
 
-def quantise(fp32_path: Path, target: Path, recipe: QuantisationRecipe) -> None:
-    """Quantise the fp32 graph with ``recipe`` into ``target``, atomically (a temporary file, then a rename)."""
+def quantise(fp32_path: Path, target: Path, recipe: QuantisationRecipe, tokenizer_path: Path | None = None) -> None:
+    """Quantise the fp32 graph with ``recipe`` into ``target``, atomically (a temporary file, then a rename).
+    ``tokenizer_path``: the model's ``tokenizer.json``, which a recipe that smooths its inputs calibrates with."""
     import onnx  # noqa: PLC0415 - ONNX, ~0.2 s to import; only to quantise an export once
 
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    smoothed = tmp.with_name(f"{tmp.name}.smoothed")
     quiet = _DropPreprocessingAdvice()
     logging.getLogger().addFilter(quiet)  # the quantiser logs "consider pre-processing" on the root logger
     # the weight-only quantiser logs a line per graph node at INFO (some 1,200 for mpnet): its warnings only
@@ -427,6 +443,12 @@ def quantise(fp32_path: Path, target: Path, recipe: QuantisationRecipe) -> None:
     node_level = node_log.level
     node_log.setLevel(logging.WARNING)
     try:
+        if recipe.smooth_nodes:
+            if tokenizer_path is None:
+                raise ModelArtifactError(f"{fp32_path.name}: recipe {recipe.tag} calibrates on text and needs the "
+                                         "model's tokenizer.json")
+            smooth_activations(onnx, fp32_path, smoothed, recipe, tokenizer_path)
+            fp32_path = smoothed
         if recipe.method == "blockwise":
             _quantise_blockwise(onnx, fp32_path, tmp, recipe)
         elif recipe.method == "mixed":
@@ -447,8 +469,94 @@ def quantise(fp32_path: Path, target: Path, recipe: QuantisationRecipe) -> None:
         raise ModelArtifactError(f"{fp32_path.name}: quantisation {recipe.tag} failed ({type(error).__name__}: "
                                  f"{error})") from error
     finally:
+        smoothed.unlink(missing_ok=True)
         logging.getLogger().removeFilter(quiet)
         node_log.setLevel(node_level)
+
+
+# What a smoothing recipe calibrates on: texts of the kinds the product embeds (questions, manual passages, API
+# and command-line text, code, a table row, a scientific claim), none of them in the probe set the fidelity gate
+# checks with, so the gate judges the smoothed graph on texts it was not fitted to.
+CALIBRATION_TEXTS: tuple[str, ...] = (
+    "How do I change the filter?",
+    "what is the default timeout for a connection",
+    "Why does the display show a flashing snowflake?",
+    "Can I run two controllers on one bus?",
+    "Before you open the housing, switch off the mains supply at the isolator and wait five minutes for the "
+    "capacitors to discharge. Remove the four screws on the front panel and lift the cover off its hinges.",
+    "The service interval is twelve months or 2,000 operating hours, whichever comes first. Replace the seals "
+    "at every second service, and the bearings every five years.",
+    "GET /api/v2/devices/{id}/status returns the device's last reported state as JSON: mode, setpoint, the "
+    "measured temperature in degrees Celsius and the time of the report in UTC.",
+    "Usage: backup [--full | --incremental] [--target DIR] SOURCE...  Copies each SOURCE into DIR, keeping "
+    "permissions and timestamps; --full ignores the previous snapshot.",
+    "for (my $i = 0; $i < @ARGV; $i++) {\n    print \"$i: $ARGV[$i]\\n\";\n}",
+    "SELECT customer_id, sum(amount) FROM orders WHERE created_at >= '2024-01-01' GROUP BY customer_id;",
+    "| F12 | Water pressure below 0.8 bar | Top up the system and reset |",
+    "Vitamin D supplementation reduces the risk of respiratory infections in adults with low baseline levels.",
+    "The kernel module failed to load: modprobe reported 'Exec format error', which usually means it was built "
+    "for another kernel version. Rebuild it with the headers of the running kernel and try again.",
+    "Overview",
+    "Warranty and liability. The manufacturer is not liable for damage caused by installation that does not "
+    "follow these instructions, by unauthorised modification, or by the use of spare parts that are not "
+    "original. Keep the proof of purchase: it is needed for any claim under the warranty, which lasts two "
+    "years from the date of delivery and covers defects of material and workmanship. " * 3,
+)
+
+
+def smooth_activations(onnx, fp32_path: Path, target: Path, recipe: QuantisationRecipe, tokenizer_path: Path) -> None:
+    """SmoothQuant (Xiao et al., 2023) for the MatMuls ``recipe.smooth_nodes`` names, written to ``target``: each
+    one's input channel j is divided by ``s_j = max|X_j| ** alpha / max|W_j| ** (1 - alpha)`` (a ``Mul`` before it)
+    and its weights' row j multiplied by it, so the product is unchanged in exact arithmetic while the input's
+    outlier channels shrink to what one dynamic int8 scale per tensor can carry.  ``max|X_j|``: over every token
+    of ``CALIBRATION_TEXTS``, run one at a time through the fp32 graph; ``max|W_j|``: over the row."""
+    import numpy as np  # noqa: PLC0415 - only to quantise an export once
+    import onnxruntime as ort  # noqa: PLC0415 - ONNX Runtime, ~0.2 s to import
+    from onnx import helper, numpy_helper  # noqa: PLC0415
+    from tokenizers import Tokenizer  # noqa: PLC0415
+
+    model = onnx.load(str(fp32_path))
+    pattern = re.compile(recipe.smooth_nodes)
+    targets = [node for node in model.graph.node if node.op_type == "MatMul" and pattern.search(node.name)]
+    initializers = {init.name: init for init in model.graph.initializer}
+    if not targets or any(node.input[1] not in initializers for node in targets):
+        raise ModelArtifactError(f"{fp32_path.name}: no MatMul with stored weights matches {recipe.smooth_nodes!r} "
+                                 f"(recipe {recipe.tag} does not fit this export)")
+    calibration = onnx.ModelProto()
+    calibration.CopyFrom(model)
+    for node in targets:
+        calibration.graph.output.append(helper.make_tensor_value_info(node.input[0], onnx.TensorProto.FLOAT, None))
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(calibration.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    del calibration
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    tokenizer.enable_truncation(max_length=256)
+    tokenizer.no_padding()
+    names = [i.name for i in session.get_inputs()]
+    largest = {node.name: np.zeros(0, dtype=np.float32) for node in targets}
+    for text in CALIBRATION_TEXTS:
+        ids = np.array([tokenizer.encode(text).ids], dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+        outputs = session.run([node.input[0] for node in targets], {name: feed[name] for name in names})
+        for node, values in zip(targets, outputs):
+            channel = np.abs(values).reshape(-1, values.shape[-1]).max(axis=0)
+            largest[node.name] = channel if not len(largest[node.name]) else np.maximum(largest[node.name], channel)
+    del session
+    alpha = recipe.smooth_alpha
+    for node in targets:
+        weights = numpy_helper.to_array(initializers[node.input[1]])  # (inputs, outputs)
+        scale = (np.maximum(largest[node.name], 1e-5) ** alpha
+                 / np.maximum(np.abs(weights).max(axis=1), 1e-5) ** (1.0 - alpha)).astype(np.float32)
+        initializers[node.input[1]].CopyFrom(numpy_helper.from_array(weights * scale[:, None], node.input[1]))
+        divisor = f"{node.name}/smooth_divisor"
+        model.graph.initializer.append(numpy_helper.from_array((1.0 / scale).astype(np.float32), divisor))
+        smoothed_input = f"{node.name}/smoothed_input"
+        smooth = helper.make_node("Mul", [node.input[0], divisor], [smoothed_input], name=f"{node.name}/smooth")
+        node.input[0] = smoothed_input
+        position = next(i for i, other in enumerate(model.graph.node) if other.name == node.name)
+        model.graph.node.insert(position, smooth)  # right before its MatMul: the graph stays in topological order
+    onnx.save(model, str(target))
 
 
 def _quantise_blockwise(onnx, fp32_path: Path, tmp: Path, recipe: QuantisationRecipe) -> None:

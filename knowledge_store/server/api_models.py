@@ -324,7 +324,7 @@ class ConfigResponse(Open):
     embedding_model: dict[str, Any] | None = Field(None, description="Which embedding model serves: served_model_id, "
                                                    "base_model_id, fine_tuned (a model fine-tuned for this corpus was "
                                                    "adopted), document_quantization and query_quantization (none = "
-                                                   "fp32, int8, int8-mixed), sentence_encoding (null when sentence vectors are "
+                                                   "fp32, int8, int8-mixed, int8-smooth), sentence_encoding (null when sentence vectors are "
                                                    "off), finetune_enabled and the last fine-tuning decision "
                                                    "(decision, reason, gain, standard_error, pairs, seconds).")
     default_reranker: str

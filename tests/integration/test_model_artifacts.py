@@ -184,27 +184,36 @@ def test_health_and_the_config_say_why_fp32_serves_where_the_quantised_graph_fai
         assert "FAILED" in config["embedding_model"]["graphs"]["queries"]["reason"]
 
 
-def test_the_mixed_query_recipe_quantises_attention_dynamically_and_feed_forward_in_blocks(tmp_path, model_path, embedder):
+@pytest.mark.parametrize("setting, blockwise, smoothed", [
+    ("int8-mixed", ("/intermediate/", "/output/dense"), ()),
+    ("int8-smooth", ("/output/dense",), ("/intermediate/",)),
+])
+def test_the_query_recipes_quantise_attention_dynamically_and_the_rest_as_their_tag_says(
+        tmp_path, model_path, embedder, setting, blockwise, smoothed):
     import onnx
 
-    mixed = QUANTIZATION_RECIPES["int8-mixed"]
+    tag = QUANTIZATION_RECIPES[setting]
     artifacts = ModelArtifacts(model_path, tmp_path / "cache")
-    graph = onnx.load(str(artifacts.ensure(mixed)), load_external_data=False).graph
+    graph = onnx.load(str(artifacts.ensure(tag)), load_external_data=False).graph
     by_kind: dict[str, list[str]] = {}
     for node in graph.node:
         by_kind.setdefault(node.op_type, []).append(node.name)
-    feed_forward = [n for n in by_kind.get("MatMulNBits", []) if "/intermediate/" in n or "/output/dense" in n]
-    assert feed_forward and len(feed_forward) == len(by_kind["MatMulNBits"])  # every block MatMul is a feed-forward one
+    in_blocks = by_kind.get("MatMulNBits", [])
+    assert in_blocks and all(any(part in n and "/attention/" not in n for part in blockwise) for n in in_blocks), in_blocks
+    layers = sum(1 for n in in_blocks if blockwise[0] in n)  # one feed-forward output per layer
+    assert layers == len(in_blocks) // len(blockwise)
     assert by_kind.get("MatMulInteger") or by_kind.get("DynamicQuantizeMatMul")  # the attention projections
+    smooth = [n for n in by_kind.get("Mul", []) if n.endswith("/smooth")]
+    assert len(smooth) == layers * len(smoothed) and all(any(p in n for p in smoothed) for n in smooth), smooth
     weight_names = {init.name for init in graph.initializer}
     weighted_fp32 = [n.name for n in graph.node if n.op_type == "MatMul" and any(i in weight_names for i in n.input)]
     assert not weighted_fp32, weighted_fp32  # no weight MatMul is left in fp32
 
-    queries = OnnxEmbedder(model_path, artifacts.cache_dir, quantization="int8-mixed", purpose="queries")
+    queries = OnnxEmbedder(model_path, artifacts.cache_dir, quantization=setting, purpose="queries")
     decision = queries.decision
-    assert decision.fidelity.passed and decision.recipe == mixed, decision.reason
+    assert decision.fidelity.passed and decision.recipe == tag, decision.reason
     # the graph's own vectors, a question at a time as a server embeds them, against sentence-transformers'
     texts = list(PROBE_TEXTS)
-    graph_vectors = _Graph(artifacts.graph_path(mixed), queries._make_tokenizer(), 1).vectors(texts, 1)
+    graph_vectors = _Graph(artifacts.graph_path(tag), queries._make_tokenizer(), 1).vectors(texts, 1)
     cosines = (graph_vectors * embedder.embed(texts)).sum(axis=1)
     assert cosines.mean() >= FIDELITY_MIN_MEAN and cosines.min() >= FIDELITY_MIN, cosines

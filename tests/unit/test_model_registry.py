@@ -75,14 +75,14 @@ def test_a_models_entry_says_how_it_runs_unless_the_settings_do(tmp_path, monkey
     folder = st_folder(tmp_path / "mpnet-like", dim=768, window=384)
     monkeypatch.setitem(EMBEDDER_REGISTRY, "mpnet", replace(EMBEDDER_REGISTRY["mpnet"], locate=lambda: folder))
     mpnet = Settings(data_dir=tmp_path, embedding_model="mpnet")
-    assert (mpnet.document_quantization, mpnet.query_quantization, mpnet.sentence_encoding) == ("int8", "int8-mixed", "in_context")
+    assert (mpnet.document_quantization, mpnet.query_quantization, mpnet.sentence_encoding) == ("int8", "int8-smooth", "in_context")
     assert mpnet.in_context_sentences
     assert not Settings(data_dir=tmp_path, embedding_model="mpnet", sentence_vectors=False).in_context_sentences
     minilm = Settings(data_dir=tmp_path)
     assert (minilm.document_quantization, minilm.query_quantization, minilm.sentence_encoding) == ("none", "none", "separate")
     # what the settings say wins; the torch encoders run fp32 with separate sentences
     mine = Settings(data_dir=tmp_path, embedding_model="mpnet", document_quantization="none", sentence_encoding="separate")
-    assert (mine.document_quantization, mine.query_quantization, mine.sentence_encoding) == ("none", "int8-mixed", "separate")
+    assert (mine.document_quantization, mine.query_quantization, mine.sentence_encoding) == ("none", "int8-smooth", "separate")
     torch = Settings(data_dir=tmp_path, embedding_model="mpnet", document_encoder="torch", query_encoder="torch")
     assert (torch.document_quantization, torch.query_quantization, torch.sentence_encoding) == ("none", "none", "separate")
     with pytest.raises(ConfigError, match="sentence_encoding='in_context'"):
