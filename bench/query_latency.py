@@ -324,6 +324,9 @@ def main() -> int:
                              "RetrievalEngine.search and through the same steps called directly, paired, "
                              "written to docs/benchmarks/query_engine_overhead.md")
     parser.add_argument("--repeats", type=int, default=3, help="--overhead: runs of each path per query (fastest kept)")
+    parser.add_argument("--index-root", type=Path, default=None,
+                        help="keep each size's replicated snapshot under this folder (n<size>/index) and reuse it "
+                             "when present: runs that compare settings then serve the very same snapshot")
     args = parser.parse_args()
     source = args.source_index
     if source is None:
@@ -343,8 +346,8 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
-            root = Path(tmp) / f"n{size}"
-            build = build_synthetic(source, root / "index", size)
+            root = (args.index_root or Path(tmp)) / f"n{size}"
+            build = build_synthetic(source, root / "index", size) if not (root / "index").exists() else 0.0
             first = None
             for variant in args.variants:
                 result = run(root, queries, args.threads, variant)

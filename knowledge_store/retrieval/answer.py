@@ -175,6 +175,7 @@ class AnswerCandidate:
     score: float
     vector: tuple[int, int] | None  # the span of the embedded sentence its cosine comes from (None: passage's)
     typed: bool = False
+    points: bool = False  # it refers the reader elsewhere in the document (``points_elsewhere``)
 
 
 @dataclass(frozen=True)
@@ -236,8 +237,28 @@ def _cosine_of(hit: SearchHit, unit: AnswerUnit) -> tuple[float, tuple[int, int]
     return max(overlapping) if overlapping else None
 
 
+# A sentence whose message is where the answer is, not the answer: one that opens by sending the reader on ("See
+# the wiring chapter.", "For more details, see Chapter 13."), or points to another part of the document ("each has
+# a section of its own below", "in the next section").  A cross-reference inside a sentence that says something
+# ("... using intrusion detection systems (see Section 10.3), you may ...") does not make it one: parentheses are
+# dropped first.  "below" and "above" count only where a clause ends: "below 18 V" and "above the limit" compare.
+_PARENTHESES = re.compile(r"\([^()]*\)")
+_POINTS_ELSEWHERE = re.compile(
+    r"^\W*(?:for (?:more|further|additional)\b[^,]*,\s*)?(?:please\s+)?(?:see|refer to|consult)\b"
+    r"|\b(?:below|above)\s*(?:[.:;]|$)"
+    r"|\b(?:the|a) (?:following|next|previous) (?:sections?|chapters?|pages?)\b", re.IGNORECASE)
+
+
+def points_elsewhere(text: str) -> bool:
+    """Whether ``text`` says where the answer is rather than what it is (``_POINTS_ELSEWHERE``)."""
+    return _POINTS_ELSEWHERE.search(_PARENTHESES.sub(" ", text)) is not None
+
+
 def answer_evidence(query: str, hits: Sequence[SearchHit]) -> AnswerEvidence:
-    """Every unit of ``hits`` (``answer_units``) with its evidence for ``query`` (see ``AnswerCandidate``)."""
+    """Every unit of ``hits`` (``answer_units``) with its evidence for ``query`` (see ``AnswerCandidate``).
+    A unit that points elsewhere (``points_elsewhere``: "E42 and E55 ... each has a section of its own below")
+    names what it points to as a heading does: its query terms count as what frames it, at half weight, so the
+    section it points to answers before it does; it still answers when nothing else holds the terms."""
     expected = expected_answer_type(query)
     terms = answer_query_terms(query)
     if expected is not None:  # "long" in "how long" asks for the value; the answer need not say it
@@ -250,18 +271,20 @@ def answer_evidence(query: str, hits: Sequence[SearchHit]) -> AnswerEvidence:
         headings = [name for name in (hit.title, hit.section, *hit.section_path) if name]
         units = answer_units(hit.text, headings)
         framing = set().union(*(answer_terms(name) for name in headings)) & wanted if headings else set()
-        own = [answer_terms(u.text) & wanted for u in units]
-        intro: dict[int, set[str]] = {}  # group -> the query terms of the line introducing it
+        holds = [answer_terms(u.text) & wanted for u in units]
+        pointed = [found if points_elsewhere(u.text) else set() for u, found in zip(units, holds)]
+        own = [found - away for found, away in zip(holds, pointed)]
+        intro: dict[int, set[str]] = {}  # group -> the query terms of the line introducing it ("listed below:")
         for i, unit in enumerate(units[1:], start=1):
             before = units[i - 1]
             if before.kind == "intro" and before.block != unit.block and unit.block not in intro:
-                intro[unit.block] = own[i - 1]
-        context = [(framing | intro.get(u.block, set())) - found for u, found in zip(units, own)]
-        per_hit.append((units, own, context))
+                intro[unit.block] = holds[i - 1]
+        context = [(framing | intro.get(u.block, set()) | away) - found for u, found, away in zip(units, own, pointed)]
+        per_hit.append((units, own, context, pointed))
         framings.append((hit, units, framing))
     # rarer terms weigh more: inverse frequency among the units (headings and intros too) and, once per passage,
     # its title and section names (a section name is one occurrence, not one per unit it frames)
-    occurrences = [found for units, own, _ in per_hit for found in own]
+    occurrences = [found | away for _, own, _, pointed in per_hit for found, away in zip(own, pointed)]
     occurrences += [framed for _, _, framed in framings]
     weights = term_weights(terms, occurrences)
     present = {t: w for t, w in weights.items() if w > 0}
@@ -270,9 +293,9 @@ def answer_evidence(query: str, hits: Sequence[SearchHit]) -> AnswerEvidence:
     total = sum(present.values()) + len(missing) * rarest
     candidates = []
     order = 0
-    for r, (hit, (units, own, context)) in enumerate(zip(hits, per_hit)):
+    for r, (hit, (units, own, context, pointed)) in enumerate(zip(hits, per_hit)):
         passage = None if hit.vector_score is None else _scaled_cosine(hit.vector_score)
-        for unit, found, around in zip(units, own, context):
+        for unit, found, around, away in zip(units, own, context, pointed):
             held = sum(weights[t] for t in found) / total if total else 0.0
             lexical = held + (_HEADING_SHARE * sum(weights[t] for t in around) / total if total else 0.0)
             vector = _cosine_of(hit, unit)
@@ -286,7 +309,7 @@ def answer_evidence(query: str, hits: Sequence[SearchHit]) -> AnswerEvidence:
             candidates.append(AnswerCandidate(r, order, unit, frozenset(found), frozenset(around), held, lexical,
                                               semantic, passage, support, support / (1 + _RANK_DECAY * r),
                                               None if vector is None else vector[1],
-                                              expected is not None and expected.given_by(unit.text)))
+                                              expected is not None and expected.given_by(unit.text), bool(away)))
             order += 1
     return AnswerEvidence(terms, weights, total, tuple(candidates), expected, rarest)
 
@@ -327,7 +350,9 @@ def choose_answer_units(evidence: AnswerEvidence, max_units: int = 3, max_chars:
     (``AnswerEvidence.expected``: a measurement, a duration, a frequency), only the units that give one and hold
     some of the query's terms, themselves or in what frames them, are candidates when there are any: "The
     expansion vessel is a pressure vessel" does not answer what pressure it should be; "it must be 1.0 bar" under
-    the heading "Expansion vessel" does.  Empty when no passage has a quotable unit."""
+    the heading "Expansion vessel" does.  A unit that points elsewhere ("each has a section of its own below") is
+    a candidate only when no other unit holds any of the query's terms.  Empty when no passage has a quotable
+    unit."""
     quotable = [c for c in evidence.candidates if c.unit.quoted]
     if not quotable:
         return []
@@ -336,6 +361,8 @@ def choose_answer_units(evidence: AnswerEvidence, max_units: int = 3, max_chars:
         named = {id(c): sum(1 for t in names if t in c.words or t in c.context) for c in quotable}
         most = max(named.values())
         quotable = [c for c in quotable if named[id(c)] == most]
+    if any(c.points for c in quotable) and any(not c.points and (c.words or c.context) for c in quotable):
+        quotable = [c for c in quotable if not c.points]  # where the answer is, rather than where it says it is
     typed = [c for c in quotable if c.typed and (c.words or c.context)]
     if typed:  # it asks for a value (a pressure, how long, how often): answer from where one is given, when it is
         quotable = typed

@@ -432,3 +432,34 @@ def test_a_duration_question_is_answered_from_its_subject_not_from_another_passa
                           section="Installation", section_path=("Installation",))
     answer = extractive_answer("how long does the inspection take", [inspection, installing])
     assert "Allow two hours with the heating off." in answer.text and "45 minutes" not in answer.text
+
+
+def test_a_sentence_pointing_to_another_section_does_not_answer_before_the_section_it_points_to():
+    """"Codes E42 and E55 take more than one step to clear, so each has a section of its own below." holds both of
+    "how do I clear E55"'s words, but it only says where the answer is: its words count as a heading's would, and
+    the E55 section, which names the code and says what to do, answers."""
+    codes = make_hit("| Code | Meaning |\n|---|---|\n| E47 | No contact with the Hub |\n\n"
+                     "Codes E42 and E55 take more than one step to clear, so each has a section of its own below.", 1,
+                     section="Error codes", section_path=("Troubleshooting", "Error codes"))
+    e55 = make_hit("E55 is shown when a wire is detected on the O/B terminal but the system type is set to "
+                   "conventional. The installer must either remove the O/B wire or set the system type to heat pump.",
+                   2, section="E55 - Wiring conflict", section_path=("Troubleshooting", "E55 - Wiring conflict"))
+    answer = extractive_answer("how do I clear E55", [codes, e55])
+    assert "section of its own below" not in answer.text and answer.text.startswith("E55 is shown when"), answer.text
+    alone = extractive_answer("how do I clear E55", [codes])  # nothing else holds the words: it still answers
+    assert "section of its own below" in alone.text
+
+
+def test_comparisons_with_below_and_above_are_not_pointers():
+    from knowledge_store.retrieval.answer import points_elsewhere
+
+    for text in ("Requests above the limit are answered with 429.", "Heating starts when the room falls below the "
+                 "setpoint.", "If it is below 20 V AC, replace the transformer.", "lowering it below 5 minutes",
+                 # a cross-reference inside a sentence that says something
+                 "Using intrusion detection systems (see Section 10.3), you may be able to trace an attack.",
+                 "The pool directory contains the actual packages, see Section 6.10."):
+        assert not points_elsewhere(text), text
+    for text in ("Each has a section of its own below.", "The codes are listed below:", "as described above; the "
+                 "valve", "The wiring is in the next section.", "Refer to the installation guide.",
+                 "See section 4.2", "For more details about adding missing things, see Chapter 13."):
+        assert points_elsewhere(text), text
