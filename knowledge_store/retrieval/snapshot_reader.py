@@ -561,6 +561,11 @@ def load_sentence_index(conn, content_hashes: list[str], dim: int) -> SentenceIn
     return sentence_index_from(content_hashes, hashes, vectors)
 
 
+# DuckDB's memory limit for a serving snapshot's connection once it is loaded: what it answers then are word stems
+# and a few rows at a time (a document's chunks, its neighbours, the source and document lists)
+SERVING_MEMORY_LIMIT = "512MB"
+
+
 def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSnapshot:
     """Read a published snapshot into memory (vectors, postings, row metadata)."""
     started = time.perf_counter()
@@ -646,6 +651,10 @@ def load_snapshot(index_dir: Path, info: SnapshotInfo | None = None) -> LoadedSn
     vocabulary, row_entities, entity_rows = load_entities(conn, row_of)
     relations, doc_relations = load_relations(conn)
     sentence_index = load_sentence_index(conn, records.column("content_hash").to_pylist(), dim)
+    # Everything a search reads is in memory now (SERVING_MEMORY_LIMIT: what the connection answers later).
+    # DuckDB keeps the pages it read cached up to its memory limit (by default most of the machine's memory):
+    # several GB for a large snapshot, held for as long as the snapshot serves.  Lowering the limit evicts them.
+    conn.execute(f"SET memory_limit = '{SERVING_MEMORY_LIMIT}'")
     return LoadedSnapshot(
         sentence_index=sentence_index,
         relations=relations, doc_relations=doc_relations,

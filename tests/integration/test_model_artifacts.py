@@ -217,3 +217,36 @@ def test_the_query_recipes_quantise_attention_dynamically_and_the_rest_as_their_
     graph_vectors = _Graph(artifacts.graph_path(tag), queries._make_tokenizer(), 1).vectors(texts, 1)
     cosines = (graph_vectors * embedder.embed(texts)).sum(axis=1)
     assert cosines.mean() >= FIDELITY_MIN_MEAN and cosines.min() >= FIDELITY_MIN, cosines
+
+def test_smoothing_moves_input_ranges_into_the_weights_without_changing_the_fp32_vectors(tmp_path, model_path):
+    import onnx
+    from tokenizers import Tokenizer
+
+    recipe = artifacts_module.RECIPES[QUANTIZATION_RECIPES["int8-smooth"]]
+    fp32 = ModelArtifacts(model_path, tmp_path / "cache").ensure("")
+    smoothed = tmp_path / "smoothed.onnx"
+    artifacts_module.smooth_activations(onnx, fp32, smoothed, recipe, model_path / "tokenizer.json")
+    graph = onnx.load(str(smoothed), load_external_data=False).graph
+    smooth = [n.name for n in graph.node if n.op_type == "Mul" and n.name.endswith("/smooth")]
+    assert smooth and all("/intermediate/" in n for n in smooth)
+    tokenizer = Tokenizer.from_file(str(model_path / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length=256)
+    tokenizer.no_padding()
+    texts = list(PROBE_TEXTS)
+    before = _Graph(fp32, tokenizer, 1).vectors(texts, 1)
+    after = _Graph(smoothed, tokenizer, 1).vectors(texts, 1)
+    np.testing.assert_allclose(after, before, atol=2e-5)  # the same function, up to float32 rounding
+
+
+def test_a_smoothing_recipe_without_a_tokenizer_or_a_matching_node_is_refused(tmp_path, model_path):
+    from dataclasses import replace
+
+    recipe = artifacts_module.RECIPES[QUANTIZATION_RECIPES["int8-smooth"]]
+    fp32 = ModelArtifacts(model_path, tmp_path / "cache").ensure("")
+    target = tmp_path / "out.onnx"
+    with pytest.raises(artifacts_module.ModelArtifactError, match="needs the model's tokenizer.json"):
+        artifacts_module.quantise(fp32, target, recipe)
+    elsewhere = replace(recipe, smooth_nodes=r"/no_such_layer/MatMul$")
+    with pytest.raises(artifacts_module.ModelArtifactError, match="no_such_layer"):
+        artifacts_module.quantise(fp32, target, elsewhere, model_path / "tokenizer.json")
+    assert not target.exists() and not list(tmp_path.glob(".out.onnx.*"))  # nothing half-written is left

@@ -41,6 +41,10 @@ def test_every_chunk_text_has_its_sentences_in_the_store_and_the_snapshot_and_a_
     try:
         assert snapshot.sentence_index is not None and snapshot.sentence_index.count == sentences
         assert all(snapshot.sentence_index.end > snapshot.sentence_index.start)
+        # loaded, the snapshot lets DuckDB keep no more than a serving connection needs of the pages it read
+        limit = snapshot.conn.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        assert limit == "488.2 MiB", limit  # SERVING_MEMORY_LIMIT, 512MB, as DuckDB prints it
+        assert snapshot.neighbours(snapshot.chunk_ids[0])  # and still answers what it is asked later
     finally:
         snapshot.close()
 
