@@ -233,8 +233,9 @@ def mine_hard_negatives(snapshot: LoadedSnapshot, pairs: list[TrainingPair], que
     ``MINED_FROM`` of each), leaving out the target's own section, every section holding a near-duplicate of the
     target's lead row (``NEAR_DUPLICATE_COSINE``, or the same text: a copy of the target elsewhere answers too)
     and passages the served model scores nearly as high as the target (``POSITIVE_MARGIN``: more likely an
-    unlabelled answer than a wrong one).  A negative is stripped of the query's words as the target is.  A pair
-    without enough negatives is returned without any."""
+    unlabelled answer than a wrong one); for a document's title, every section of the document (each answers
+    it).  A negative is stripped of the query's words as the target is.  A pair without enough negatives is
+    returned without any."""
     sections = snapshot.sections
     active = snapshot.active
     hashes = snapshot.records.column("content_hash").to_pylist()
@@ -264,9 +265,12 @@ def mine_hard_negatives(snapshot: LoadedSnapshot, pairs: list[TrainingPair], que
         positive = float(vector[lead])
         chosen: list[int] = []
         seen_sections = {pair.group}
+        whole_document = pair.kind == "title"  # a title asks for its document: any of its sections answers it
         for row in sorted(fused, key=lambda r: -fused[r]):
             group = int(sections.group[row])
             if group in seen_sections or float(vector[row]) >= POSITIVE_MARGIN * positive or holds_copy(group):
+                continue
+            if whole_document and int(snapshot.doc_index[row]) == pair.doc:
                 continue
             chosen.append(row)
             seen_sections.add(group)
@@ -275,7 +279,8 @@ def mine_hard_negatives(snapshot: LoadedSnapshot, pairs: list[TrainingPair], que
         if len(chosen) < count:
             out.append(pair)
             continue
-        strip = PseudoQuery(pair.query, pair.kind, "section", frozenset(), pair.query, "section")
+        field = "title" if whole_document else "section"  # stripped from where the target's query was
+        strip = PseudoQuery(pair.query, pair.kind, "section", frozenset(), pair.query, field)
         texts, _ = stripped_embed_texts(snapshot, strip, np.array(chosen))
         out.append(replace(pair, negatives=tuple(texts),
                            negative_groups=tuple(int(sections.group[r]) for r in chosen)))

@@ -256,6 +256,8 @@ def test_hard_negatives_come_from_other_sections_are_not_copies_of_the_target_an
         for pair in with_negative:
             (group,) = pair.negative_groups
             assert group != pair.group  # never the target's own section
+            if pair.kind == "title":  # nor, for a title, any section of its document: each answers it
+                assert int(snapshot.doc_index[snapshot.sections.lead_row[group]]) != pair.doc
             rows = np.flatnonzero(snapshot.sections.group == group)
             lead = snapshot.sections.lead_row[pair.group]
             # no row of the negative's section is a copy of the target: such a section answers too
