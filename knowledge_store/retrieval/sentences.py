@@ -84,5 +84,5 @@ def sentence_cosines(index: SentenceIndex, row: int, text: str, query_vector: np
     spans = sentence_spans_to_embed(text)
     if len(spans) != len(vectors) or not spans:
         return ()
-    cosines = vectors.astype(np.float32) @ np.asarray(query_vector, dtype=np.float32)
+    cosines = half_products(vectors, query_vector)
     return tuple((start, end, float(cosine)) for (start, end), cosine in zip(spans, cosines))
