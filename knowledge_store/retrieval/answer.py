@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 from knowledge_store.core.errors import GroundworkError
 from knowledge_store.core.text import plain_inline, sentence_spans
 from knowledge_store.core.vocabulary import Vocabulary
-from knowledge_store.retrieval.answer_types import AnswerType, expected_answer_type
+from knowledge_store.retrieval.answer_types import AnswerType, asks_for_action, expected_answer_type, gives_instruction
 from knowledge_store.retrieval.answer_units import AnswerUnit, answer_units
 from knowledge_store.retrieval.snippets import best_snippet, collapse_ws, term_weights
 from knowledge_store.retrieval.terms import mixes_letters_and_digits, normalize, query_terms, term_spans
@@ -183,7 +183,8 @@ class AnswerEvidence:
     """What an extractive answer is chosen from: every unit of the hits with its evidence, and the query terms'
     weights (``weights``; ``total`` is their sum with missing terms counted at ``rarest``, the weight of the
     rarest present term); ``expected`` is the kind of value the question asks for
-    (``answer_types.expected_answer_type``), None when it asks for none."""
+    (``answer_types.expected_answer_type``), None when it asks for none; ``asks_action``: the question asks what
+    to do (``answer_types.asks_for_action``: "how do I clear E55")."""
 
     terms: tuple[str, ...]
     weights: dict[str, float]
@@ -191,6 +192,7 @@ class AnswerEvidence:
     candidates: tuple[AnswerCandidate, ...]
     expected: AnswerType | None = None
     rarest: float = 1.0
+    asks_action: bool = False
 
     def confidence(self, chosen: Sequence[AnswerCandidate]) -> float:
         """How well ``chosen`` answer the query together (0-1): the share of the query's terms they hold, they or
@@ -311,7 +313,7 @@ def answer_evidence(query: str, hits: Sequence[SearchHit]) -> AnswerEvidence:
                                               None if vector is None else vector[1],
                                               expected is not None and expected.given_by(unit.text), bool(away)))
             order += 1
-    return AnswerEvidence(terms, weights, total, tuple(candidates), expected, rarest)
+    return AnswerEvidence(terms, weights, total, tuple(candidates), expected, rarest, asks_for_action(query))
 
 
 def _names_something(term: str) -> bool:
@@ -351,8 +353,10 @@ def choose_answer_units(evidence: AnswerEvidence, max_units: int = 3, max_chars:
     some of the query's terms, themselves or in what frames them, are candidates when there are any: "The
     expansion vessel is a pressure vessel" does not answer what pressure it should be; "it must be 1.0 bar" under
     the heading "Expansion vessel" does.  A unit that points elsewhere ("each has a section of its own below") is
-    a candidate only when no other unit holds any of the query's terms.  Empty when no passage has a quotable
-    unit."""
+    a candidate only when no other unit holds any of the query's terms.  When the question asks what to do
+    (``AnswerEvidence.asks_action``) and no chosen unit says it, the first unit of the best one's paragraph or list
+    that does (``answer_types.gives_instruction``) is quoted too: "E55 is shown when ..." answers what E55 is, "The
+    installer must either remove the O/B wire ..." how to clear it.  Empty when no passage has a quotable unit."""
     quotable = [c for c in evidence.candidates if c.unit.quoted]
     if not quotable:
         return []
@@ -402,6 +406,13 @@ def choose_answer_units(evidence: AnswerEvidence, max_units: int = 3, max_chars:
             and before.hit == best.hit and before.unit.quoted
             and before.unit.block == best.unit.block and _shares_focus(before, focus(), held(), True)):
         take(before)  # the best one continues it ("Requests above the limit ..." after the limit)
+    if evidence.asks_action and len(chosen) < max_units and not any(gives_instruction(c.unit.text) for c in chosen):
+        # "how do I clear E55": the best unit says what E55 is; what to do is in its own paragraph or list
+        for candidate in evidence.candidates:
+            if (candidate.hit == best.hit and candidate.unit.block == best.unit.block and candidate.unit.quoted
+                    and not candidate.points and candidate not in chosen and gives_instruction(candidate.unit.text)):
+                take(candidate)
+                break
     for candidate in ranked[1:]:
         if len(chosen) >= max_units or best.score <= 0 or candidate.score < _RELATED_SHARE * best.score:
             break

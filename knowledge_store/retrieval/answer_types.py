@@ -92,3 +92,60 @@ def expected_answer_type(question: str) -> AnswerType | None:
     if _WHAT_MEASURE.search(question):
         return MEASUREMENT
     return None
+
+
+# ---------------------------------------------------------------------------
+# questions that ask what to do
+
+# "How do I clear E55?" asks for an action.  The sentence that names E55 best says what it means ("E55 is shown
+# when ..."); the one that answers says what to do ("The installer must either remove the O/B wire or ...").
+_ASKS_ACTION = re.compile(
+    r"\bhow\s+(?:do|can|could|should|would|shall|may|must)\s+(?:i|we|you|one|users?|the\s+user)\b"
+    r"|\bhow\s+to\b|\bwhat\s+(?:do|should|must|can)\s+(?:i|we|you)\s+do\b|\bsteps\s+to\b", re.IGNORECASE)
+
+# English verbs an instruction opens with ("Remove the wire.", "3. Restart the pump."), general to manuals and
+# documentation, not drawn from any corpus.  Words that are as often nouns or adjectives at a sentence's start
+# ("Note", "Check valves", "Open source", "Clear text") are left out.
+_INSTRUCTION_VERBS = frozenset("""
+add adjust allow append apply attach bleed boot build call change check choose clean click close comment compile configure
+connect copy create declare define delete detach disable disconnect download drain drag edit enable enter ensure
+erase execute export fill fit fix flush follow format hold import include insert install invoke keep kill launch
+load locate log mount move pass paste place plug press print pull purge push put read reboot rebuild recompile
+refill register reinstall release reload remove rename repeat replace reset restart restore retry return rotate
+run save select send set setup specify start stop submit switch tap tighten turn type unmount uninstall unplug
+unset update upgrade upload use verify wait wipe write
+""".split())
+_VERB_GROUP = "|".join(sorted(_INSTRUCTION_VERBS))
+
+
+def _gerunds(verb: str) -> set[str]:
+    """"remove" -> removing, "set" -> setting (and the undoubled form: "edit" -> editing)."""
+    stem = verb[:-1] if verb.endswith("e") and not verb.endswith("ee") else verb
+    forms = {stem + "ing"}
+    if re.fullmatch(r"[^aeiou]*[aeiou][bdgmnpt]", verb):
+        forms.add(verb + verb[-1] + "ing")
+    return forms
+
+
+_GERUND_GROUP = "|".join(sorted(set().union(*(_gerunds(v) for v in _INSTRUCTION_VERBS))))
+_ADVERBS = r"(?:(?:first|then|also|always|now|only|just|simply|either|instead|still|manually|usually|typically)\s+)*"
+_STEP_NUMBER = r"(?:\d{1,3}[.)]\s+|[-*\u2022]\s+)?"
+_INSTRUCTS = re.compile(
+    rf"^\W*{_STEP_NUMBER}(?:(?:please|then|now|first|next|finally|simply|just)\s*,?\s+)*(?:{_VERB_GROUP})\b"  # "Remove ..."
+    rf"|^\W*(?:to|in\s+order\s+to)\s+\w+[^,.;]*,\s*{_ADVERBS}(?:{_VERB_GROUP})\b"  # "To reset it, press ..."
+    rf"|\b(?:must|should|need\s+to|needs\s+to|have\s+to|has\s+to|ought\s+to)\s+{_ADVERBS}(?:{_VERB_GROUP})\b"
+    rf"|\b(?:you|one|users?|the\s+user|administrators?)\s+(?:can|could|may)\s+{_ADVERBS}(?:{_VERB_GROUP})\b"
+    rf"|\b(?:by|after|before)\s+(?:{_GERUND_GROUP})\b",  # "... is cleared by removing the wire"
+    re.IGNORECASE)
+
+
+def asks_for_action(question: str) -> bool:
+    """Whether ``question`` asks what to do ("how do I clear E55", "how to rotate a key", "what should I do")."""
+    return _ASKS_ACTION.search(question) is not None
+
+
+def gives_instruction(text: str) -> bool:
+    """Whether ``text`` says what to do: it opens with an instruction verb (a step or an imperative sentence), or a
+    purpose clause leads to one ("To reset it, press ..."), or someone must, should or can do it ("The installer
+    must either remove ..."), or it says how by doing ("cleared by removing ...")."""
+    return _INSTRUCTS.search(text) is not None

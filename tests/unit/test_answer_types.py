@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from knowledge_store.retrieval.answer_types import DURATION, FREQUENCY, MEASUREMENT, expected_answer_type
+from knowledge_store.retrieval.answer_types import (
+    DURATION,
+    FREQUENCY,
+    MEASUREMENT,
+    asks_for_action,
+    expected_answer_type,
+    gives_instruction,
+)
 
 
 @pytest.mark.parametrize(("question", "kind"), [
@@ -42,3 +49,32 @@ def test_a_question_asks_for_a_measurement_a_duration_a_frequency_or_none(questi
 def test_a_value_of_each_kind_is_told_from_identifiers_and_versions(text, measurement, duration, frequency):
     assert (MEASUREMENT.given_by(text), DURATION.given_by(text), FREQUENCY.given_by(text)) == \
         (measurement, duration, frequency)
+
+
+@pytest.mark.parametrize(("question", "asks"), [
+    ("how do I clear E55", True),
+    ("How can I become a Debian developer?", True),
+    ("How to rotate an API key", True),
+    ("what should I do when the display shows E47", True),
+    ("what does E55 mean", False),
+    ("how long does the inspection take", False),
+    ("how often should the pump be inspected", False),
+])
+def test_a_question_asks_what_to_do_or_not(question, asks):
+    assert asks_for_action(question) is asks
+
+
+@pytest.mark.parametrize(("text", "instructs"), [
+    ("The installer must either remove the O/B wire or set the system type to heat pump.", True),
+    ("To reset the Aurora to factory settings, press and hold the dial.", True),
+    ("1. Switch off power to the HVAC system.", True),
+    ("Use the glob() operator, documented in perlfunc.", True),
+    ("You can run perl -de 0 to get a debugger.", True),
+    ("The fault is cleared by removing the wire.", True),
+    ("E55 is shown when a wire is detected on the O/B terminal.", False),
+    ("Energising a reversing valve by mistake can damage a heat pump.", False),  # "can" of a thing, not of a reader
+    ("The pump should be inspected every year.", False),  # says when, not what to do
+    ("Note that older versions behave differently.", False),
+])
+def test_a_unit_says_what_to_do_or_not(text, instructs):
+    assert gives_instruction(text) is instructs

@@ -450,6 +450,23 @@ def test_a_sentence_pointing_to_another_section_does_not_answer_before_the_secti
     assert "section of its own below" in alone.text
 
 
+def test_a_how_question_is_answered_with_what_to_do_from_the_best_sentence_s_paragraph():
+    """"how do I clear E55": the sentence naming E55 best says what it means; the instruction in the same paragraph,
+    holding none of the question's words, is quoted beside it.  A question that asks what E55 means gets the
+    meaning alone, and an instruction in another paragraph is not pulled in."""
+    e55 = make_hit("E55 is shown when a wire is detected on the O/B terminal but the system type is set to "
+                   "conventional. Heating and cooling are blocked until the conflict is resolved, because energising "
+                   "a reversing valve by mistake can damage a heat pump. The installer must either remove the O/B "
+                   "wire or set the system type to heat pump.\n\nAfter that, run the setup wizard again.", 1,
+                   section="E55 - Wiring conflict", section_path=("Troubleshooting", "E55 - Wiring conflict"))
+    how = extractive_answer("how do I clear E55", [e55])
+    assert how.text.startswith("E55 is shown when"), how.text
+    assert "The installer must either remove the O/B wire" in how.text, how.text
+    assert "can damage" not in how.text and "setup wizard" not in how.text, how.text
+    what = extractive_answer("what does E55 mean", [e55])
+    assert "The installer must" not in what.text, what.text
+
+
 def test_comparisons_with_below_and_above_are_not_pointers():
     from knowledge_store.retrieval.answer import points_elsewhere
 
