@@ -282,11 +282,11 @@ def answer_evidence(query: str, hits: Sequence[SearchHit]) -> AnswerEvidence:
             if before.kind == "intro" and before.block != unit.block and unit.block not in intro:
                 intro[unit.block] = holds[i - 1]
         context = [(framing | intro.get(u.block, set()) | away) - found for u, found, away in zip(units, own, pointed)]
-        per_hit.append((units, own, context, pointed))
+        per_hit.append((units, holds, own, context, pointed))
         framings.append((hit, units, framing))
     # rarer terms weigh more: inverse frequency among the units (headings and intros too) and, once per passage,
     # its title and section names (a section name is one occurrence, not one per unit it frames)
-    occurrences = [found | away for _, own, _, pointed in per_hit for found, away in zip(own, pointed)]
+    occurrences = [found for _, holds, _, _, _ in per_hit for found in holds]
     occurrences += [framed for _, _, framed in framings]
     weights = term_weights(terms, occurrences)
     present = {t: w for t, w in weights.items() if w > 0}
@@ -295,7 +295,7 @@ def answer_evidence(query: str, hits: Sequence[SearchHit]) -> AnswerEvidence:
     total = sum(present.values()) + len(missing) * rarest
     candidates = []
     order = 0
-    for r, (hit, (units, own, context, pointed)) in enumerate(zip(hits, per_hit)):
+    for r, (hit, (units, _, own, context, pointed)) in enumerate(zip(hits, per_hit)):
         passage = None if hit.vector_score is None else _scaled_cosine(hit.vector_score)
         for unit, found, around, away in zip(units, own, context, pointed):
             held = sum(weights[t] for t in found) / total if total else 0.0
