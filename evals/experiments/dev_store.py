@@ -58,7 +58,7 @@ class DevStore:
 
 def open_dev_store(spec: str) -> DevStore:
     """``scifact``, ``debian``, ``scifact:train`` ...: the set's split, its store's snapshot and a loaded query embedder."""
-    from knowledge_store.models.embeddings import query_embedder
+    from knowledge_store.models.embeddings import settings_query_embedder
     from knowledge_store.retrieval.ranking_defaults import builtin_ranking
 
     name, _, split = spec.partition(":")
@@ -67,6 +67,5 @@ def open_dev_store(spec: str) -> DevStore:
     settings = Settings()
     store = beir_settings(dataset, settings.data_dir / "eval")
     snapshot = load_snapshot(store.index_dir)
-    embedder = query_embedder(store.model_path, store.query_encoder, settings.data_dir / "models", 2)
-    embedder.load()
+    embedder = settings_query_embedder(store, threads=2)  # as the server embeds queries (its quantised graph)
     return DevStore(spec, folder, dataset, store, snapshot, embedder, doc_beir_ids(snapshot), builtin_ranking(settings))

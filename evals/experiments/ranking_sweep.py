@@ -87,7 +87,7 @@ def embed_queries(dataset: BeirDataset, embedder) -> dict[str, np.ndarray]:
 def main(argv: list[str] | None = None) -> int:
     from knowledge_store.config.settings import Settings
     from knowledge_store.learning.tuning import default_grid, tune_snapshot
-    from knowledge_store.models.embeddings import query_embedder
+    from knowledge_store.models.embeddings import settings_query_embedder
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dataset", type=Path)
@@ -100,8 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     dataset = load_beir(args.dataset, split=args.split)
     settings = beir_settings(dataset, Settings().data_dir / "eval")
     snapshot = load_snapshot(settings.index_dir)
-    embedder = query_embedder(settings.model_path, settings.query_encoder, Settings().data_dir / "models", 2)
-    embedder.load()
+    embedder = settings_query_embedder(settings, threads=2)  # as the server embeds queries (its quantised graph)
     vectors = embed_queries(dataset, embedder)
     grid = default_grid()
     started = time.perf_counter()

@@ -263,7 +263,7 @@ def open_engine(folder: Path, embedder: Embedder | None = None, ingest: bool = T
     else:
         settings = beir_settings(load_beir(folder), data_root, embedding_model)
     settings = settings.model_copy(update=overrides)
-    base = embedder or settings_query_embedder(settings, cache_dir=base_settings.data_dir / "models")
+    base = embedder or settings_query_embedder(settings)  # the machine's model cache, as the server's
     engine = RetrievalEngine(settings, embedder=CachingEmbedder(base), query_log=NullQueryLog())
     engine.warm_up()
     return engine, beir_ids_by_doc_id(settings)
