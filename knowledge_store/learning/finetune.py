@@ -32,7 +32,8 @@ One run (``finetune_corpus``; ``groundwork adapt --embedder``, the Dagster asset
 5. **Adopted**: ``embedder.json`` names the model and a snapshot is published with its vectors
    (``publish_index``: text, ids and the BM25 index are rebuilt from the store as on every publish; only
    the vectors differ).  The pointer switch is atomic; servers follow the snapshot's model.
-   **Declined**: the decision is recorded and the candidate's vectors leave the store.
+   **Declined**: the decision is recorded; the candidate's vectors leave the store, and its weights and its
+   graphs in the model cache are removed (a candidate that was declined never serves; mpnet's take ~1 GB).
 
 ``rollback`` serves the base model again: its vectors are still in the store, so the republished
 snapshot ranks exactly as before the adoption.
@@ -73,6 +74,7 @@ from knowledge_store.learning.recipe import (
     training_memory_bytes,
 )
 from knowledge_store.learning.tuning import feedback_rows, score_grid
+from knowledge_store.models.artifacts import forget_model
 from knowledge_store.models.embeddings import (
     document_embedder,
     document_model_id,
@@ -555,8 +557,12 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
         snapshot.close()
     if decision.decision != "adopted":
         _close(settings, run_id, "succeeded", decision.reason)
-        if candidate_id != served_id:
+        if candidate_id != served_id:  # a candidate that will never serve: its vectors, weights and graphs go
             drop_vectors(settings, candidate_id)
+            freed = forget_model(out_dir, settings.models_cache_dir)
+            shutil.rmtree(out_dir, ignore_errors=True)
+            say(f"fine-tune: removed the declined candidate {out_dir.name} and its graphs ({freed / 2**20:.0f} MB "
+                "of graphs)")
         return _finish(settings, decision, started, stages)
     # the record names the model before the snapshot switches: a kill in between leaves the old snapshot serving
     # (queries follow the snapshot) and the next publish completes the switch

@@ -33,6 +33,7 @@ import logging
 import os
 import platform
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -241,6 +242,36 @@ _LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
 
 
+def model_cache_folder(model_path: Path, cache_dir: Path) -> Path:
+    """The cache folder of one model's graphs, every ONNX Runtime version's: ``<cache>/<name>-<weights hash>``."""
+    model_path = Path(model_path)
+    name = model_path.name if model_path.name != "model" else model_path.parent.name
+    return Path(cache_dir) / f"{name}-{weights_sha256(model_path, cache_dir)[:16]}"
+
+
+def forget_model(model_path: Path, cache_dir: Path) -> int:
+    """Remove a model that will never serve (a fine-tuning candidate the decision declined) from the cache: its
+    graphs (every ONNX Runtime version's) and its fingerprint.  Returns the bytes freed.  A graph is hundreds of
+    megabytes (mpnet's fp32 and int8 graphs: about 590 MB), and every declined run would otherwise leave one."""
+    model_path = Path(model_path)
+    if not model_path.is_dir():
+        return 0
+    folder = model_cache_folder(model_path, cache_dir)
+    freed = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
+    shutil.rmtree(folder, ignore_errors=True)
+    book = Path(cache_dir) / "fingerprints.json"
+    try:
+        known = json.loads(book.read_text())
+    except (OSError, ValueError):
+        known = None
+    if isinstance(known, dict) and known.pop(str(model_path.resolve()), None) is not None:
+        try:
+            write_json_atomic(book, known)
+        except OSError as error:
+            log.warning("cannot forget the model fingerprint in %s (%s)", book, error)
+    return freed
+
+
 def _thread_lock(folder: Path) -> threading.Lock:
     with _LOCKS_GUARD:
         return _LOCKS.setdefault(str(folder), threading.Lock())
@@ -313,14 +344,12 @@ class ModelArtifacts:
 
         self.model_path = Path(model_path)
         self.cache_dir = Path(cache_dir)
-        name = self.model_path.name if self.model_path.name != "model" else self.model_path.parent.name
         try:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise ModelArtifactError(f"the model cache {self.cache_dir} cannot be created ({error}); set "
                                      "GROUNDWORK_MODELS_CACHE_DIR to a writable folder") from error
-        digest = weights_sha256(self.model_path, self.cache_dir)
-        self.folder = self.cache_dir / f"{name}-{digest[:16]}" / f"onnxruntime-{onnxruntime.__version__}"
+        self.folder = model_cache_folder(self.model_path, self.cache_dir) / f"onnxruntime-{onnxruntime.__version__}"
         self.state = "idle"  # what ``ensure`` is doing: idle | waiting (for another process building the graphs) |
         # exporting | quantising (read by progress reports)
 

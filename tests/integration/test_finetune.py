@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import dagster as dg
 import numpy as np
@@ -100,6 +101,7 @@ def test_adapt_embedder_json_reports_its_decision_within_its_budget(corpus):
         assert served.model_id == decision["candidate_model_id"] and served.snapshot_version > served_before.snapshot_version
     else:
         assert served == served_before and candidate_vectors == 0  # the declined candidate left nothing behind
+        assert not Path(decision["model_path"]).exists()  # nor its weights
     # the same pairs again: the recorded decision, no second training
     again = json.loads(cli(corpus, "--json").stdout)
     assert again["training_hash"] == decision["training_hash"] and again["created_at"] == decision["created_at"]
