@@ -84,3 +84,28 @@ def registered(monkeypatch):
                                                                    reverse_reranker, hint="upside down"))
     monkeypatch.setitem(RERANKER_REGISTRY, "oracle", RerankerSpec(
         "oracle", "never available (test)", reverse_reranker, needs="GROUNDWORK_ORACLE_PATH", available=lambda s: False))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fine_tuned_graphs_leave_the_model_cache():
+    """The suite's fine-tuning runs write their candidates' graphs to the per-user model cache the base model's
+    graphs are shared from; an adopted candidate's stay there (a served model's graphs are never removed by the
+    product), so when the session ends the graphs of models that lived in this session's temporary folders are
+    removed (``forget_model``): a developer's cache does not grow by every ``make test``, and nothing else in it
+    is touched."""
+    import json
+    import tempfile
+
+    from knowledge_store.config.settings import default_models_cache_dir
+    from knowledge_store.models.artifacts import forget_model
+
+    yield
+    cache = Path(os.environ.get("GROUNDWORK_MODELS_CACHE_DIR") or default_models_cache_dir())
+    try:
+        known = json.loads((cache / "fingerprints.json").read_text())
+    except (OSError, ValueError):
+        return
+    temporary = Path(tempfile.gettempdir()).resolve()
+    for model in [Path(p) for p in known if isinstance(known, dict)]:
+        if model.is_relative_to(temporary) and "-ft-" in model.name and model.is_dir():
+            forget_model(model, cache)

@@ -74,7 +74,7 @@ from knowledge_store.learning.recipe import (
     training_memory_bytes,
 )
 from knowledge_store.learning.tuning import feedback_rows, score_grid
-from knowledge_store.models.artifacts import forget_model
+from knowledge_store.models.artifacts import forget_model, forget_orphans
 from knowledge_store.models.embeddings import (
     document_embedder,
     document_model_id,
@@ -561,8 +561,7 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
             drop_vectors(settings, candidate_id)
             freed = forget_model(out_dir, settings.models_cache_dir)
             shutil.rmtree(out_dir, ignore_errors=True)
-            say(f"fine-tune: removed the declined candidate {out_dir.name} and its graphs ({freed / 2**20:.0f} MB "
-                "of graphs)")
+            say(f"fine-tune: removed the declined candidate {out_dir.name} and its graphs ({freed / 2**20:.0f} MB)")
         return _finish(settings, decision, started, stages)
     # the record names the model before the snapshot switches: a kill in between leaves the old snapshot serving
     # (queries follow the snapshot) and the next publish completes the switch
@@ -578,6 +577,10 @@ def _finish(settings: Settings, decision: Decision, started: float, stages: dict
             replace_last: bool = False) -> Decision:
     decision.seconds = round(time.perf_counter() - started, 2)
     decision.seconds_by_stage = stages
+    try:  # fine-tuned models' graphs whose model folder is gone (a deleted data dir) can never load again
+        forget_orphans(settings.models_cache_dir)
+    except OSError as error:
+        logger.warning("could not prune the model cache %s: %s", settings.models_cache_dir, error)
     decision.peak_rss_mb = peak_rss_mb()
     decision.finished_at = _now()
     adopted = decision.decision == "adopted" and decision.model_path

@@ -272,6 +272,35 @@ def forget_model(model_path: Path, cache_dir: Path) -> int:
     return freed
 
 
+ORPHAN_AGE_S = 86_400.0  # a graph folder this old whose model is gone is removed (a younger one may be mid-build)
+
+
+def forget_orphans(cache_dir: Path, older_than_s: float = ORPHAN_AGE_S) -> int:
+    """Remove the graphs of fine-tuned models whose folder no longer exists (a data dir deleted, a candidate
+    removed by an older version): nothing can load them again.  Only fine-tuned models' folders (``-ft-`` in
+    the name; a base model's graphs stay for a switch back) untouched for ``older_than_s``.  Returns the bytes
+    freed."""
+    cache_dir = Path(cache_dir)
+    try:
+        known = json.loads((cache_dir / "fingerprints.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    if not isinstance(known, dict):
+        return 0
+    alive = set()
+    for path, entry in known.items():
+        model = Path(path)
+        if isinstance(entry, dict) and model.is_dir():
+            name = model.name if model.name != "model" else model.parent.name
+            alive.add(f"{name}-{str(entry.get('sha256', ''))[:16]}")
+    freed, now = 0, time.time()
+    for folder in cache_dir.glob("*-ft-*"):
+        if folder.is_dir() and folder.name not in alive and now - folder.stat().st_mtime > older_than_s:
+            freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+            shutil.rmtree(folder, ignore_errors=True)
+    return freed
+
+
 def _thread_lock(folder: Path) -> threading.Lock:
     with _LOCKS_GUARD:
         return _LOCKS.setdefault(str(folder), threading.Lock())
