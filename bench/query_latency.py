@@ -307,7 +307,7 @@ def main() -> int:
     parser.add_argument("--source-index", type=Path, default=None)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10000, 100000])
     parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))  # the served default
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
                         help="exact: one NumPy matrix-vector product; ann: the usearch graph (ann_min_chunks at "
                              "most the size); ann-no-feedback: the graph without the pseudo-relevance feedback step; "

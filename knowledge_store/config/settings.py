@@ -183,7 +183,7 @@ class ModelSettings(BaseModel):
                                            "folder every worker mounts; shards write Parquet parts there and the "
                                            "combining step alone writes them into the store. Unset: shards write the "
                                            "store directly (one machine).")
-    query_torch_threads: int = Field(1, ge=1, description="Threads for query embedding in the serving process.")
+    query_torch_threads: int = Field(default_factory=lambda: min(2, os.cpu_count() or 1), ge=1, description="Threads for query embedding in the serving process (default: 2, or 1 on a one-core machine; ONNX Runtime's query threads wait without spinning, so the second one does not take the ranking's time).")
     query_encoder: str = Field("onnx", description="Query embedding backend: onnx (ONNX Runtime, exported once from the local weights, faster, same vectors) or torch.")
     query_quantization: str | None = Field(None, description="Query vectors from the fp32 graph (none) or an int8 one (int8: the document recipe, every MatMul in 8-bit blocks; int8-mixed: the attention projections as dynamic int8 with 7-bit weights and the feed-forward layers in 8-bit blocks, faster for one question at a time; int8-smooth: the feed-forward input projections dynamic too, their inputs smoothed first, faster again) - for a large model whose query embedding dominates a query's latency, e.g. mpnet; ranking effect and latency in docs/EVALUATION.md and docs/BENCHMARKS.md. Each runs only where it passed its fidelity check on this CPU, else fp32. Needs query_encoder=onnx. Query vectors are never stored, so switching needs no re-embedding. Default: the model's registry entry (minilm none, mpnet int8-smooth).")
 

@@ -449,15 +449,21 @@ class RecipeDecision:
 
 
 class _Graph:
-    """One ONNX Runtime session over a graph file, with the model's tokenizer: token states and pooled vectors."""
+    """One ONNX Runtime session over a graph file, with the model's tokenizer: token states and pooled vectors.
 
-    def __init__(self, path: Path, tokenizer: Tokenizer, threads: int) -> None:
+    ``spin``: ONNX Runtime's threads wait for the next piece of work by spinning (its default), which suits batches
+    of documents; a query is one short run beside the BM25 thread and the ranking on the same cores, where spinning
+    threads take their time, so query sessions wait without spinning (docs/BENCHMARKS.md, query threads)."""
+
+    def __init__(self, path: Path, tokenizer: Tokenizer, threads: int, spin: bool = True) -> None:
         import onnxruntime as ort  # noqa: PLC0415 - ONNX Runtime, ~0.2 s to import
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
+        if not spin:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.path = path
         self.tokenizer = tokenizer
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -698,7 +704,7 @@ class OnnxEmbedder:
     def _load_onnx(self) -> None:
         path = self.artifacts.ensure(QUANTIZATION_RECIPES[self.quantization], self._phase)
         report_step(self, "loading")
-        self._graph = _Graph(path, self._make_tokenizer(), self.threads)
+        self._graph = _Graph(path, self._make_tokenizer(), self.threads, spin=self.purpose != "queries")
 
     def load(self) -> "OnnxEmbedder":
         with self._lock:
