@@ -322,3 +322,22 @@ def test_query_encoder_falls_back_to_torch_when_onnx_cannot_load(tmp_path, model
     monkeypatch.setattr(embeddings.OnnxEmbedder, "load", broken)
     chosen = embeddings.query_embedder(model_path, "onnx", tmp_path, threads=1)
     assert isinstance(chosen, embeddings.Embedder)
+
+
+def test_query_sessions_wait_without_spinning_and_document_sessions_spin(model_path):
+    """A query's ONNX Runtime threads share the cores with the BM25 thread and the ranking: they must not spin
+    while they wait (spinning took the ranking's time); document batches keep ONNX Runtime's default."""
+    from knowledge_store.config.settings import default_models_cache_dir
+    from knowledge_store.models.embeddings import OnnxEmbedder
+
+    def spinning(embedder) -> str:
+        embedder.embed(["warm"])
+        options = embedder._graph.session.get_session_options()
+        try:
+            return options.get_session_config_entry("session.intra_op.allow_spinning")
+        except Exception:  # noqa: BLE001 - ONNX Runtime raises when the entry was never set: its default
+            return "default"
+
+    cache = default_models_cache_dir()
+    assert spinning(OnnxEmbedder(model_path, cache, threads=2, purpose="queries")) == "0"
+    assert spinning(OnnxEmbedder(model_path, cache, threads=2, purpose="documents")) == "default"
