@@ -134,6 +134,31 @@ VARIANTS = {"exact": {"ann_min_chunks": 10**9}, "ann": {"ann_min_chunks": 1},
 ADAPTED = {"ann-adapter": 3.0}
 
 
+def paired_options(description: str, default_out: Path) -> argparse.Namespace:
+    """The options of the paired in-engine benchmarks (``bench/half_products.py``, ``bench/query_threads.py``): a
+    real store's snapshot replicated to ``--size`` chunks, the questions, the repeats and where the report goes."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--source-index", type=Path, required=True)
+    parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--queries-file", type=Path, required=True)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--index-root", type=Path, default=None,
+                        help="keep the replicated snapshot here (index/ inside) and reuse it when present")
+    parser.add_argument("--out", type=Path, default=default_out)
+    return parser.parse_args()
+
+
+def on_replicated_index(args: argparse.Namespace, compare) -> tuple[dict, list[str]]:
+    """``compare(index_root, queries, repeats)`` over the snapshot ``paired_options`` describes, built first (or
+    reused from ``--index-root``); returns its result and the questions."""
+    queries = [json.loads(line)["text"] for line in args.queries_file.read_text().splitlines() if line.strip()]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.index_root or Path(tmp)
+        if not (root / "index").exists():
+            build_synthetic(args.source_index, root / "index", args.size)
+        return compare(root, queries, args.repeats), queries
+
+
 def store_adapter(index_dir: Path, norm: float, dim: int) -> None:
     import numpy as np
 

@@ -13,11 +13,9 @@ cores with it, and spinning threads (ONNX Runtime waits for work by spinning, by
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -29,7 +27,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.ingest_throughput import machine  # noqa: E402
-from bench.query_latency import build_synthetic, percentile  # noqa: E402
+from bench.query_latency import on_replicated_index, paired_options, percentile  # noqa: E402
 from bench.report import publish  # noqa: E402
 
 WAYS = {"1 thread": (1, None), "2 threads, spinning": (2, True), "2 threads, no spinning (default)": (2, False)}
@@ -91,22 +89,9 @@ def compare(index_root: Path, queries: list[str], repeats: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source-index", type=Path, required=True)
-    parser.add_argument("--size", type=int, default=100_000)
-    parser.add_argument("--queries-file", type=Path, required=True)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--index-root", type=Path, default=None,
-                        help="keep the replicated snapshot here (index/ inside) and reuse it when present")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "query_threads.md")
-    args = parser.parse_args()
-    queries = [json.loads(line)["text"] for line in args.queries_file.read_text().splitlines() if line.strip()]
+    args = paired_options(__doc__.splitlines()[0], ROOT / "docs" / "benchmarks" / "query_threads.md")
     machine_text = machine()
-    with tempfile.TemporaryDirectory() as tmp:
-        root = args.index_root or Path(tmp)
-        if not (root / "index").exists():
-            build_synthetic(args.source_index, root / "index", args.size)
-        r = compare(root, queries, args.repeats)
+    r, _ = on_replicated_index(args, compare)
     print(json.dumps(r, indent=1))
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
