@@ -37,10 +37,14 @@ from knowledge_store.evaluation.retrieval_eval import EvalConfig, evaluate, open
 from knowledge_store.models.embeddings import query_embedder, settings_query_embedder
 
 
-def embed(dataset: Path, split: str, out: Path) -> dict:
+def embed(dataset: Path, split: str, out: Path, shard: str = "1/1") -> dict:
+    """Embed the split's queries (``shard`` "k/n": every n-th from the k-th, so n processes share the work)."""
+    k, n = (int(x) for x in shard.split("/"))
+    if not 1 <= k <= n:
+        raise SystemExit(f"--shard {shard}: expected k/n with 1 <= k <= n")
     settings = Settings()
     data = load_beir(dataset, split=split)
-    texts = list(data.queries.values())
+    texts = list(data.queries.values())[k - 1::n]
     embedder = settings_query_embedder(settings, threads=1)
     vectors, seconds = [], []
     for n, text in enumerate(texts, start=1):
@@ -80,11 +84,15 @@ class PrecomputedQueries:
         return np.stack(rows).astype(np.float32) if rows else np.zeros((0, self.dim), dtype=np.float32)
 
 
-def score(dataset: Path, split: str, vectors_file: Path, data_root: Path) -> dict:
+def score(dataset: Path, split: str, vectors_files: list[Path], data_root: Path) -> dict:
     data = load_beir(dataset, split=split)
-    saved = np.load(vectors_file, allow_pickle=True)
-    texts = [str(t) for t in saved["texts"]]
-    other = saved["vectors"].astype(np.float32)
+    saved = [np.load(f, allow_pickle=True) for f in vectors_files]
+    texts = [str(t) for part in saved for t in part["texts"]]
+    other = np.concatenate([part["vectors"] for part in saved]).astype(np.float32)
+    seconds = np.concatenate([part["seconds"] for part in saved])
+    missing = set(data.queries.values()) - set(texts)
+    if missing:
+        raise SystemExit(f"{len(missing)} of the split's queries have no vector in the files, e.g. {sorted(missing)[0]!r}")
     settings = Settings()
     native = settings_query_embedder(settings, threads=1)
     fp32 = query_embedder(settings.model_path, settings.query_encoder, settings.models_cache_dir, 1,
@@ -107,8 +115,8 @@ def score(dataset: Path, split: str, vectors_file: Path, data_root: Path) -> dic
         results[name]["queries embedded here (not in the file)"] = embedder.unknown
     to_fp32_here, to_fp32_other = cosines(here, reference), cosines(other, reference)
     return {
-        "dataset": str(dataset), "split": split, "queries": len(texts), "model_id": str(saved["model_id"]),
-        "file_seconds_per_query_median": float(np.median(saved["seconds"])),
+        "dataset": str(dataset), "split": split, "queries": len(texts), "model_id": str(saved[0]["model_id"]),
+        "file_seconds_per_query_median": float(np.median(seconds)),
         "cosine to fp32, this CPU: mean / min": [float(to_fp32_here.mean()), float(to_fp32_here.min())],
         "cosine to fp32, the file's CPU: mean / min": [float(to_fp32_other.mean()), float(to_fp32_other.min())],
         "cosine between the two CPUs' vectors: mean / min": [float(cosines(here, other).mean()),
@@ -124,15 +132,16 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("dataset", type=Path)
     one.add_argument("--split", default="test")
     one.add_argument("--out", type=Path, required=True)
+    one.add_argument("--shard", default="1/1", help="k/n: embed every n-th query from the k-th (n processes in parallel)")
     two = sub.add_parser("score", help="rank the set with this CPU's query vectors and the file's")
     two.add_argument("dataset", type=Path)
     two.add_argument("--split", default="test")
-    two.add_argument("--vectors", type=Path, required=True)
+    two.add_argument("--vectors", type=Path, nargs="+", required=True, help="the embed step's files (its shards)")
     two.add_argument("--data-root", type=Path, required=True, help="the folder holding the set's evaluation store")
     two.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
     if args.step == "embed":
-        result = embed(args.dataset, args.split, args.out)
+        result = embed(args.dataset, args.split, args.out, args.shard)
     else:
         result = score(args.dataset, args.split, args.vectors, args.data_root)
         if args.json_out:
