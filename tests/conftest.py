@@ -87,14 +87,13 @@ def registered(monkeypatch):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def fine_tuned_graphs_leave_the_model_cache():
+def fine_tuned_graphs_leave_the_model_cache(tmp_path_factory):
     """The suite's fine-tuning runs write their candidates' graphs to the per-user model cache the base model's
     graphs are shared from; an adopted candidate's stay there (a served model's graphs are never removed by the
     product), so when the session ends the graphs of models that lived in this session's temporary folders are
     removed (``forget_model``): a developer's cache does not grow by every ``make test``, and nothing else in it
     is touched."""
     import json
-    import tempfile
 
     from knowledge_store.config.settings import default_models_cache_dir
     from knowledge_store.models.artifacts import forget_model
@@ -105,7 +104,7 @@ def fine_tuned_graphs_leave_the_model_cache():
         known = json.loads((cache / "fingerprints.json").read_text())
     except (OSError, ValueError):
         return
-    temporary = Path(tempfile.gettempdir()).resolve()
+    temporary = Path(tmp_path_factory.getbasetemp()).resolve()
     for model in [Path(p) for p in known if isinstance(known, dict)]:
         if model.is_relative_to(temporary) and "-ft-" in model.name and model.is_dir():
             forget_model(model, cache)
