@@ -91,7 +91,7 @@ def compare(index_root: Path, queries: list[str], repeats: int) -> dict:
 def main() -> int:
     args = paired_options(__doc__.splitlines()[0], ROOT / "docs" / "benchmarks" / "half_products.md")
     machine_text = machine()
-    r, _ = on_replicated_index(args, compare)
+    r = on_replicated_index(args, compare)
     print(json.dumps(r, indent=1))
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())

@@ -148,15 +148,15 @@ def paired_options(description: str, default_out: Path) -> argparse.Namespace:
     return parser.parse_args()
 
 
-def on_replicated_index(args: argparse.Namespace, compare) -> tuple[dict, list[str]]:
+def on_replicated_index(args: argparse.Namespace, compare) -> dict:
     """``compare(index_root, queries, repeats)`` over the snapshot ``paired_options`` describes, built first (or
-    reused from ``--index-root``); returns its result and the questions."""
+    reused from ``--index-root``); returns its result."""
     queries = [json.loads(line)["text"] for line in args.queries_file.read_text().splitlines() if line.strip()]
     with tempfile.TemporaryDirectory() as tmp:
         root = args.index_root or Path(tmp)
         if not (root / "index").exists():
             build_synthetic(args.source_index, root / "index", args.size)
-        return compare(root, queries, args.repeats), queries
+        return compare(root, queries, args.repeats)
 
 
 def store_adapter(index_dir: Path, norm: float, dim: int) -> None:

@@ -242,11 +242,25 @@ _LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
 
 
+def _cache_folder_name(model_path: Path, weights_digest: str) -> str:
+    """``<name>-<weights hash>``: the name is the model's folder (its parent's when the folder is ``model``)."""
+    name = model_path.name if model_path.name != "model" else model_path.parent.name
+    return f"{name}-{weights_digest[:16]}"
+
+
 def model_cache_folder(model_path: Path, cache_dir: Path) -> Path:
     """The cache folder of one model's graphs, every ONNX Runtime version's: ``<cache>/<name>-<weights hash>``."""
     model_path = Path(model_path)
-    name = model_path.name if model_path.name != "model" else model_path.parent.name
-    return Path(cache_dir) / f"{name}-{weights_sha256(model_path, cache_dir)[:16]}"
+    return Path(cache_dir) / _cache_folder_name(model_path, weights_sha256(model_path, cache_dir))
+
+
+def _remove_folder(folder: Path) -> int:
+    """Remove ``folder`` (when it is one) and return the bytes its files held."""
+    if not folder.is_dir():
+        return 0
+    freed = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    shutil.rmtree(folder, ignore_errors=True)
+    return freed
 
 
 def forget_model(model_path: Path, cache_dir: Path) -> int:
@@ -256,9 +270,7 @@ def forget_model(model_path: Path, cache_dir: Path) -> int:
     model_path = Path(model_path)
     if not model_path.is_dir():
         return 0
-    folder = model_cache_folder(model_path, cache_dir)
-    freed = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
-    shutil.rmtree(folder, ignore_errors=True)
+    freed = _remove_folder(model_cache_folder(model_path, cache_dir))
     book = Path(cache_dir) / "fingerprints.json"
     try:
         known = json.loads(book.read_text())
@@ -287,18 +299,11 @@ def forget_orphans(cache_dir: Path, older_than_s: float = ORPHAN_AGE_S) -> int:
         return 0
     if not isinstance(known, dict):
         return 0
-    alive = set()
-    for path, entry in known.items():
-        model = Path(path)
-        if isinstance(entry, dict) and model.is_dir():
-            name = model.name if model.name != "model" else model.parent.name
-            alive.add(f"{name}-{str(entry.get('sha256', ''))[:16]}")
-    freed, now = 0, time.time()
-    for folder in cache_dir.glob("*-ft-*"):
-        if folder.is_dir() and folder.name not in alive and now - folder.stat().st_mtime > older_than_s:
-            freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-            shutil.rmtree(folder, ignore_errors=True)
-    return freed
+    alive = {_cache_folder_name(Path(path), str(entry.get("sha256", ""))) for path, entry in known.items()
+             if isinstance(entry, dict) and Path(path).is_dir()}
+    now = time.time()
+    return sum(_remove_folder(folder) for folder in cache_dir.glob("*-ft-*")
+               if folder.is_dir() and folder.name not in alive and now - folder.stat().st_mtime > older_than_s)
 
 
 def _thread_lock(folder: Path) -> threading.Lock:
