@@ -28,7 +28,13 @@ from pydantic import BaseModel, Field
 from knowledge_store.core.errors import GroundworkError
 from knowledge_store.core.text import plain_inline, sentence_spans
 from knowledge_store.core.vocabulary import Vocabulary
-from knowledge_store.retrieval.answer_types import AnswerType, asks_for_action, expected_answer_type, gives_instruction
+from knowledge_store.retrieval.answer_types import (
+    AnswerType,
+    asked_action,
+    asks_for_action,
+    expected_answer_type,
+    gives_instruction,
+)
 from knowledge_store.retrieval.answer_units import AnswerUnit, answer_units
 from knowledge_store.retrieval.snippets import best_snippet, collapse_ws, term_weights
 from knowledge_store.retrieval.terms import mixes_letters_and_digits, normalize, query_terms, term_spans
@@ -184,7 +190,9 @@ class AnswerEvidence:
     weights (``weights``; ``total`` is their sum with missing terms counted at ``rarest``, the weight of the
     rarest present term); ``expected`` is the kind of value the question asks for
     (``answer_types.expected_answer_type``), None when it asks for none; ``asks_action``: the question asks what
-    to do (``answer_types.asks_for_action``: "how do I clear E55")."""
+    to do (``answer_types.asks_for_action``: "how do I clear E55"); ``action``: the query's terms of the verb it asks
+    to do (``answer_types.asked_action``: "clear"), which a quoted instruction answers though it seldom repeats it
+    ("The installer must remove the O/B wire" clears E55)."""
 
     terms: tuple[str, ...]
     weights: dict[str, float]
@@ -193,17 +201,24 @@ class AnswerEvidence:
     expected: AnswerType | None = None
     rarest: float = 1.0
     asks_action: bool = False
+    action: frozenset[str] = frozenset()
 
     def confidence(self, chosen: Sequence[AnswerCandidate]) -> float:
         """How well ``chosen`` answer the query together (0-1): the share of the query's terms they hold, they or
         what frames them (a unit under "Version 3.4" answers about 3.4, as the reader of its citation sees),
         averaged with their best semantic evidence, each quoted unit read in its passage (the better of its own
         cosine and its passage's).  A question that asks for a kind of value (``expected``) counts it as one more
-        term, as heavy as its rarest: an answer naming the thing without its value holds part of what was asked."""
+        term, as heavy as its rarest: an answer naming the thing without its value holds part of what was asked.
+        A question asking what to do (``asks_action``) holds its verb (``action``) when a quoted unit says what to do
+        (``answer_types.gives_instruction``)."""
         if not chosen:
             return 0.0
         held = set().union(*(c.words | c.context for c in chosen))
-        lexical = sum(self.weights.get(t, 0.0) for t in held) / self.total if self.total else 0.0
+        if self.action and any(gives_instruction(c.unit.text) for c in chosen):
+            held |= self.action
+        # a term no unit holds counts in ``total`` at the rarest weight: so does the asked verb the instruction answers
+        lexical = sum(self.weights.get(t) or (self.rarest if t in self.action else 0.0) for t in held) / self.total \
+            if self.total else 0.0
         if self.expected is not None and self.total:
             value = self.rarest
             lexical = (lexical * self.total + (value if any(c.typed for c in chosen) else 0.0)) / (self.total + value)
@@ -313,7 +328,9 @@ def answer_evidence(query: str, hits: Sequence[SearchHit]) -> AnswerEvidence:
                                               None if vector is None else vector[1],
                                               expected is not None and expected.given_by(unit.text), bool(away)))
             order += 1
-    return AnswerEvidence(terms, weights, total, tuple(candidates), expected, rarest, asks_for_action(query))
+    verb = asked_action(query)
+    action = frozenset(answer_terms(verb) & wanted) if verb else frozenset()
+    return AnswerEvidence(terms, weights, total, tuple(candidates), expected, rarest, asks_for_action(query), action)
 
 
 def _names_something(term: str) -> bool:

@@ -145,6 +145,21 @@ def asks_for_action(question: str) -> bool:
     return _ASKS_ACTION.search(question) is not None
 
 
+# The verb a how-to question asks to do: the word after "how do I", "how to" or "steps to" ("clear" in "how do I
+# clear E55"), past an adverb; "what should I do" names none.
+_ASKED_VERB = re.compile(
+    r"\b(?:how\s+(?:do|can|could|should|would|shall|may|must)\s+(?:i|we|you|one|users?|the\s+user)|how\s+to"
+    r"|steps\s+to)\s+(?:(?:first|then|also|just|actually|properly|safely|correctly)\s+)?([a-z][a-z-]*)\b",
+    re.IGNORECASE)
+
+
+def asked_action(question: str) -> str | None:
+    """The verb a how-to question asks to do ("clear" in "how do I clear E55", "rotate" in "how to rotate a key"),
+    lower-cased; None when the question names none ("what should I do") or does not ask what to do."""
+    match = _ASKED_VERB.search(question)
+    return match.group(1).lower() if match else None
+
+
 def gives_instruction(text: str) -> bool:
     """Whether ``text`` says what to do: it opens with an instruction verb (a step or an imperative sentence), or a
     purpose clause leads to one ("To reset it, press ..."), or someone must, should or can do it ("The installer

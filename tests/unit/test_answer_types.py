@@ -8,6 +8,7 @@ from knowledge_store.retrieval.answer_types import (
     DURATION,
     FREQUENCY,
     MEASUREMENT,
+    asked_action,
     asks_for_action,
     expected_answer_type,
     gives_instruction,
@@ -62,6 +63,19 @@ def test_a_value_of_each_kind_is_told_from_identifiers_and_versions(text, measur
 ])
 def test_a_question_asks_what_to_do_or_not(question, asks):
     assert asks_for_action(question) is asks
+
+
+@pytest.mark.parametrize(("question", "verb"), [
+    ("how do I clear E55", "clear"),
+    ("How can I become a Debian developer?", "become"),
+    ("How to rotate an API key", "rotate"),
+    ("steps to install the thermostat", "install"),
+    ("how do I safely drain the tank", "drain"),
+    ("what should I do when the display shows E47", None),
+    ("what does E55 mean", None),
+])
+def test_the_verb_a_how_question_asks_to_do(question, verb):
+    assert asked_action(question) == verb
 
 
 @pytest.mark.parametrize(("text", "instructs"), [

@@ -467,6 +467,27 @@ def test_a_how_question_is_answered_with_what_to_do_from_the_best_sentence_s_par
     assert "The installer must" not in what.text, what.text
 
 
+def test_a_quoted_instruction_holds_the_verb_a_how_question_asks():
+    """"how do I clear E55" answered with "The installer must either remove the O/B wire ..." holds what was
+    asked, though no passage says "clear": the answer's confidence counts the verb as held, as it counts E55.  An
+    answer with no instruction in it does not, and the same quoted units without the asked verb score lower."""
+    import dataclasses
+
+    from knowledge_store.retrieval.answer import answer_evidence, choose_answer_units
+
+    e55 = make_hit("E55 is shown when a wire is detected on the O/B terminal but the system type is set to "
+                   "conventional. The installer must either remove the O/B wire or set the system type to heat "
+                   "pump.", 1, section="E55 - Wiring conflict", section_path=("Troubleshooting", "E55 - Wiring conflict"))
+    evidence = answer_evidence("how do I clear E55", [e55])
+    assert evidence.action == {"clear"}
+    chosen = choose_answer_units(evidence)
+    without_verb = dataclasses.replace(evidence, action=frozenset()).confidence(chosen)
+    assert evidence.confidence(chosen) > without_verb + 0.1, (evidence.confidence(chosen), without_verb)
+    meaning_only = [c for c in chosen if c.unit.text.startswith("E55 is shown")]
+    assert evidence.confidence(meaning_only) == dataclasses.replace(evidence, action=frozenset()).confidence(
+        meaning_only)
+
+
 def test_comparisons_with_below_and_above_are_not_pointers():
     from knowledge_store.retrieval.answer import points_elsewhere
 
