@@ -5,7 +5,7 @@
     .venv/bin/python bench/load_api.py --profile seed [--replicas 1 2] [--sweep 20 40 60 80 100 120 160]
         [--out docs/benchmarks/load_api_seed.md]
 
-``--profile seed`` is seed 004's NFR-P1 load: 100 users x 10 queries/s for 5 minutes (1,000 queries/s offered),
+``--profile seed`` is the product's load target: 100 users x 10 queries/s for 5 minutes (1,000 queries/s offered),
 p95 under 500 ms.  Arrivals are open-loop (Poisson at the offered rate, whatever the server's speed, so a slow
 server is not flattered by clients that wait for it) and bounded (``--max-in-flight`` requests at once; an arrival
 over the bound is counted as dropped, not sent); latency is measured from each request's scheduled arrival.  It
@@ -192,7 +192,7 @@ def start_servers(data_dir: Path, count: int, torch_threads: int) -> tuple[list[
 
 
 def healthy(health: dict) -> bool:
-    """The model and the index are loaded: ``/health``'s ``services`` (seed 004's shape) say both are ``up``; the
+    """The model and the index are loaded: ``/health``'s ``services`` (its contract's shape) say both are ``up``; the
     status may be ``degraded`` for an optional part (no DAGSTER_HOME here), never ``unhealthy``."""
     services = health.get("services")
     if not isinstance(services, dict) or health.get("status") not in ("healthy", "degraded"):
@@ -208,7 +208,7 @@ def stop_servers(servers: list[subprocess.Popen]) -> None:
 
 
 def seed_profile(args, queries: list[str]) -> int:
-    """Seed 004 NFR-P1 against 1 and ``--replicas`` servers, then the saturation sweep; markdown to ``--out``."""
+    """The product's load target against 1 and ``--replicas`` servers, then the saturation sweep; to ``--out``."""
     from bench.ingest_throughput import machine
     from bench.query_latency import build_synthetic
 
@@ -238,7 +238,7 @@ def seed_profile(args, queries: list[str]) -> int:
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     bound = args.p95_bound_ms
     lines = [
-        "## API load at the seed's scale: 100 users x 10 queries/s (seed 004 NFR-P1)",
+        "## API load at the target's scale: 100 users x 10 queries/s (the product's load target)",
         "",
         f"Date: {date}. Machine: {machine()}. Servers: `groundwork serve` (uvicorn, one process each, "
         f"{args.torch_threads} ONNX thread(s), query-embedding cache off) over one {args.size:,}-chunk snapshot; the "
@@ -288,7 +288,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.profile == "seed":
         if args.seconds == 30.0:
-            args.seconds = 300.0  # the seed's five minutes unless asked otherwise
+            args.seconds = 300.0  # the target's five minutes unless asked otherwise
         args.out = args.out or ROOT / "docs" / "benchmarks" / "load_api_seed.md"
         return seed_profile(args, load_queries())
     args.out = args.out or ROOT / "docs" / "benchmarks" / "load_api.md"

@@ -249,7 +249,7 @@ def search_index(context: dg.AssetExecutionContext, store: KnowledgeStoreResourc
             "activated_new": result.activated_added,
             "activated_updated": result.activated_updated,
             "purged_documents": result.purged_documents,
-            # seed 003: files superseded by a newer revision (another file) / active again, relations in the index
+            # files superseded by a newer revision (another file) / active again, relations in the index
             "revisions_superseded": int(result.revisions.get("superseded", 0)),
             "revisions_reactivated": int(result.revisions.get("reactivated", 0)),
             "relations_supersedes": int(result.revisions.get("supersedes", 0)),

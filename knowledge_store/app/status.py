@@ -45,7 +45,7 @@ def store_status(settings: Settings, include_history: bool = True, needs_review:
             """
         ))
         document_columns = {d[0] for d in conn.execute("SELECT * FROM documents LIMIT 0").description}
-        # seed 003 (store migration 6): a store not yet migrated (opened read-only) has none of them
+        # the document model's fields (store migration 6): a store not yet migrated (opened read-only) has none of them
         revision_columns = "".join(f"d.{c}, " for c in ("rev_label", "superseded_by") if c in document_columns)
         # store migration 11: low-confidence OCR regions (absent: nothing was flagged)
         reviewable = "needs_review" in document_columns

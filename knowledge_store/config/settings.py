@@ -104,7 +104,7 @@ class SourceSettings(BaseModel):
     )
     max_file_mb: float = Field(50.0, gt=0, description="Files larger than this are refused with a failure row.")
     follow_external_symlinks: bool = Field(False, description="Index symbolic links (to files or folders) in a folder source whose target lies outside that folder; off = such links are skipped and counted as excluded.")
-    revision_families: bool = Field(True, description="Supersedence across files (seed 003): of live documents of one source that are revisions of one document (same asset id, or same title once the revision label is removed; knowledge_store/core/revisions.py), only the newest stays active; the others are superseded, with a supersedes relation. Off: every file is its own document (superseded ones become active again on the next sync).")
+    revision_families: bool = Field(True, description="Supersedence across files: of live documents of one source that are revisions of one document (same asset id, or same title once the revision label is removed; knowledge_store/core/revisions.py), only the newest stays active; the others are superseded, with a supersedes relation. Off: every file is its own document (superseded ones become active again on the next sync).")
     family_id_pattern: str = Field(DEFAULT_FAMILY_ID_PATTERN, description="Regular expression (matched case-insensitively) for a document id in a title or file name that makes files revisions of one document: SOP-42-RevB.pdf and SOP-42 Rev C.docx share SOP-42.")
     entity_patterns: dict[str, str | dict[str, str | None] | None] = Field(
         default_factory=dict,
@@ -118,7 +118,7 @@ class SourceSettings(BaseModel):
         default_factory=lambda: [10.0, 60.0, 300.0],
         description="Waits before each retry of a document whose parse failed transiently (an I/O error, an OCR time-out "
         "on a busy machine) and of an API ingestion job stopped by a busy store: one retry per entry, so [10, 60, 300] "
-        "makes at most 4 attempts (seed 004 FR-2.4). Permanent failures (a corrupt or unsupported file) are never "
+        "makes at most 4 attempts. Permanent failures (a corrupt or unsupported file) are never "
         "retried; [] switches retries off. JSON list, e.g. GROUNDWORK_INGEST_RETRY_DELAYS_S=[10,60,300].",
     )
     min_markdown_words: int = Field(50, ge=0, description="Markdown files with fewer words than this (front matter, link targets and markup not counted) are not indexed: a stub or placeholder page only adds noise to search results. Each one gets a too_short warning row naming its word count; 0 indexes every Markdown file.")
@@ -343,7 +343,7 @@ class QueryLogSettings(BaseModel):
                                             "many days are deleted by the daily Dagster schedule query_log_retention_daily "
                                             "(and by groundwork logs purge); 0 = keep everything.")
     query_log_stdout: bool = Field(True, description="The server prints one JSON line per query (redacted) on stdout, "
-                                   "for container logs (seed 004). Only the server: the CLI's stdout is its output "
+                                   "for container logs. Only the server: the CLI's stdout is its output "
                                    "and MCP over stdio's is the protocol.")
     query_log_file: bool = Field(True, description="Every process that logs a query (server, CLI, MCP over stdio, "
                                  "support tool) appends its line to <data_dir>/logs/query.log, rotated daily and "
@@ -426,7 +426,7 @@ class OcrSettings(BaseModel):
     ocr_timeout_s: float = Field(300.0, gt=0, description="OCR time allowed per document; past it that version fails (the previous one stays indexed).")
     ocr_confidence_pass: bool = Field(True, description="Also run the tesseract command on each OCR'd page for word confidences (beside the OCR, on another core); off = confidence unknown.")
     tessdata_dir: Path | None = Field(None, description="Tesseract language data folder; unset = TESSDATA_PREFIX, else the system's (Debian: /usr/share/tesseract-ocr/5/tessdata).")
-    ocr_low_confidence: float = Field(0.5, ge=0, le=1, description="A text line OCR read with a mean word confidence under this (0-1) is a low-confidence region: recorded per page, its document marked needs_review and its passages' citations flagged low_confidence_ocr, so a person checks the scan (seed 004 FR-2.2).")
+    ocr_low_confidence: float = Field(0.5, ge=0, le=1, description="A text line OCR read with a mean word confidence under this (0-1) is a low-confidence region: recorded per page, its document marked needs_review and its passages' citations flagged low_confidence_ocr, so a person checks the scan.")
 
 
 # (fields are listed base by base from the last: storage first, as in the sections above)

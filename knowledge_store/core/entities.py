@@ -1,4 +1,4 @@
-"""Entities: identifiers and standards named in chunk text (seed 003, section 1.4 "Entities (light)").
+"""Entities: identifiers and standards named in chunk text.
 
 A plant manual says "inspect ASSET-104 under SOP-42 as API 510 requires"; people
 search for exactly those names, in any spelling ("sop 42", "API-510").  An
@@ -61,7 +61,7 @@ from knowledge_store.core.errors import EntityPatternError
 
 # bump when extraction changes in a way the patterns do not show (re-extracts everything on the next sync)
 EXTRACTOR_VERSION = 1
-# a regex match is certain to be a mention of what it matched; the seed's column is kept for other extractors
+# a regex match is certain to be a mention of what it matched; the confidence column is kept for other extractors
 REGEX_CONFIDENCE = 1.0
 ENTITY_TYPE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 CASES = ("upper", "lower", "keep")

@@ -1,4 +1,4 @@
-"""Revision labels and document families (seed 003, section 1.3: ``rev_label``, supersedence).
+"""Revision labels and document families (``rev_label``, supersedence).
 
 A *version* of a document is a new checksum of the same file (same ``doc_id``);
 a *revision* is what the people who write documents call one: ``SOP-42-RevB.pdf``

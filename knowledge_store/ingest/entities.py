@@ -1,4 +1,4 @@
-"""Entity mentions of stored chunks: the last step of the chunk stage (seed 003, section 1.4).
+"""Entity mentions of stored chunks: the last step of the chunk stage.
 
 Every document version whose ``entity_signature`` is not the vocabulary in force
 (new chunks, or changed ``GROUNDWORK_ENTITY_PATTERNS``) has its chunk texts read

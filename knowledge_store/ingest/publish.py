@@ -57,7 +57,7 @@ class PublishResult:
     seconds: float = 0.0
     retired: list[str] = field(default_factory=list)
     sync_run: dict[str, object] = field(default_factory=dict)
-    # seed 003's document model (ingest/relations.py): labels derived, revisions superseded/reactivated, relations
+    # the document model (ingest/relations.py): labels derived, revisions superseded/reactivated, relations
     revisions: dict[str, object] = field(default_factory=dict)
     # the snapshot carries each chunk's sentence vectors (retrieval/sentences.py); when settings.sentence_vectors is
     # on but some indexed chunk texts have none yet (an interrupted or handed-off embedding), it is built without

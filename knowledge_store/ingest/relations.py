@@ -1,4 +1,4 @@
-"""Seed 003's document model in the store: revision labels, supersedence across files, relations.
+"""The document model in the store: revision labels, supersedence across files, relations.
 
 Runs inside the publish stage's activation transaction (``publish.py``), after
 the ready versions are activated and before the snapshot is built, over the

@@ -4,7 +4,7 @@ A failure is **transient** when the same input may succeed later without anyone 
 reading the file, a store held by another writer, an OCR time-out on a machine busy with other work, a web
 fetch that timed out or got 429/5xx.  It is **permanent** when the input itself is the problem: a corrupt,
 unsupported, empty, oversize or too deeply nested file, a 404.  Transient failures are retried after the
-waits of ``GROUNDWORK_INGEST_RETRY_DELAYS_S`` (one retry per wait, seed 004 FR-2.4: 10, 60 and 300 s);
+waits of ``GROUNDWORK_INGEST_RETRY_DELAYS_S`` (one retry per wait: 10, 60 and 300 s);
 permanent ones fail on the first attempt.  Either way the failure row keeps the attempts made, the class,
 the last traceback (redacted) and the input (path or URL, size, sha256).
 """

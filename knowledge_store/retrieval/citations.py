@@ -51,8 +51,8 @@ class Citation(BaseModel):
                                      "confidence under GROUNDWORK_OCR_LOW_CONFIDENCE (0.5): check it against the scan.")
     needs_review: bool = Field(False, description="The cited document has low-confidence OCR regions "
                                "(documents.needs_review) a person should check.")
-    # seed 003's citation: {doc_id, title, rev_label, section, pages[], chunk_id, source_path} and validity
-    source_path: str = Field("", description="Seed 003's name for url: where the original is, at the passage "
+    # the document model's citation: {doc_id, title, rev_label, section, pages[], chunk_id, source_path} and validity
+    source_path: str = Field("", description="The document model's name for url: where the original is, at the passage "
                              "(file:// link with #page=N or #anchor; the page URL for web sources).")
     rev_label: str | None = Field(None, description="The document's revision label (Rev C, v2.1) from its front matter, "
                                   "DOCX/PDF properties, file name or title; null when it has none.")

@@ -299,7 +299,7 @@ class RetrievalEngine:
 
     @property
     def query_log(self):
-        """The query log, opened on first use.  Opened here, it also writes each query's JSON line (seed 004) to
+        """The query log, opened on first use.  Opened here, it also writes each query's JSON line to
         the rotated ``<data_dir>/logs/query.log`` - the CLI, MCP over stdio and the support tool log through
         this - but never to stdout, which may be a command's output or MCP's protocol channel."""
         if self._query_log is None:

@@ -106,7 +106,7 @@ class LoadedSnapshot:
     ann_ready: threading.Event = field(default_factory=threading.Event)  # set when the ANN is attached or given up
     ann_cancel: threading.Event = field(default_factory=threading.Event)  # set when this snapshot is retired
     ann_error: str | None = None
-    # seed 003's relations between documents (index.py copies the store's ``relations`` table): every row, and
+    # the document model's relations between documents (index.py copies the store's ``relations`` table): every row, and
     # per doc_id the ids it supersedes / is superseded by / links to (seeAlso) / is linked from
     relations: list[dict] = field(default_factory=list)
     doc_relations: dict[str, dict[str, list[str]]] = field(default_factory=dict)
@@ -278,7 +278,7 @@ class LoadedSnapshot:
         return hits
 
     def _revision_fields(self, record: dict) -> dict:
-        """A hit's seed 003 fields: revision label, validity (ISO-8601 UTC) and related documents."""
+        """A hit's document-model fields: revision label, validity (ISO-8601 UTC) and related documents."""
         related = self.doc_relations.get(record["doc_id"], {})
         valid_from, valid_to = record.get("valid_from"), record.get("valid_to")
         superseded_by = record.get("superseded_by") or next(iter(related.get("superseded_by", ())), None)
@@ -443,7 +443,7 @@ def _visibility_column(conn) -> str:
 
 
 def _revision_columns(conn, prefix: str = "") -> str:
-    """Seed 003's document fields; snapshots published before them (store migration 6) have none."""
+    """The document model's fields; snapshots published before them (store migration 6) have none."""
     columns = {row[0] for row in conn.execute("SELECT column_name FROM (DESCRIBE chunks)").fetchall()}
     if set(REVISION_COLUMNS) <= columns:
         return ", ".join(prefix + name for name in REVISION_COLUMNS)

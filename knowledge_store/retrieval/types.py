@@ -56,7 +56,7 @@ class SearchHit:
     ocr_confidence: float | None = None
     low_confidence_ocr: bool = False  # the passage overlaps a text line OCR read with low confidence
     needs_review: bool = False  # its document has such lines
-    # seed 003's document model (knowledge_store/core/revisions.py, ingest/relations.py): the document's revision label,
+    # the document model (knowledge_store/core/revisions.py, ingest/relations.py): the document's revision label,
     # when its version became valid / stopped being valid (ISO-8601 UTC; valid_to None while active), the newer
     # revision (another file) that superseded it, and the documents its relations name
     rev_label: str | None = None

@@ -109,7 +109,7 @@ class QueryResponse(BaseModel):
 
 
 class AskSource(Open):
-    """One source of an /api/ask answer (seed 002: file, section), plus url, pages and this server's additions."""
+    """One source of an /api/ask answer (the ask contract: file, section), plus url, pages and this server's own."""
 
     file: str = Field(..., description="The document's path relative to its source (the page URL for web sources): "
                                        "what /api/ask-local's source_file takes.")
@@ -124,10 +124,10 @@ class AskSource(Open):
     chunk_id: str = Field(..., description="What feedback on this passage refers to.")
     snippet: str
     relevance: float
-    rev_label: str | None = Field(None, description="The document's revision label (seed 003), e.g. Rev C or v2.1.")
+    rev_label: str | None = Field(None, description="The document's revision label, e.g. Rev C or v2.1.")
     valid_from: str | None = Field(None, description="ISO-8601 UTC: since when this version is the valid one.")
     valid_to: str | None = Field(None, description="ISO-8601 UTC: until when it was valid; null while it is.")
-    # the rest of seed 003's citation, as /api/knowledge/query results carry it (same meaning, same descriptions)
+    # the rest of the document model's citation, as /api/knowledge/query results give it (same meaning, same descriptions)
     source_path: str = Field("", description=Citation.model_fields["source_path"].description + " Public callers: "
                              "the same link as url (no path on the server's disk).")
     superseded_by: str | None = Field(None, description=Citation.model_fields["superseded_by"].description)
@@ -221,7 +221,7 @@ class RelatedDocument(Open):
 
 
 class Relation(Open):
-    """One row of seed 003's ``relations`` table, seen from the document asked about."""
+    """One row of the document model's ``relations`` table, seen from the document asked about."""
 
     relation_id: str = Field(..., description="Hash of (src_type, src_id, rel_type, dst_type, dst_id): stable across syncs.")
     src_type: str = Field(..., description="document")
@@ -263,7 +263,7 @@ class ArticleMetadata(Open):
 
 
 class Article(Open):
-    """One knowledge-base article (seed 001, contract 1), plus this server's additions."""
+    """One knowledge-base article (the knowledge-base articles contract), plus this server's additions."""
 
     id: str = Field(..., description="The document id (stable across versions).")
     title: str
@@ -338,7 +338,7 @@ class ConfigResponse(Open):
 
 
 class Health(Open):
-    """Seed 004's ``{"status", "services", "version"}``; for admin callers also each non-up service's reason and
+    """Health: ``{"status", "services", "version"}``; for admin callers also each non-up service's reason and
     the details (public callers get the three fields only: nothing about the corpus or the machine)."""
 
     status: Literal["healthy", "degraded", "unhealthy"] = Field(

@@ -40,9 +40,9 @@ the routes that embed a query answer **503** `model_loading` with `Retry-After` 
 it is ready); a model that failed to load is `error` in `/health` and 503 `model_load_failed` on those routes;
 timestamps are ISO-8601; the `reranker` and `answer` enums list what this server can run
 (a cross-encoder appears when `GROUNDWORK_CROSS_ENCODER_PATH` is set, `llm` when an
-OpenAI-compatible endpoint is configured). Seed contracts: `/api/kb/articles` (seed 001),
-`/api/ask`, `/api/ask-local` (seed 002), citations with `rev_label`, `valid_from`,
-`valid_to` and entities (seed 003), `/metrics` (seed 004).
+OpenAI-compatible endpoint is configured). Contracts other systems build on: `/api/kb/articles` (articles),
+`/api/ask`, `/api/ask-local` (questions and answers with sources), citations with `rev_label`, `valid_from`,
+`valid_to` and entities (the document model), `/metrics` and `/health` (operations).
 """
 
 

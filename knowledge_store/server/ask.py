@@ -1,6 +1,6 @@
-"""``POST /api/ask`` and ``POST /api/ask-local`` (seed 002): a question in, an answer with its sources out.
+"""``POST /api/ask`` and ``POST /api/ask-local`` (the ask contract): a question in, an answer with its sources out.
 
-The retrieval pipeline of seed 002 on this engine: the query is ranked over the
+The ask contract's retrieval pipeline on this engine: the query is ranked over the
 whole index (hybrid BM25 + vector, the corpus's defaults), the ``top_k`` (10)
 best passages are taken in descending score, and the answer is made from the
 first ``max_sources`` (3) of them, which are the ``sources`` returned.  The

@@ -1,4 +1,4 @@
-"""``GET /api/kb/articles`` (seed 001, contract 1): every active document as a knowledge-base article.
+"""``GET /api/kb/articles`` (the knowledge-base articles contract): every active document as a knowledge-base article.
 
 What each field is made of:
 

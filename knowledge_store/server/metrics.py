@@ -31,7 +31,7 @@ class Metrics:
         self.feedback = Counter("groundwork_feedback_total", "Feedback received", ["rating"], registry=self.registry)
         self.snapshot_version = Gauge("groundwork_index_snapshot_version", "Index snapshot being served",
                                       registry=self.registry)
-        # seed 004's names: latency per endpoint (route template), and pages ingested by every process
+        # the operations contract's names: latency per endpoint (route template), and pages ingested by every process
         self.endpoint_latency = Histogram("http_request_duration_seconds", "HTTP request latency by endpoint",
                                           ["endpoint"], buckets=LATENCY_BUCKETS, registry=self.registry)
         if store_path is not None:

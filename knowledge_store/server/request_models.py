@@ -131,7 +131,7 @@ class FeedbackBody(BaseModel):
 
 
 class AskBody(BaseModel):
-    """``POST /api/ask`` (seed 002); ``served_request_models`` derives the served model (length limit, answer modes)."""
+    """``POST /api/ask``; ``served_request_models`` derives the served model (length limit, answer modes)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -148,7 +148,7 @@ class AskBody(BaseModel):
 
 
 class AskLocalBody(AskBody):
-    """``POST /api/ask-local`` (seed 002): a question about text the reader selected in one document."""
+    """``POST /api/ask-local`` (the ask contract): a question about text the reader selected in one document."""
 
     context: str = _text_field("The text the reader selected (searched together with the question).",
                                max_length=20000)

@@ -68,7 +68,7 @@ class ServerState:
         settings.uploads_dir.mkdir(parents=True, exist_ok=True)
         query_log = engine.query_log if engine is not None else QueryLog(settings.logs_path)
         engine = engine or RetrievalEngine(settings, query_log=query_log)
-        # one JSON line per query in the rotated logs/query.log (seed 004), as every process writes it; the server
+        # one JSON line per query in the rotated logs/query.log, as every process writes it; the server
         # is the one process that also prints it on stdout (container logs): elsewhere stdout is a command's
         # output or the MCP protocol channel
         if query_log.lines is None:

@@ -145,7 +145,7 @@ def build_snapshot(store: duckdb.DuckDBPyConnection, index_dir: Path, info: Snap
         store.execute(f"CREATE TABLE snap.documents AS {SNAPSHOT_DOCUMENTS_SQL}")
         store.execute("CREATE TABLE snap.sources AS SELECT source_id, name, kind, location, "
                       "coalesce(visibility, 'internal') AS visibility FROM sources")
-        # seed 003's relations (supersedes, seeAlso) between documents: citations name them without a store read
+        # relations (supersedes, seeAlso) between documents: citations name them without a store read
         store.execute("CREATE TABLE snap.relations AS SELECT relation_id, src_type, src_id, rel_type, dst_type, dst_id, "
                       "confidence, evidence::VARCHAR AS evidence, created_at FROM relations ORDER BY src_id, rel_type, dst_id")
         store.execute(

@@ -222,7 +222,7 @@ MIGRATIONS: list[Migration] = [
     ),
     (
         5,
-        "entities named in chunk text (seed 003 1.4): entities catalog, chunk_entities mentions, the vocabulary per version",
+        "entities named in chunk text: entities catalog, chunk_entities mentions, the vocabulary per version",
         """
         CREATE TABLE entities (
             entity_id       VARCHAR PRIMARY KEY,        -- sha256(type | canonical_value)[:32]
@@ -242,7 +242,7 @@ MIGRATIONS: list[Migration] = [
     ),
     (
         6,
-        "document model of seed 003: revision labels, supersedence across files, relations (supersedes, seeAlso), links",
+        "the document model: revision labels, supersedence across files, relations (supersedes, seeAlso), links",
         """
         ALTER TABLE documents ADD COLUMN rev_label VARCHAR;         -- "Rev C", "v2.1" (knowledge_store.core.revisions)
         ALTER TABLE documents ADD COLUMN rev_label_source VARCHAR;  -- metadata:<key> | file_name | title | none; NULL = not derived yet
@@ -303,7 +303,7 @@ MIGRATIONS: list[Migration] = [
     ),
     (
         10,
-        "ingestion retries (seed 004 FR-2.4): a failure row's attempts, class, last traceback and input; a version's parse attempts",
+        "ingestion retries: a failure row's attempts, class, last traceback and input; a version's parse attempts",
         """
         ALTER TABLE ingestion_failures ADD COLUMN attempts INTEGER DEFAULT 1;     -- attempts made before the row was written
         ALTER TABLE ingestion_failures ADD COLUMN failure_class VARCHAR;          -- transient | permanent (NULL: recorded before classes)
@@ -315,7 +315,7 @@ MIGRATIONS: list[Migration] = [
     ),
     (
         11,
-        "low-confidence OCR regions (seed 004 FR-2.2): recorded per page, counted per document (needs_review), marked on chunks",
+        "low-confidence OCR regions: recorded per page, counted per document (needs_review), marked on chunks",
         """
         CREATE TABLE low_confidence_regions (
             doc_id         VARCHAR NOT NULL,

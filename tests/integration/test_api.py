@@ -159,7 +159,7 @@ def test_kb_articles_filter_and_paginate(env):
 def test_health_and_metrics(env):
     client = env["client"]
     health = client.get("/health").json()
-    assert health["status"] in ("healthy", "degraded") and health["services"]["index"] == "up"  # seed 004's shape
+    assert health["status"] in ("healthy", "degraded") and health["services"]["index"] == "up"  # its contract's shape
     assert health["model_loaded"] and health["index"]["snapshot_version"] >= 1
     ask(client)
     text = client.get("/metrics").text

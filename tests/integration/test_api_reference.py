@@ -20,17 +20,17 @@ def test_api_reference_lists_every_route_and_the_seed_field_names(embedder) -> N
         for method in ("get", "post", "put", "patch", "delete"):
             if method in item:
                 assert f"### `{method.upper()} {path}`" in text
-    # seed 001 (articles), 002 (ask)
+    # the knowledge-base articles and ask contracts
     for field in ("`articles`", "`total`", "`updated_at`", "`last_updated`", "`intent`", "`device`",
                   "`answer`", "`sources`", "`source_file`", "`context`",
-                  # seed 003: the citation's revision label, link and validity; relations with their evidence
+                  # the document model: the citation's revision label, link and validity; relations with their evidence
                   "`rev_label`", "`source_path`", "`valid_from`", "`valid_to`", "`src_type`", "`rel_type`",
                   "`dst_id`", "`confidence`", "`evidence`",
-                  # seed 003 1.4: the entities a result's passage mentions, and the filter on them
+                  # entities: the entities a result's passage mentions, and the filter on them
                   "`entities`", "`entity_boost`", "EntityRef"):
         assert field in text, field
     assert "### `GET /metrics`" in text
-    # seed 004: the metric names and the query line's fields, in /metrics' description
+    # the operations contract: the metric names and the query line's fields, in /metrics' description
     metrics = text.split("### `GET /metrics`", 1)[1].split("\n### ", 1)[0]
     for name in ("`http_request_duration_seconds{endpoint}`", "`pages_ingested_total`", "`timestamp`", "`query`",
                  "`num_results`", "`latency_ms`", "`reranker`", "`top_score`",

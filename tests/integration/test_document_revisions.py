@@ -1,6 +1,6 @@
-"""Seed 003's document model: revision labels, supersedence across renamed files, relations, validity in citations.
+"""The document model: revision labels, supersedence across renamed files, relations, validity in citations.
 
-Field names are the seed's: ``documents.rev_label``, ``status 'active'|'superseded'``, ``valid_from``/``valid_to``,
+Field names are the model's: ``documents.rev_label``, ``status 'active'|'superseded'``, ``valid_from``/``valid_to``,
 ``relations(src_type, src_id, rel_type, dst_type, dst_id, confidence, evidence)`` with evidence
 ``{"phrase", "page", "span"}``, and the citation ``{doc_id, title, rev_label, section, pages[], chunk_id, source_path}``.
 
@@ -309,7 +309,7 @@ def test_api_and_mcp_citations_carry_rev_label_validity_and_relations(tmp_path: 
         response = client.post("/api/ask", json={"query": "suction valve oil pressure gauge"})
         assert response.status_code == 200, response.text
         source = response.json()["sources"][0]
-        assert set(source) >= {"file", "section", "url", "pages"}  # seed 002's fields stay
+        assert set(source) >= {"file", "section", "url", "pages"}  # the ask contract's fields stay
         assert (source["rev_label"], source["valid_to"], source["superseded_by"]) == ("Rev C", None, None)
         assert source["valid_from"].endswith("Z") and source["source_path"].startswith("file://")
         assert source["supersedes"] == [old["doc_id"]] and source["see_also"] == [documents["lockout.md"]["doc_id"]]

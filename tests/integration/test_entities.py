@@ -1,5 +1,5 @@
-"""Entities (seed 003 1.4): extraction and canonical values, configurable patterns, the
-``entities`` / ``chunk_entities`` rows with the seed's field names, no orphans after re-syncs
+"""Entities: extraction and canonical values, configurable patterns, the
+``entities`` / ``chunk_entities`` rows with the document model's field names, no orphans after re-syncs
 and purges, the snapshot carrying them to results, citations, MCP and ``filters.entities``,
 the ranking boost, and the chunks asset's Dagster metadata.
 

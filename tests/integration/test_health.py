@@ -1,4 +1,4 @@
-"""``/health`` is seed 004's ``{"status", "services", "version"}``: healthy, degraded (200) and unhealthy (503)."""
+"""``/health`` is its contract's ``{"status", "services", "version"}``: healthy, degraded (200) and unhealthy (503)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_a_served_index_with_every_part_up_is_healthy(shared_sample_index, embed
     assert health["services"] == {name: "up" for name in SERVICES}
     assert health["reasons"] == {} and "reason" not in health
     assert isinstance(health["version"], str) and health["version"]
-    # the fields earlier clients read stay beside seed 004's
+    # the fields earlier clients read stay beside the health contract's
     assert health["model_loaded"] is True and health["store"] is True and health["index"]["snapshot_version"] >= 1
     assert health["warm_up"]["state"] == "ready" and {"remote", "tls", "admin_token_required"} <= set(health)
 

@@ -1,4 +1,4 @@
-"""Retries of ingestion (seed 004 FR-2.4): a transient parse failure is tried again after the waits of
+"""Retries of ingestion: a transient parse failure is tried again after the waits of
 ``ingest_retry_delays_s``; a permanent one fails at once; the failure row keeps the attempts, the class, the
 last traceback (secrets redacted) and the input's size and sha256, and the failures API shows them.
 

@@ -1,7 +1,7 @@
-"""Seed contracts over HTTP, with the seeds' own field names: ``GET /api/kb/articles`` (seed 001, contract 1)
-and ``POST /api/ask`` / ``POST /api/ask-local`` (seed 002, FR-009/FR-010/FR-012).
+"""The contracts other systems build on, over HTTP, with their own field names: ``GET /api/kb/articles``
+and ``POST /api/ask`` / ``POST /api/ask-local`` (questions, answers and their sources).
 
-One real index per module: the sample corpus, plus a Markdown article shaped like seed 001's example
+One real index per module: the sample corpus, plus a Markdown article shaped like the articles contract's example
 (intent/device/author front matter) and one page of a local web site (served by tests/doc_site.py).
 """
 
@@ -96,7 +96,7 @@ def store_text(settings, doc_id: str, version: int) -> str:
     return "\n\n".join(text.strip() for (text,) in pages)
 
 
-# ------------------------------------------------------------------ GET /api/kb/articles (seed 001, contract 1)
+# ------------------------------------------------------------------ GET /api/kb/articles
 
 def test_articles_have_the_contract_shape(env):
     data = get_articles(env["client"])
@@ -215,7 +215,7 @@ def test_an_unavailable_knowledge_base_is_the_contract_error(env, monkeypatch):
     assert spec["parameters"][-2]["name"] == "limit" and spec["parameters"][-2]["schema"]["default"] == 100
 
 
-# ------------------------------------------------------------------ POST /api/ask, /api/ask-local (seed 002)
+# ------------------------------------------------------------------ POST /api/ask, /api/ask-local
 
 def test_ask_answers_with_three_cited_sources(env):
     response = env["client"].post("/api/ask", json={"query": "How do I reset the Aurora to factory settings?"})

@@ -1,4 +1,4 @@
-"""Markdown stubs are not indexed (seed 002 FR-006): a file under ``min_markdown_words`` words is skipped with a
+"""Markdown stubs are not indexed: a file under ``min_markdown_words`` words is skipped with a
 ``too_short`` warning row, listed with its kind in the sync summary, ``groundwork ingest --json``, the API's sync
 job result and the failures API; the threshold is a setting."""
 

@@ -38,7 +38,7 @@ RESULT_KEYS = {"n", "chunk_id", "doc_id", "version", "title", "section", "pages"
                "bm25_score", "vector_score", "relevance", "ocr", "ocr_confidence",
                # low-confidence OCR regions: the passage overlaps one, the document needs review
                "low_confidence_ocr", "needs_review",
-               # seed 003: the document's revision label, validity and relations
+               # the document model: the document's revision label, validity and relations
                "status", "rev_label", "valid_from", "valid_to", "superseded_by", "see_also", "entities",
                # the rest of the HTTP API's Citation: MCP results are that model, not a copy of part of it
                "section_path", "page_start", "page_end", "snippet_start", "snippet_end", "rerank_score", "last_updated",

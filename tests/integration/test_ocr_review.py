@@ -1,4 +1,4 @@
-"""Low-confidence OCR regions (seed 004 FR-2.2): text lines Tesseract reads under
+"""Low-confidence OCR regions: text lines Tesseract reads under
 ``ocr_low_confidence`` are recorded per page, the document is marked needs_review with their count,
 ``groundwork status --needs-review`` and ``/api/knowledge/documents?needs_review=true`` list it, and
 citations of its passages say ``low_confidence_ocr``.

@@ -1,4 +1,4 @@
-"""Seed 004's logs and metrics: one JSON line per query (stdout + rotated file), answers kept, Prometheus names.
+"""The operations logs and metrics: one JSON line per query (stdout + rotated file), answers kept, Prometheus names.
 
 The parts that need no model, store or server are in tests/unit/test_query_lines.py.
 """

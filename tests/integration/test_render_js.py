@@ -1,4 +1,4 @@
-"""Web pages whose content is built by JavaScript (seed 004 FR-3.3): with a source's render_js off such a page
+"""Web pages whose content is built by JavaScript: with a source's render_js off such a page
 is a needs_js_rendering failure row (not an empty document); with it on, the page is rendered in the system
 Chromium and its text is indexed, searched and cited by the page URL."""
 

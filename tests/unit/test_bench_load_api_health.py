@@ -1,4 +1,4 @@
-"""bench/load_api.py waits for a server through seed 004's /health shape: services model and index "up"."""
+"""bench/load_api.py waits for a server through the health contract's shape: services model and index "up"."""
 
 from __future__ import annotations
 

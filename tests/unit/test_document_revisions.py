@@ -1,4 +1,4 @@
-"""Seed 003's revision labels, document families and links, from metadata, file names and parsed
+"""The document model's revision labels, document families and links, from metadata, file names and parsed
 documents (the store and the pipeline are in tests/integration/test_document_revisions.py)."""
 
 from __future__ import annotations

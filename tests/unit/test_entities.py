@@ -1,4 +1,4 @@
-"""Entities (seed 003 1.4) without a store: extraction and canonical values, configurable patterns
+"""Entities without a store: extraction and canonical values, configurable patterns
 and the ranking boost as arithmetic (rows, snapshot, API and MCP: tests/integration/test_entities.py)."""
 
 from __future__ import annotations

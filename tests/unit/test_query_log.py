@@ -41,7 +41,7 @@ def test_redact_replaces_each_secret_shape_with_a_placeholder(kind: str) -> None
     ("text", "expected"),
     [
         ("mail bob.smith+ops@example.co.uk today", "mail bob.smith+ops@[REDACTED] today"),
-        ("user@example.com", "user@[REDACTED]"),  # seed 004 FR-5.3's own example
+        ("user@example.com", "user@[REDACTED]"),  # the query-line contract's own example
         ("Authorization: Bearer abc123def456ghi789", "Authorization: Bearer [SECRET]"),
         ("password=hunter2 and more", "password=[SECRET] and more"),
         ("DB_PASSWORD=pa55word!", "DB_PASSWORD=[SECRET]"),

@@ -375,7 +375,7 @@ class DocumentOcr:
         }
         if self.unavailable:
             meta["ocr_unavailable"] = self.unavailable
-        if self.low_regions:  # pages a person should check (seed 004 FR-2.2), threshold with them
+        if self.low_regions:  # pages a person should check, threshold with them
             meta["ocr_low_confidence_regions"] = {str(k): v for k, v in self.low_regions.items()}
             meta["ocr_low_confidence_threshold"] = self.options.low_confidence
         if self.failed_pages:

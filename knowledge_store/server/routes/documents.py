@@ -1,5 +1,5 @@
-"""Document routes: the document list, a document's relations (seed 003), its original file (what
-citations link to, ``#page=N`` included) and the knowledge-base articles (seed 001).
+"""Document routes: the document list, a document's relations (the document model), its original file (what
+citations link to, ``#page=N`` included) and the knowledge-base articles.
 
 Everything here reads the published snapshot, except the document list, which prefers the store
 and falls back to the snapshot while a sync holds the store's lock.
@@ -52,7 +52,7 @@ def documents(state: State, include_history: bool = True, needs_review: bool = F
 @router.get("/api/knowledge/documents/{doc_id}/relations", response_model=out.DocumentRelations,
             responses=error_responses(404))
 def document_relations(doc_id: str, state: State) -> dict[str, Any]:
-    """Seed 003's relations of one document, from the published snapshot: the revisions (other files with
+    """The relations of one document (the document model), from the published snapshot: the revisions (other files with
     the same asset id or title) it supersedes or that supersede it, and the documents it links to or is
     linked from (seeAlso), each with confidence and evidence; plus its rev_label and validity."""
     snapshots = state.engine.snapshots
@@ -110,7 +110,7 @@ def articles(request: Request, state: State,
                                                        "moment (ISO-8601)."),
              limit: int = Query(100, ge=1, le=1000, description="Articles per page."),
              offset: int = Query(0, ge=0, description="Where the page starts (the previous page's next_offset).")):
-    """Every active document as a knowledge-base article (seed 001, contract 1): full content once,
+    """Every active document as a knowledge-base article (the knowledge-base articles contract): full content once,
     ``metadata`` with ``intent``, ``device``, ``last_updated`` (always) and ``author``; filtered and paginated.
     Errors are 500 ``{"error": "Internal server error", "message": "Knowledge base unavailable"}``."""
     try:

@@ -1,4 +1,4 @@
-"""Knowledge routes: hybrid query, seed 002's ask and ask-local, feedback, and the client config.
+"""Knowledge routes: hybrid query, ask and ask-local (the ask contract), feedback, and the client config.
 
 The query, ask, ask-local and feedback bodies are the app's served request models (its limits and
 what it can run, ``request_models.served_request_models``), so ``router(models)`` builds this router
@@ -99,14 +99,14 @@ async def _ask(body: AskBody, request: Request, state: State, caller: Caller, **
 
 
 async def ask_book(body: AskBody, request: Request, state: State, caller: CallerOf) -> dict[str, Any]:
-    """Seed 002's ``/ask``: ``{query}`` -> ``{answer, sources: [{file, section, url, pages}]}``; the answer is
+    """The ask contract's ``/ask``: ``{query}`` -> ``{answer, sources: [{file, section, url, pages}]}``; the answer is
     made from the best ``max_sources`` (3) of the ``top_k`` (10) ranked passages and cites them as ``[n]``.
     Without the admin token (where one is required) only documents of public sources answer."""
     return await _ask(body, request, state, caller, client="api-ask")
 
 
 async def ask_local(body: AskLocalBody, request: Request, state: State, caller: CallerOf) -> dict[str, Any]:
-    """Seed 002's ``/ask-local``: a question about selected text; retrieval only in ``source_file`` (422 when it
+    """The ask contract's ``/ask-local``: a question about selected text; retrieval only in ``source_file`` (422 when it
     matches no indexed document this caller may read), searching for the question and the selected ``context``."""
     return await _ask(body, request, state, caller, context=body.context, source_file=body.source_file,
                       client="api-ask-local")

@@ -1,4 +1,4 @@
-"""Operations routes: ``/health`` (seed 004's ``{"status", "services", "version"}``: 200 healthy or degraded,
+"""Operations routes: ``/health`` (the health contract's ``{"status", "services", "version"}``: 200 healthy or degraded,
 503 unhealthy while no index is served) and ``/metrics`` (Prometheus text: request counts and latency per route,
 query latency, feedback, the served snapshot)."""
 
@@ -73,7 +73,7 @@ def _dagster_home() -> tuple[str, str | None]:
 
 
 def health_report(state: ServerState) -> dict[str, Any]:
-    """The body of ``/health``: seed 004's ``status``, ``services`` and ``version``, each service's reason when
+    """The body of ``/health``: its contract's ``status``, ``services`` and ``version``, each service's reason when
     it is not up, and the details earlier clients read (``index``, ``model_loaded``, ``store``, ...)."""
     engine, settings = state.engine, state.settings
     services: dict[str, str] = {}
@@ -143,7 +143,7 @@ def health(state: State, caller: CallerOf,
            detail: bool = Query(False, description="The whole report (admin only: 401 without the admin token "
                                                    "where one is required); admin callers always get it.")
            ) -> JSONResponse:
-    """Seed 004's health check: ``status`` is ``healthy`` (200) when every service is ``up``; ``degraded`` (200)
+    """The health check: ``status`` is ``healthy`` (200) when every service is ``up``; ``degraded`` (200)
     while the model loads or an optional part (store, query log, Dagster home) is not up - a Dagster home that is
     not configured at all counts as up (a server runs without Dagster); ``unhealthy`` (503)
     without an index or when the model cannot load.  ``services``: ``store``, ``index``, ``model``,
@@ -165,14 +165,14 @@ def health(state: State, caller: CallerOf,
 
 @router.get("/metrics", response_class=PlainTextResponse)
 def prometheus_metrics(state: State) -> PlainTextResponse:
-    """Prometheus text exposition.  Seed 004's names: ``http_request_duration_seconds{endpoint}`` (latency
+    """Prometheus text exposition.  The operations contract's names: ``http_request_duration_seconds{endpoint}`` (latency
     histogram per route template, e.g. ``endpoint="/mcp"`` for its p95) and ``pages_ingested_total`` (pages
     parsed by every ingestion process: Dagster, the CLI and this server's jobs).  Also
     ``groundwork_http_requests_total{method,route,status}``, ``groundwork_http_request_duration_seconds``,
     ``groundwork_http_errors_total``, ``groundwork_query_duration_seconds``, ``groundwork_feedback_total{rating}``
     and ``groundwork_index_snapshot_version``.
 
-    Queries are not metrics: each one is a JSON line (seed 004) in ``<data_dir>/logs/query.log``, from every
+    Queries are not metrics: each one is a JSON line in ``<data_dir>/logs/query.log``, from every
     process that answers queries (the server also prints it on stdout), with ``timestamp``, ``query``, ``num_results``, ``latency_ms``, ``reranker``, ``top_score``,
     ``results[{chunk_id, source, score, text_preview}]``, plus ``error``, ``answer``, ``retrieval_request_id``,
     ``client``, ``reranker_status``, ``coverage`` and ``snapshot_version``; e-mail addresses are redacted to

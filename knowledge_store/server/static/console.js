@@ -104,7 +104,7 @@
     return "pp. " + (contiguous ? sorted[0] + "\u2013" + sorted[sorted.length - 1] : sorted.join(", "));
   }
 
-  // seed 003: "valid since 2025-03-01", or "valid 2024-01-02 to 2025-03-01 (superseded)" for an old revision
+  // validity: "valid since 2025-03-01", or "valid 2024-01-02 to 2025-03-01 (superseded)" for an old revision
   function formatValidity(item) {
     var day = function (iso) { return String(iso || "").slice(0, 10); };
     if (item.valid_to) {

@@ -14,7 +14,7 @@ break retrieval.  One job per module:
 * ``repository``: ``QueryLog`` — reads, feedback, export and purge.
 * ``retention``: ``purge_query_log``, the configured retention applied.
 * ``lines``: ``QueryLines``, one JSON line per query on stdout and/or a
-  rotated ``query.log`` (seed 004).
+  rotated ``query.log`` (the query-line contract).
 
 This package re-exports the public names, so callers import from
 ``knowledge_store.storage.query_log`` and need not know the layout.

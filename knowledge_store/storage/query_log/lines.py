@@ -1,4 +1,4 @@
-"""One JSON line per answered query (seed 004's shape), on stdout and/or a rotated file.
+"""One JSON line per answered query (the query-line contract's shape), on stdout and/or a rotated file.
 
 Every process that logs a query writes its line to ``<data_dir>/logs/query.log`` (the server, ``groundwork
 query``, MCP over stdio, the ``retrieve_knowledge`` support tool, a Python ``RetrievalEngine``); only the
@@ -118,7 +118,7 @@ class _DailyAndSizeRotatingHandler(logging.handlers.TimedRotatingFileHandler):
 
 
 class QueryLines:
-    """One JSON line per query in seed 004's shape - ``{timestamp, query, num_results, latency_ms, reranker,
+    """One JSON line per query in its contract's shape - ``{timestamp, query, num_results, latency_ms, reranker,
     top_score, results: [{chunk_id, source, score, text_preview}], error, answer, ...}`` (answer null unless
     ``answers``: the text is in the query log, under the line's ``retrieval_request_id``) - on stdout (container
     logs) and/or in ``<folder>/query.log``, rotated daily and at ``max_mb``, ``keep_days`` kept.  Rows arrive

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-# seed 004 FR-5.3 names the form: "email is redacted to user@[REDACTED]" (user@example.com), so the
+# the query-line contract names the form: "email is redacted to user@[REDACTED]" (user@example.com), so the
 # address's domain is replaced and its local part kept
 EMAIL_PLACEHOLDER = "[REDACTED]"
 SECRET_PLACEHOLDER = "[SECRET]"
@@ -107,7 +107,7 @@ def _kv_replace(match: re.Match[str]) -> str:
 
 def redact(text: str) -> str:
     """Replace the domain of e-mail addresses with ``[REDACTED]`` (``user@example.com`` -> ``user@[REDACTED]``,
-    seed 004's form) and secrets with ``[SECRET]``.
+    the query-line contract's form) and secrets with ``[SECRET]``.
 
     Idempotent: ``redact(redact(x)) == redact(x)``.  Key names of key/value
     secrets (``password=``, ``api_key:`` …), the word ``Bearer``, an Authorization header's scheme and the

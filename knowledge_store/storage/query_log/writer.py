@@ -113,7 +113,7 @@ class QueryLogWriter:
     def __init__(self, path: Path, *, lock_timeout_s: float = 2.0, spool_dir: Path | None = None,
                  lines: QueryLines | None = None) -> None:
         self.path = Path(path)
-        self.lines = lines  # one JSON line per query on stdout / a rotated file (seed 004), when set
+        self.lines = lines  # one JSON line per query on stdout / a rotated file (the query-line contract), when set
         self.lock_timeout_s = float(lock_timeout_s)
         self.spool_dir = Path(spool_dir) if spool_dir is not None else self.path.parent
         self._db_lock = _path_lock(self.path)
