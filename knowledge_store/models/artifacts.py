@@ -517,10 +517,10 @@ def quantise(fp32_path: Path, target: Path, recipe: QuantisationRecipe, tokenize
         elif recipe.method == "mixed":
             dynamic = tmp.with_name(f"{tmp.name}.dynamic")
             try:  # dynamic int8 leaves the named MatMuls in fp32; the weight-only quantiser then takes exactly those
-                _quantise_dynamic(onnx, fp32_path, dynamic, recipe, keep_fp32=recipe.blockwise_nodes)
+                _quantise_dynamic(onnx, fp32_path, dynamic, recipe, keep_fp32=recipe.blockwise_nodes, side_weights=True)
                 _quantise_blockwise(onnx, dynamic, tmp, recipe)
             finally:
-                dynamic.unlink(missing_ok=True)
+                remove_graph(dynamic)
         else:
             _quantise_dynamic(onnx, fp32_path, tmp, recipe)
         os.replace(tmp, target)
@@ -532,7 +532,7 @@ def quantise(fp32_path: Path, target: Path, recipe: QuantisationRecipe, tokenize
         raise ModelArtifactError(f"{fp32_path.name}: quantisation {recipe.tag} failed ({type(error).__name__}: "
                                  f"{error})") from error
     finally:
-        smoothed.unlink(missing_ok=True)
+        remove_graph(smoothed)
         logging.getLogger().removeFilter(quiet)
         node_log.setLevel(node_level)
 
@@ -578,34 +578,49 @@ def smooth_activations(onnx, fp32_path: Path, target: Path, recipe: Quantisation
     from onnx import helper, numpy_helper  # noqa: PLC0415
     from tokenizers import Tokenizer  # noqa: PLC0415
 
-    model = onnx.load(str(fp32_path))
     pattern = re.compile(recipe.smooth_nodes)
-    targets = [node for node in model.graph.node if node.op_type == "MatMul" and pattern.search(node.name)]
-    initializers = {init.name: init for init in model.graph.initializer}
-    if not targets or any(node.input[1] not in initializers for node in targets):
-        raise ModelArtifactError(f"{fp32_path.name}: no MatMul with stored weights matches {recipe.smooth_nodes!r} "
-                                 f"(recipe {recipe.tag} does not fit this export)")
-    calibration = onnx.ModelProto()
-    calibration.CopyFrom(model)
-    for node in targets:
-        calibration.graph.output.append(helper.make_tensor_value_info(node.input[0], onnx.TensorProto.FLOAT, None))
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(calibration.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    del calibration
+
+    def smoothed_matmuls(model) -> list:
+        found = [node for node in model.graph.node if node.op_type == "MatMul" and pattern.search(node.name)]
+        stored = {init.name for init in model.graph.initializer}
+        if not found or any(node.input[1] not in stored for node in found):
+            raise ModelArtifactError(f"{fp32_path.name}: no MatMul with stored weights matches "
+                                     f"{recipe.smooth_nodes!r} (recipe {recipe.tag} does not fit this export)")
+        return found
+
+    # One copy of the graph's weights in memory at a time (each copy is the model's size): graphs are written with
+    # their weights in a side file, a tensor at a time, instead of serialised whole in memory; the calibration graph
+    # (the export with the MatMuls' inputs as outputs) is dropped before its session loads, and the export is read
+    # again for the weights once the session is gone.
+    model = onnx.load(str(fp32_path))
+    inputs = {node.name: node.input[0] for node in smoothed_matmuls(model)}  # plain strings: no node keeps it alive
+    for name in inputs.values():
+        model.graph.output.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    calibration = target.with_name(f"{target.name}.calibration")
+    try:
+        _save_with_side_weights(onnx, model, calibration)
+        del model
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        session = ort.InferenceSession(str(calibration), options, providers=["CPUExecutionProvider"])
+    finally:
+        remove_graph(calibration)
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
     tokenizer.enable_truncation(max_length=256)
     tokenizer.no_padding()
     names = [i.name for i in session.get_inputs()]
-    largest = {node.name: np.zeros(0, dtype=np.float32) for node in targets}
+    largest = {name: np.zeros(0, dtype=np.float32) for name in inputs}
     for text in CALIBRATION_TEXTS:
         ids = np.array([tokenizer.encode(text).ids], dtype=np.int64)
         feed = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
-        outputs = session.run([node.input[0] for node in targets], {name: feed[name] for name in names})
-        for node, values in zip(targets, outputs):
+        outputs = session.run(list(inputs.values()), {name: feed[name] for name in names})
+        for node_name, values in zip(inputs, outputs):
             channel = np.abs(values).reshape(-1, values.shape[-1]).max(axis=0)
-            largest[node.name] = channel if not len(largest[node.name]) else np.maximum(largest[node.name], channel)
+            largest[node_name] = channel if not len(largest[node_name]) else np.maximum(largest[node_name], channel)
     del session
+    model = onnx.load(str(fp32_path))
+    targets = smoothed_matmuls(model)
+    initializers = {init.name: init for init in model.graph.initializer}
     alpha = recipe.smooth_alpha
     for node in targets:
         weights = numpy_helper.to_array(initializers[node.input[1]])  # (inputs, outputs)
@@ -619,7 +634,21 @@ def smooth_activations(onnx, fp32_path: Path, target: Path, recipe: Quantisation
         node.input[0] = smoothed_input
         position = next(i for i, other in enumerate(model.graph.node) if other.name == node.name)
         model.graph.node.insert(position, smooth)  # right before its MatMul: the graph stays in topological order
-    onnx.save(model, str(target))
+    _save_with_side_weights(onnx, model, target)
+
+
+def _save_with_side_weights(onnx, model, path: Path) -> None:
+    """``model`` written to ``path`` with its weights in ``<path>.data`` beside it (``remove_graph`` removes
+    both), a tensor at a time: serialising a graph whole holds a second copy of its weights in memory.  ONNX Runtime
+    and ``onnx.load`` read the side file from the graph's folder."""
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=f"{path.name}.data", size_threshold=1024)
+
+
+def remove_graph(path: Path) -> None:
+    """A graph file and the weights file ``_save_with_side_weights`` put beside it, if there."""
+    path.unlink(missing_ok=True)
+    path.with_name(f"{path.name}.data").unlink(missing_ok=True)
 
 
 def _quantise_blockwise(onnx, fp32_path: Path, tmp: Path, recipe: QuantisationRecipe) -> None:
@@ -637,9 +666,11 @@ def _quantise_blockwise(onnx, fp32_path: Path, tmp: Path, recipe: QuantisationRe
     quantizer.model.save_model_to_file(str(tmp), use_external_data_format=False)
 
 
-def _quantise_dynamic(onnx, fp32_path: Path, tmp: Path, recipe: QuantisationRecipe, keep_fp32: str | None = None) -> None:
+def _quantise_dynamic(onnx, fp32_path: Path, tmp: Path, recipe: QuantisationRecipe, keep_fp32: str | None = None,
+                      side_weights: bool = False) -> None:
     """Dynamic int8 of every weight MatMul but those whose name ``keep_fp32`` (default ``recipe.keep_fp32``)
-    matches."""
+    matches; ``side_weights``: an intermediate graph, written with its weights beside it (``remove_graph``), which
+    spares a second in-memory copy of the fp32 weights it keeps."""
     from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415 - ONNX Runtime, ~0.4 s
 
     keep = recipe.keep_fp32 if keep_fp32 is None else keep_fp32
@@ -652,7 +683,7 @@ def _quantise_dynamic(onnx, fp32_path: Path, tmp: Path, recipe: QuantisationReci
     quantize_dynamic(
         str(fp32_path), str(tmp), weight_type=getattr(QuantType, recipe.weight_type), per_channel=recipe.per_channel,
         reduce_range=recipe.reduce_range, op_types_to_quantize=["MatMul"], nodes_to_exclude=kept,
-        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT}, use_external_data_format=side_weights,
     )
 
 

@@ -195,6 +195,10 @@ def test_the_query_recipes_quantise_attention_dynamically_and_the_rest_as_their_
     tag = QUANTIZATION_RECIPES[setting]
     artifacts = ModelArtifacts(model_path, tmp_path / "cache")
     graph = onnx.load(str(artifacts.ensure(tag)), load_external_data=False).graph
+    # one self-contained file: the intermediate graphs and their side files of weights are gone
+    assert not any(init.data_location == onnx.TensorProto.EXTERNAL for init in graph.initializer)
+    leftovers = [p.name for p in artifacts.graph_path(tag).parent.iterdir() if p.name.endswith(".data") or ".tmp" in p.name]
+    assert not leftovers, leftovers
     by_kind: dict[str, list[str]] = {}
     for node in graph.node:
         by_kind.setdefault(node.op_type, []).append(node.name)
