@@ -420,7 +420,9 @@ def _record(settings: Settings, decision: Decision, adopted_path: str | None = N
         record.history = [record.decision, *record.history][:HISTORY_KEPT]
     record.decision = decision.to_dict()
     if decision.decision == "adopted":
-        record.model_path, record.model_id, record.adopted_at = adopted_path, adopted_id, decision.created_at
+        if record.model_id != adopted_id:  # adopted now, not when the run that trained it began (created_at)
+            record.adopted_at = _now()
+        record.model_path, record.model_id = adopted_path, adopted_id
     save_record(settings.index_dir, record)
     return record
 
