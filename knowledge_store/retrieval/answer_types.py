@@ -99,9 +99,10 @@ def expected_answer_type(question: str) -> AnswerType | None:
 
 # "How do I clear E55?" asks for an action.  The sentence that names E55 best says what it means ("E55 is shown
 # when ..."); the one that answers says what to do ("The installer must either remove the O/B wire or ...").
+# the phrases that lead to the verb asked for ("how do I", "how to", "steps to")
+_HOW_DO_I = r"how\s+(?:do|can|could|should|would|shall|may|must)\s+(?:i|we|you|one|users?|the\s+user)|how\s+to|steps\s+to"
 _ASKS_ACTION = re.compile(
-    r"\bhow\s+(?:do|can|could|should|would|shall|may|must)\s+(?:i|we|you|one|users?|the\s+user)\b"
-    r"|\bhow\s+to\b|\bwhat\s+(?:do|should|must|can)\s+(?:i|we|you)\s+do\b|\bsteps\s+to\b", re.IGNORECASE)
+    rf"\b(?:{_HOW_DO_I})\b|\bwhat\s+(?:do|should|must|can)\s+(?:i|we|you)\s+do\b", re.IGNORECASE)
 
 # English verbs an instruction opens with ("Remove the wire.", "3. Restart the pump."), general to manuals and
 # documentation, not drawn from any corpus.  Words that are as often nouns or adjectives at a sentence's start
@@ -148,8 +149,7 @@ def asks_for_action(question: str) -> bool:
 # The verb a how-to question asks to do: the word after "how do I", "how to" or "steps to" ("clear" in "how do I
 # clear E55"), past an adverb; "what should I do" names none.
 _ASKED_VERB = re.compile(
-    r"\b(?:how\s+(?:do|can|could|should|would|shall|may|must)\s+(?:i|we|you|one|users?|the\s+user)|how\s+to"
-    r"|steps\s+to)\s+(?:(?:first|then|also|just|actually|properly|safely|correctly)\s+)?([a-z][a-z-]*)\b",
+    rf"\b(?:{_HOW_DO_I})\s+(?:(?:first|then|also|just|actually|properly|safely|correctly)\s+)?([a-z][a-z-]*)\b",
     re.IGNORECASE)
 
 
