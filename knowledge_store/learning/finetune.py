@@ -490,10 +490,12 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
         budget_bytes = settings.finetune_memory_gb * 2**30 if free is None else min(free, settings.finetune_memory_gb * 2**30)
         planned = fit_memory(base_path, recipe, budget_bytes)
         if planned is None:
-            need = training_memory_bytes(base_path, smallest_plan(recipe))
+            smallest = smallest_plan(base_path, recipe)
+            need = training_memory_bytes(base_path, smallest)
             decision.training_hash = None
             decision.reason = (f"declined: training {base_id} needs about {need / 2**30:.1f} GB of memory (mini-batches "
-                               f"of {smallest_plan(recipe).mini_batch_size}, gradient checkpointing) and "
+                               f"of {smallest.mini_batch_size}"
+                               f"{', gradient checkpointing' if smallest.gradient_checkpointing else ''}) and "
                                f"{budget_bytes / 2**30:.1f} GB is available (GROUNDWORK_FINETUNE_MEMORY_GB "
                                f"{settings.finetune_memory_gb:g}); free memory, choose a smaller model "
                                "(GROUNDWORK_EMBEDDING_MODEL=minilm) or set GROUNDWORK_FINETUNE_EMBEDDER=false")

@@ -223,8 +223,8 @@ def test_a_machine_without_the_memory_to_train_declines_before_training_and_trie
     from knowledge_store.learning.recipe import smallest_plan, training_memory_bytes
     from knowledge_store.models.serving import finetuned_dir
 
-    need = training_memory_bytes(corpus.model_path, smallest_plan(finetune.RECIPE))
-    assert need < 2 * 2**30  # MiniLM in mini-batches of 4 with gradient checkpointing
+    need = training_memory_bytes(corpus.model_path, smallest_plan(corpus.model_path, finetune.RECIPE))
+    assert need < 2 * 2**30  # MiniLM in its smallest plan
     monkeypatch.setattr(finetune, "available_memory_bytes", lambda: need // 2)
     decision = finetune.finetune_corpus(corpus)
     assert decision.decision == "declined" and "GB of memory" in decision.reason and decision.training is None
