@@ -69,7 +69,6 @@ from knowledge_store.learning.pairs import HELD_OUT_SHARES, PairSet, TrainingPai
 from knowledge_store.learning.recipe import (
     ContrastiveRecipe,
     fit_memory,
-    freeze_lower_layers,
     release_checkpointing,
     smallest_plan,
     training_memory_bytes,
@@ -257,11 +256,9 @@ def train_embedder(base_path: Path, pairs: list[TrainingPair], out_dir: Path, bu
     plan = batches(pairs, recipe.batch_size, recipe.seed) * recipe.epochs
     if not plan:
         raise FinetuneError(f"{len(pairs)} training pairs make no batch of two")
-    if recipe.frozen_layers:
-        freeze_lower_layers(model[0].auto_model, recipe.frozen_layers)
     loss_of = recipe.build_loss(model)
     warmup = max(1, int(recipe.warmup * len(plan)))
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=recipe.learning_rate)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min((step + 1) / warmup, max(
         0.0, (len(plan) - step) / max(1, len(plan) - warmup))))
     model.train()

@@ -53,9 +53,6 @@ class ContrastiveRecipe:
     epochs: int = 1
     seed: int = 13
     hard_negatives: int = 0  # mined negatives per pair (learning.pairs.mine_hard_negatives); 0: in-batch only
-    # the token embeddings and this many of the lowest encoder layers are not trained (``freeze_lower_layers``):
-    # their backward pass, gradients and optimiser moments are skipped, so a step costs less time and memory
-    frozen_layers: int = 0
     # memory only: the result does not depend on them (``identity``)
     mini_batch_size: int = 32
     gradient_checkpointing: bool = False
@@ -100,18 +97,6 @@ def checkpoint_layers(auto_model: Any) -> None:
         layer.forward = partial(checkpoint, layer.forward, use_reentrant=False)
 
 
-def freeze_lower_layers(auto_model: Any, layers: int) -> None:
-    """Stop training ``auto_model``'s embeddings and its ``layers`` lowest encoder layers (BERT and MPNet name
-    them alike): autograd then keeps no activations below the first trained layer and the backward pass stops
-    there.  ValueError when the model has fewer layers."""
-    encoder_layers = auto_model.encoder.layer
-    if layers > len(encoder_layers):
-        raise ValueError(f"frozen_layers {layers}: the model has {len(encoder_layers)} encoder layers")
-    for module in (auto_model.embeddings, *encoder_layers[:layers]):
-        for parameter in module.parameters():
-            parameter.requires_grad_(False)
-
-
 def release_checkpointing(auto_model: Any) -> None:
     """Undo ``checkpoint_layers``."""
     enabled = getattr(auto_model, "is_activation_checkpointing", None)  # transformers' newer name
@@ -121,17 +106,13 @@ def release_checkpointing(auto_model: Any) -> None:
         layer.__dict__.pop("forward", None)
 
 
-def _model_shape(model_path: Path) -> tuple[int, int, int, int, int]:
-    """(layers, hidden units, attention heads, bytes of fp32 weights, bytes of one encoder layer's fp32 weights)
-    of a sentence-transformers folder."""
+def _model_shape(model_path: Path) -> tuple[int, int, int, int]:
+    """(layers, hidden units, attention heads, bytes of fp32 weights) of a sentence-transformers folder."""
     config = json.loads((Path(model_path) / "config.json").read_text())
     weights = sum(f.stat().st_size for f in Path(model_path).glob("*.safetensors")) or sum(
         f.stat().st_size for f in Path(model_path).glob("pytorch_model*.bin")
     )
-    hidden = int(config["hidden_size"])
-    inner = int(config.get("intermediate_size", 4 * hidden))
-    layer_weights = (4 * hidden * hidden + 2 * hidden * inner + 9 * hidden + inner) * 4  # attention, feed-forward, norms
-    return (int(config["num_hidden_layers"]), hidden, int(config["num_attention_heads"]), weights, layer_weights)
+    return (int(config["num_hidden_layers"]), int(config["hidden_size"]), int(config["num_attention_heads"]), weights)
 
 
 def training_memory_bytes(model_path: Path, recipe: ContrastiveRecipe) -> int:
@@ -139,20 +120,16 @@ def training_memory_bytes(model_path: Path, recipe: ContrastiveRecipe) -> int:
     weights with their gradients and AdamW's moments, and the activations one mini-batch keeps for its backward
     pass (per layer and sequence ~30 floats per token and hidden unit plus three attention maps per head; with
     checkpointing, each layer's input and ``CHECKPOINTED_LAYERS_HELD`` layers' activations).  The effective batch adds only its
-    embeddings (a few MB).  Frozen layers (``ContrastiveRecipe.frozen_layers``) keep neither activations nor
-    gradients and moments; the frozen token embeddings' share is not subtracted (the estimate stays above)."""
-    layers, hidden, heads, weights, layer_weights = _model_shape(model_path)
-    trained_layers = layers - min(recipe.frozen_layers, layers)
+    embeddings (a few MB)."""
+    layers, hidden, heads, weights = _model_shape(model_path)
     tokens = recipe.max_tokens
     layer = (tokens * hidden * FLOATS_PER_TOKEN_AND_UNIT + heads * tokens * tokens * ATTENTION_MAPS) * 4
     per_sequence = (
-        trained_layers * tokens * hidden * 4 + CHECKPOINTED_LAYERS_HELD * layer
+        layers * tokens * hidden * 4 + CHECKPOINTED_LAYERS_HELD * layer
         if recipe.gradient_checkpointing
-        else trained_layers * layer
+        else layers * layer
     )
-    trained_weights = max(0, weights - (layers - trained_layers) * layer_weights)
-    return (PROCESS_BYTES + weights + (STATE_BYTES_PER_WEIGHT_BYTE - 1) * trained_weights
-            + recipe.mini_batch_size * per_sequence)
+    return PROCESS_BYTES + STATE_BYTES_PER_WEIGHT_BYTE * weights + recipe.mini_batch_size * per_sequence
 
 
 def fit_memory(model_path: Path, recipe: ContrastiveRecipe, budget_bytes: float) -> ContrastiveRecipe | None:

@@ -25,7 +25,6 @@ from knowledge_store.learning.recipe import (
     MEMORY_PLANS,
     ContrastiveRecipe,
     fit_memory,
-    freeze_lower_layers,
     smallest_plan,
     training_memory_bytes,
 )
@@ -158,30 +157,6 @@ def test_the_memory_plan_is_the_fastest_that_fits_and_none_when_nothing_does(tmp
     assert fit_memory(mpnet, recipe, training_memory_bytes(mpnet, smallest)) is not None
     assert fit_memory(mpnet, recipe, 1 * 2**30) is None
     assert fit_memory(mpnet, replace(recipe, batch_size=8), 64 * 2**30).mini_batch_size == 8  # never above the batch
-
-
-def test_frozen_layers_lower_the_estimate_and_change_the_trained_model(tmp_path):
-    mpnet = _config_model(tmp_path / "mpnet", 12, 768, 12, 438_000_000)
-    plan = ContrastiveRecipe(mini_batch_size=8, gradient_checkpointing=True)
-    full, half = (training_memory_bytes(mpnet, replace(plan, frozen_layers=k)) for k in (0, 6))
-    # six layers of 7.1 M weights: their gradients and two moments (3 x 4 bytes each) and activations go
-    assert full - half > 6 * 7_000_000 * 12
-    assert training_memory_bytes(mpnet, replace(plan, frozen_layers=12)) < half
-    pairs = PairSet(train=[pair(i) for i in range(10)], held_out=[], counts={}, candidates=10, held_out_feedback=0)
-    assert training_hash("m:1", pairs, "c", plan) != training_hash("m:1", pairs, "c", replace(plan, frozen_layers=6))
-
-
-def test_freezing_stops_the_embeddings_and_the_lowest_layers_from_training():
-    transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
-                                     intermediate_size=32)
-    model = transformers.BertModel(config)
-    freeze_lower_layers(model, 2)
-    assert not any(p.requires_grad for p in model.embeddings.parameters())
-    assert not any(p.requires_grad for layer in model.encoder.layer[:2] for p in layer.parameters())
-    assert all(p.requires_grad for p in model.encoder.layer[2].parameters())
-    with pytest.raises(ValueError, match="frozen_layers 4: the model has 3 encoder layers"):
-        freeze_lower_layers(model, 4)
 
 
 def test_the_memory_plan_is_not_part_of_the_training_hash_but_the_recipe_is():
