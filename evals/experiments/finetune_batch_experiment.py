@@ -10,7 +10,8 @@ batch size (the mini-batch is the memory plan's), so a larger batch costs time p
     .venv/bin/python -m evals.experiments.finetune_batch_experiment DATA_DIR OUT_DIR \\
         [--configs 32,64,128,32+hn] [--budget 300] [--json evals/results/finetune_batch.json]
 
-``32+hn``: batch 32 with ``--hard-negatives`` mined negatives per pair (default 1).
+``32+hn``: batch 32 with ``--hard-negatives`` mined negatives per pair (default 1); ``32+t128``: batch 32 with
+every text cut at 128 word-pieces in training (``ContrastiveRecipe.max_tokens``).
 """
 
 from __future__ import annotations
@@ -28,14 +29,16 @@ from knowledge_store.learning.finetune import RECIPE, finetune_corpus
 
 
 def _recipe(config: str, hard_negatives: int):
-    """``32``, or ``32+hn`` (mined hard negatives)."""
+    """``32``, ``32+hn`` (mined hard negatives), ``32+t128`` (targets cut at 128 word-pieces), combined with ``+``."""
     batch, *extras = config.split("+")
     recipe = replace(RECIPE, batch_size=int(batch))
     for extra in extras:
         if extra == "hn":
             recipe = replace(recipe, hard_negatives=hard_negatives)
+        elif extra.startswith("t") and extra[1:].isdigit():
+            recipe = replace(recipe, max_tokens=int(extra[1:]))
         else:
-            raise SystemExit(f"--configs: {config!r} has {extra!r}; a batch size, then +hn")
+            raise SystemExit(f"--configs: {config!r} has {extra!r}; a batch size, then +hn or +t<word-pieces>")
     return recipe
 
 
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data_dir", type=Path, help="a data folder with a published index (copied, never changed)")
     parser.add_argument("out_dir", type=Path, help="where the copies go (one per configuration)")
-    parser.add_argument("--configs", default="32,64,128", help="comma-separated: a batch size, +hn for hard negatives")
+    parser.add_argument("--configs", default="32,64,128", help="comma-separated: a batch size, +hn for hard negatives, +tN for targets cut at N word-pieces")
     parser.add_argument("--budget", type=float, default=300.0, help="training seconds per configuration")
     parser.add_argument("--hard-negatives", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -61,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         decision = finetune_corpus(settings, budget_s=args.budget, force=True, recipe=recipe, log=print)
         training = decision.training or {}
         row = {"config": config, "batch_size": recipe.batch_size, "hard_negatives": recipe.hard_negatives,
+               "max_tokens": recipe.max_tokens,
                "decision": decision.decision, "gain": decision.gain, "standard_error": decision.standard_error,
                "required": decision.required, "before": decision.before, "after": decision.after,
                "held_out": decision.held_out, "pairs": decision.pairs,
