@@ -41,6 +41,8 @@ snapshot ranks exactly as before the adoption.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import hashlib
 import json
 import logging
@@ -196,6 +198,17 @@ class Decision:
 
 
 # --------------------------------------------------------------------------- training
+
+
+def release_freed_memory() -> None:
+    """Hand the memory Python and torch have freed back to the system.  glibc keeps freed heap pages mapped, so
+    without this the candidate's graph builds after training add to what training left behind: a collection,
+    then ``malloc_trim`` where the C library has one (a no-op elsewhere)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def training_hash(base_model_id: str, pairs: PairSet, corpus: str, recipe: ContrastiveRecipe = RECIPE) -> str:
@@ -520,6 +533,7 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
         out_dir = finetuned_dir(settings) / name
         budget = settings.finetune_budget_s if budget_s is None else budget_s
         training = train_embedder(base_path, pairs.train, out_dir, budget, settings.torch_threads, planned, log=say)
+        release_freed_memory()  # training's activations and optimiser state, before the candidate's graphs
         stages["train"] = round(time.perf_counter() - started - sum(stages.values()), 2)
         decision.training, decision.model_path = training.to_dict(), str(out_dir)
         candidate_id = document_model_id(out_dir, settings.document_quantization, settings.bare_vector_weight,
@@ -539,6 +553,7 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
                    f"{type(error).__name__}: {error}")
             raise
         stages["embed"] = round(time.perf_counter() - started - sum(stages.values()), 2)
+        release_freed_memory()  # the document graph's build and the re-embedding, before the query graph's
         vectors, sentences = store_vectors(settings, snapshot, candidate_id)
         candidate = with_vectors(snapshot, vectors, sentences, candidate_id)
         candidate_queries = settings_query_embedder(settings, out_dir, threads=settings.torch_threads)

@@ -34,11 +34,11 @@ PROCESS_BYTES = 1_200 * 2**20  # Python, torch, the loaded snapshot, the served 
 # peak with mini-batches of 32 (estimate before the fit, one layer: 3.6 GB)
 CHECKPOINTED_LAYERS_HELD = 3
 
-# (mini-batch, gradient checkpointing), fastest first: a larger mini-batch uses the cores better and
-# checkpointing runs each layer's forward pass twice.  Mini-batches of 2 or 4 without checkpointing train a little
-# faster than 8 with it, but a whole fine-tuning run planned with them peaked well above its estimate and above the
-# checkpointed plan's run (docs/EVALUATION.md, "Which plan is fastest"), so they are not planned.
-MEMORY_PLANS = ((32, False), (16, False), (8, False), (32, True), (16, True), (8, True), (4, True))
+# (mini-batch, gradient checkpointing), fastest first: a larger mini-batch uses the cores better, and checkpointing
+# runs each layer's forward pass a second time, which costs more than small mini-batches do (each mini-batch is
+# padded only to its own longest text, so small ones also waste less on padding).  Checkpointed plans are the
+# fallback for budgets below the smallest plain one.
+MEMORY_PLANS = ((32, False), (16, False), (8, False), (4, False), (2, False), (8, True), (4, True), (2, True))
 
 
 @dataclass(frozen=True)
