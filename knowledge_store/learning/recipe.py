@@ -132,19 +132,19 @@ def training_memory_bytes(model_path: Path, recipe: ContrastiveRecipe) -> int:
     return PROCESS_BYTES + STATE_BYTES_PER_WEIGHT_BYTE * weights + recipe.mini_batch_size * per_sequence
 
 
+def memory_plans(recipe: ContrastiveRecipe) -> list[ContrastiveRecipe]:
+    """``recipe`` with each memory plan of ``MEMORY_PLANS`` in its order, mini-batches no larger than the batch."""
+    return [replace(recipe, mini_batch_size=mini_batch, gradient_checkpointing=checkpointing)
+            for mini_batch, checkpointing in MEMORY_PLANS if mini_batch <= recipe.batch_size]
+
+
 def fit_memory(model_path: Path, recipe: ContrastiveRecipe, budget_bytes: float) -> ContrastiveRecipe | None:
-    """``recipe`` with the fastest memory plan (``MEMORY_PLANS``, mini-batches no larger than the batch) whose
-    estimate fits ``budget_bytes``; None when even the smallest does not."""
-    for mini_batch, checkpointing in MEMORY_PLANS:
-        if mini_batch > recipe.batch_size:
-            continue
-        planned = replace(recipe, mini_batch_size=mini_batch, gradient_checkpointing=checkpointing)
-        if training_memory_bytes(model_path, planned) <= budget_bytes:
-            return planned
-    return None
+    """``recipe`` with the fastest memory plan (``memory_plans``) whose estimate fits ``budget_bytes``; None when
+    even the smallest does not."""
+    return next((plan for plan in memory_plans(recipe) if training_memory_bytes(model_path, plan) <= budget_bytes),
+                None)
 
 
 def smallest_plan(model_path: Path, recipe: ContrastiveRecipe) -> ContrastiveRecipe:
     """``recipe`` with the memory plan whose estimate is the smallest (what a decline for memory quotes)."""
-    plans = [replace(recipe, mini_batch_size=m, gradient_checkpointing=c) for m, c in MEMORY_PLANS]
-    return min(plans, key=lambda plan: training_memory_bytes(model_path, plan))
+    return min(memory_plans(recipe), key=lambda plan: training_memory_bytes(model_path, plan))
