@@ -108,3 +108,14 @@ def fine_tuned_graphs_leave_the_model_cache(tmp_path_factory):
     for model in [Path(p) for p in known if isinstance(known, dict)]:
         if model.is_relative_to(temporary) and "-ft-" in model.name and model.is_dir():
             forget_model(model, cache)
+
+
+@pytest.fixture()
+def int8_batches_faster(monkeypatch):
+    """The fidelity check's batch timing pinned to "int8 was faster than fp32": for tests about int8 document
+    vectors, their fidelity and the model cache, which on a CPU whose int8 kernels are slow in batches (blockwise
+    int8 without VNNI) would otherwise (rightly) get fp32 documents. The timing and the choice it drives are tested
+    in tests/integration/test_document_embedding.py and tests/unit/test_model_load.py."""
+    from knowledge_store.models import embeddings
+
+    monkeypatch.setattr(embeddings, "fastest_alternating_ms", lambda runs, repeats: {"fp32": 20.0, "quantised": 10.0})

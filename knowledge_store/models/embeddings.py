@@ -33,6 +33,7 @@ from knowledge_store.models.artifacts import (
     FidelityRecord,
     ModelArtifacts,
     cpu_identity,
+    fastest_alternating_ms,
     judge,
     now_iso,
     timed_median_ms,
@@ -528,8 +529,10 @@ class OnnxEmbedder:
       batch on two threads, most of all when other processes take a core;
     - ``quantization="int8"``: the int8 graph of ``QUANTIZATION_RECIPES["int8"]``, used only where it passed the
       fidelity check on this CPU (``models.artifacts``); where it failed, the fp32 graph runs and the vectors
-      carry the fp32 model id (``decision`` says why).  ``purpose="queries"``: of two graphs that both pass,
-      the one that embedded the probe queries faster on this CPU runs (query vectors are never stored).
+      carry the fp32 model id (``decision`` says why).  Of two graphs that both pass, the one that was faster
+      on this CPU runs: for ``purpose="queries"`` on the probe queries one at a time (query vectors are never
+      stored), for documents on the probe set in the embedder's batches (int8 kernels differ by CPU: without
+      VNNI the blockwise graph can be slower than fp32; the vectors then carry the fp32 model id).
     """
 
     def __init__(self, model_path: Path, cache_dir: Path, threads: int = 1, dim: int | None = None,
@@ -596,13 +599,17 @@ class OnnxEmbedder:
             return FP32_ASKED_FOR
         tag = QUANTIZATION_RECIPES[self.requested_quantization]
         record = self.artifacts.fidelity(tag) if self.artifacts.graph_path(tag).is_file() else None
-        if record is None:
+        if self._needs_check(record):
             record = self._check(tag)
         decision = self._decision_from(record)
         if decision.in_effect == "none" and not record.passed:
             logging.getLogger(__name__).warning("%s: the %s graph is not used on this CPU, fp32 serves instead: %s",
                                                 self.base_model_id, tag, record.reason)
         return decision
+
+    def _needs_check(self, record: FidelityRecord | None) -> bool:
+        """Never checked on this CPU, or (for documents) checked before the probe set's batches were timed."""
+        return record is None or (self.purpose == "documents" and not record.batch_ms)
 
     def _decision_from(self, record: FidelityRecord) -> RecipeDecision:
         tag = QUANTIZATION_RECIPES[self.requested_quantization]
@@ -612,11 +619,17 @@ class OnnxEmbedder:
             return RecipeDecision(self.requested_quantization, "none", tag,
                                   f"{record.reason}; fp32 embeds queries faster on this CPU "
                                   f"({record.query_ms['fp32']:.1f} vs {record.query_ms['quantised']:.1f} ms)", record)
+        if self.purpose == "documents" and record.faster_for_documents() == "fp32":
+            return RecipeDecision(self.requested_quantization, "none", tag,
+                                  f"{record.reason}; fp32 embeds documents faster on this CPU "
+                                  f"({record.batch_ms['fp32']:.1f} vs {record.batch_ms['quantised']:.1f} ms per text "
+                                  "in a batch)", record)
         return RecipeDecision(self.requested_quantization, self.requested_quantization, tag, record.reason, record)
 
     def _check(self, tag: str) -> FidelityRecord:
         """Build fp32 and ``tag`` graphs if missing, embed the probe set with both (one at a time, and the candidate
-        in one padded batch too), time the short probe texts on each, and record the verdict for this CPU."""
+        in one padded batch too), time the short probe texts on each (and, for documents, the probe set in the
+        embedder's batches), and record the verdict for this CPU."""
         start = time.perf_counter()
         fp32_path = self.artifacts.ensure("", self._phase)
         candidate_path = self.artifacts.ensure(tag, self._phase)
@@ -632,10 +645,17 @@ class OnnxEmbedder:
         query_ms = {"fp32": timed_median_ms(lambda: reference.vectors(short, 1), 5),
                     "quantised": timed_median_ms(lambda: candidate.vectors(short, 1), 5)}
         query_ms = {name: round(ms / len(short), 2) for name, ms in query_ms.items()}
+        batch_ms = {}
+        if self.purpose == "documents":  # the probe set as ingestion embeds texts: length-sorted, in batches
+            ordered = sorted(texts, key=len)
+            batch_ms = fastest_alternating_ms({"fp32": lambda: reference.vectors(ordered, self.batch_size),
+                                               "quantised": lambda: candidate.vectors(ordered, self.batch_size)}, 2)
+            batch_ms = {name: round(ms / len(texts), 2) for name, ms in batch_ms.items()}
         cpu = cpu_identity()
         record = FidelityRecord(cpu_key=cpu.key, cpu=cpu.describe(), flags=list(cpu.flags), onnxruntime=cpu.onnxruntime,
                                 texts=len(texts), mean=round(mean, 5), min=round(low, 5), passed=passed,
-                                checked_at=now_iso(), seconds=round(time.perf_counter() - start, 2), query_ms=query_ms)
+                                checked_at=now_iso(), seconds=round(time.perf_counter() - start, 2), query_ms=query_ms,
+                                batch_ms=batch_ms)
         self.artifacts.record_fidelity(tag, record)
         logging.getLogger(__name__).info("%s %s: %s", self.base_model_id, tag, record.reason)
         return record
@@ -697,7 +717,8 @@ class OnnxEmbedder:
         steps = [] if artifacts.fp32_path.is_file() else [("exporting", step_seconds("exporting", self.model_path))]
         if tag and not artifacts.graph_path(tag).is_file():
             steps.append(("quantising", step_seconds("quantising", self.model_path)))
-        if tag and self._decision is None and (not artifacts.graph_path(tag).is_file() or artifacts.fidelity(tag) is None):
+        if tag and self._decision is None and (not artifacts.graph_path(tag).is_file()
+                                               or self._needs_check(artifacts.fidelity(tag))):
             steps.append(("checking", step_seconds("checking", self.model_path)))
         return steps + [("loading", step_seconds("loading", self.model_path))]
 

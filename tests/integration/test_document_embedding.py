@@ -39,6 +39,11 @@ TEXTS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _int8_documents(int8_batches_faster):
+    """int8 document vectors where a test asks for them; which graph is faster on this CPU is set per test."""
+
+
 @pytest.fixture(scope="module")
 def onnx_cache(tmp_path_factory) -> Path:
     """One export (and one int8 quantisation) for the whole module."""
@@ -95,21 +100,25 @@ def test_int8_vectors_are_close_to_fp32_but_not_the_same(embedder, model_path, o
     assert int8.onnx_path != OnnxEmbedder(model_path, onnx_cache).onnx_path and int8.onnx_path.is_file()
 
 
-def _time_queries_as(onnx_cache: Path, model_path: Path, fp32_ms: float, quantised_ms: float) -> None:
-    """Record, for this CPU, that the int8 graph passed its check and embedded the probe queries in these times."""
+def _time_graphs_as(onnx_cache: Path, model_path: Path, fp32_ms: float, quantised_ms: float,
+                    batch_fp32_ms: float = 20.0, batch_quantised_ms: float = 10.0) -> None:
+    """Record, for this CPU, that the int8 graph passed its check and embedded the probe queries one at a time, and
+    the probe set in batches, in these times."""
     artifacts = OnnxEmbedder(model_path, onnx_cache, quantization="int8").artifacts
     OnnxEmbedder(model_path, onnx_cache, quantization="int8").decision  # checked (and recorded) once
     path = artifacts.fidelity_path(QUANTIZATION_RECIPES["int8"])
     records = json.loads(path.read_text())
     for record in records.values():
+        assert set(record["batch_ms"]) == {"fp32", "quantised"}  # the document embedder's check timed batches
         record["query_ms"] = {"fp32": fp32_ms, "quantised": quantised_ms}
+        record["batch_ms"] = {"fp32": batch_fp32_ms, "quantised": batch_quantised_ms}
     path.write_text(json.dumps(records))
 
 
 def test_int8_queries_come_from_the_int8_graph_where_it_is_faster_and_need_the_onnx_encoder(
         embedder, model_path, onnx_cache, tmp_path):
     queries = ["how do I reset the thermostat", "what does error E42 mean"]
-    _time_queries_as(onnx_cache, model_path, fp32_ms=20.0, quantised_ms=10.0)
+    _time_graphs_as(onnx_cache, model_path, fp32_ms=20.0, quantised_ms=10.0)
     int8 = query_embedder(model_path, "onnx", onnx_cache, threads=1, quantization="int8")
     fp32 = query_embedder(model_path, "onnx", onnx_cache, threads=1)
     assert isinstance(int8, OnnxEmbedder) and int8.backend == "onnx-int8" and fp32.backend == "onnx"
@@ -117,7 +126,7 @@ def test_int8_queries_come_from_the_int8_graph_where_it_is_faster_and_need_the_o
     assert (got * want).sum(axis=1).min() > 0.97 and _max_cos_gap(got, want) > 1e-4
     assert _max_cos_gap(fp32.embed(queries), want) < 1e-5
     # where fp32 embeds queries faster (a CPU whose int8 kernels are slow), queries run fp32 and say why
-    _time_queries_as(onnx_cache, model_path, fp32_ms=10.0, quantised_ms=20.0)
+    _time_graphs_as(onnx_cache, model_path, fp32_ms=10.0, quantised_ms=20.0)
     slow_int8 = query_embedder(model_path, "onnx", onnx_cache, threads=1, quantization="int8")
     assert slow_int8.backend == "onnx" and "fp32 embeds queries faster" in slow_int8.decision.reason
     assert _max_cos_gap(slow_int8.embed(queries), want) < 1e-5
@@ -127,6 +136,33 @@ def test_int8_queries_come_from_the_int8_graph_where_it_is_faster_and_need_the_o
         query_embedder(model_path, "torch", onnx_cache, threads=1, quantization="int8")
     with pytest.raises(ConfigError, match="query_quantization"):
         Settings(data_dir=tmp_path, query_encoder="torch", query_quantization="int8")
+
+
+def test_documents_run_the_graph_that_embedded_batches_faster_on_this_cpu(embedder, model_path, onnx_cache):
+    texts = ["The heat pump defrosts every ninety minutes in cold weather.", "Error E42: open circuit on S1."]
+    _time_graphs_as(onnx_cache, model_path, fp32_ms=20.0, quantised_ms=10.0, batch_fp32_ms=10.0, batch_quantised_ms=14.0)
+    slow_int8 = OnnxEmbedder(model_path, onnx_cache, quantization="int8")
+    # a CPU whose int8 kernels are slower than fp32 in batches (blockwise int8 without VNNI): fp32 embeds the
+    # documents, under the fp32 model id, and the decision says why; queries keep the int8 graph they were faster on
+    assert slow_int8.backend == "onnx" and slow_int8.model_id == model_id_for(model_path)
+    assert "fp32 embeds documents faster on this CPU (10.0 vs 14.0 ms per text in a batch)" in slow_int8.decision.reason
+    assert _max_cos_gap(slow_int8.embed(texts), embedder.embed(texts)) < 1e-5
+    assert query_embedder(model_path, "onnx", onnx_cache, threads=1, quantization="int8").backend == "onnx-int8"
+    _time_graphs_as(onnx_cache, model_path, fp32_ms=20.0, quantised_ms=10.0, batch_fp32_ms=14.0, batch_quantised_ms=10.0)
+    fast_int8 = OnnxEmbedder(model_path, onnx_cache, quantization="int8")
+    assert fast_int8.backend == "onnx-int8" and fast_int8.model_id == document_model_id(model_path, "int8")
+
+
+def test_a_record_checked_before_batches_were_timed_is_checked_again_for_documents(model_path, onnx_cache):
+    _time_graphs_as(onnx_cache, model_path, fp32_ms=20.0, quantised_ms=10.0)
+    artifacts = OnnxEmbedder(model_path, onnx_cache, quantization="int8").artifacts
+    path = artifacts.fidelity_path(QUANTIZATION_RECIPES["int8"])
+    records = json.loads(path.read_text())
+    for record in records.values():
+        del record["batch_ms"]  # as a cache written before documents' batches were timed
+    path.write_text(json.dumps(records))
+    assert OnnxEmbedder(model_path, onnx_cache, quantization="int8").decision.fidelity.batch_ms  # timed now
+    assert all(set(r["batch_ms"]) == {"fp32", "quantised"} for r in json.loads(path.read_text()).values())
 
 
 def test_int8_query_vectors_never_embed_fp32_documents(model_path, onnx_cache, tmp_path):

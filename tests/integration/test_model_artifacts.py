@@ -58,7 +58,8 @@ def _break_graph(graph: Path) -> None:
     onnx.save(model, str(graph))
 
 
-def test_the_quantised_graph_passes_its_fidelity_check_on_this_cpu(built_cache, tmp_path, model_path, embedder):
+def test_the_quantised_graph_passes_its_fidelity_check_on_this_cpu(built_cache, tmp_path, model_path, embedder,
+                                                                    int8_batches_faster):
     cache = _copy_cache(built_cache, tmp_path / "cache")
     int8 = OnnxEmbedder(model_path, cache, quantization="int8")
     decision = int8.decision
@@ -118,7 +119,8 @@ def test_a_verdict_recorded_on_another_cpu_is_not_trusted_here(built_cache, tmp_
     assert set(recorded) == {"another-cpu", cpu_identity().key}  # both verdicts kept, each for its own CPU
 
 
-def test_graphs_are_built_once_per_machine_and_shared_by_every_data_dir(built_cache, tmp_path, model_path, monkeypatch):
+def test_graphs_are_built_once_per_machine_and_shared_by_every_data_dir(built_cache, tmp_path, model_path, monkeypatch,
+                                                                        int8_batches_faster):
     cache = _copy_cache(built_cache, tmp_path / "cache")
     first = Settings(data_dir=tmp_path / "one", models_cache_dir=cache, document_quantization="int8")
     second = Settings(data_dir=tmp_path / "two", models_cache_dir=cache, document_quantization="int8")

@@ -6,12 +6,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
 from knowledge_store.config.embedding_models import QUANTIZATION_RECIPES
 from knowledge_store.core.errors import ModelLoadFailedError, ModelLoadingError
 from knowledge_store.core.files import exclusive_lock
+from knowledge_store.models.artifacts import FidelityRecord, cpu_identity, fastest_alternating_ms
 from knowledge_store.models.embeddings import OnnxEmbedder, report_step, step_seconds
 from knowledge_store.models.loading import OVERDUE_RETRY_S, UNKNOWN_RETRY_S, ModelLoad
 
@@ -172,6 +174,38 @@ def test_step_estimates_follow_the_weights_and_the_files_left_to_make(tmp_path, 
     assert [step for step, _ in int8.load_steps()] == ["checking", "loading"]
     fp32 = OnnxEmbedder(model_path, tmp_path / "cache")
     assert [step for step, _ in fp32.load_steps()] == ["loading"]
+
+
+def test_a_documents_check_recorded_without_batch_timings_is_run_again_a_queries_one_is_not(tmp_path, model_path):
+    documents = OnnxEmbedder(model_path, tmp_path / "cache", quantization="int8")
+    tag = QUANTIZATION_RECIPES["int8"]
+    documents.artifacts.folder.mkdir(parents=True)
+    documents.artifacts.fp32_path.write_bytes(b"")
+    documents.artifacts.graph_path(tag).write_bytes(b"")
+    cpu = cpu_identity()
+    record = FidelityRecord(cpu_key=cpu.key, cpu=cpu.describe(), flags=list(cpu.flags), onnxruntime=cpu.onnxruntime,
+                            texts=12, mean=0.999, min=0.998, passed=True, checked_at="2026-01-01T00:00:00+00:00",
+                            seconds=1.0, query_ms={"fp32": 2.0, "quantised": 1.0})
+    documents.artifacts.record_fidelity(tag, record)  # as written before batches were timed
+    assert [step for step, _ in documents.load_steps()] == ["checking", "loading"]
+    queries = OnnxEmbedder(model_path, tmp_path / "cache", quantization="int8", purpose="queries")
+    assert [step for step, _ in queries.load_steps()] == ["loading"]
+    record.batch_ms = {"fp32": 3.0, "quantised": 4.0}
+    documents.artifacts.record_fidelity(tag, record)
+    assert [step for step, _ in documents.load_steps()] == ["loading"]
+    assert record.faster_for_documents() == "fp32" and record.faster_for_queries() == "quantised"
+
+
+def test_the_faster_of_two_runs_is_timed_by_its_fastest_alternating_round():
+    calls = []
+
+    def run(name: str, seconds: float):
+        return lambda: (calls.append(name), time.sleep(seconds))
+
+    best = fastest_alternating_ms({"slow": run("slow", 0.02), "fast": run("fast", 0.005)}, 3)
+    assert set(best) == {"slow", "fast"} and best["fast"] < best["slow"] and best["slow"] >= 20
+    # one untimed call each, then rounds in alternating order
+    assert calls == ["slow", "fast", "slow", "fast", "fast", "slow", "slow", "fast"]
 
 
 def test_what_a_loading_embedder_runs_is_told_without_waiting_for_its_load(tmp_path, model_path):
