@@ -238,11 +238,13 @@ def mine_hard_negatives(snapshot: LoadedSnapshot, pairs: list[TrainingPair], que
     returned without any."""
     sections = snapshot.sections
     active = snapshot.active
-    hashes = snapshot.records.column("content_hash").to_pylist()
+    # the chunk's own text, not its content hash: the hash covers the heading path it is embedded under, so the
+    # same paragraph in two sections has two hashes
+    chunk_texts = snapshot.records.column("text").to_pylist()
     out = []
     for pair, qv in zip(pairs, query_vectors, strict=True):
         lead = int(sections.lead_row[pair.group])
-        lead_vector, lead_hash = snapshot.embeddings[lead], hashes[lead]
+        lead_vector, lead_text = snapshot.embeddings[lead], chunk_texts[lead]
         holds: dict[int, bool] = {}
 
         def holds_copy(group: int) -> bool:
@@ -250,7 +252,7 @@ def mine_hard_negatives(snapshot: LoadedSnapshot, pairs: list[TrainingPair], que
             for the candidates' sections only, once each)."""
             if group not in holds:
                 rows = sections.rows(group)
-                holds[group] = any(hashes[r] == lead_hash for r in rows.tolist()) or \
+                holds[group] = any(chunk_texts[r] == lead_text for r in rows.tolist()) or \
                     float((snapshot.embeddings[rows] @ lead_vector).max()) >= NEAR_DUPLICATE_COSINE
             return holds[group]
 

@@ -178,9 +178,10 @@ class FidelityRecord:
     # per-text query latency of the fp32 and the quantised graph on this CPU (ms, median), measured with the
     # check: which graph embeds queries faster here (``faster_for_queries``)
     query_ms: dict[str, float] = field(default_factory=dict)
-    # per-text time of the fp32 and the quantised graph embedding the probe set as one padded batch on this CPU (ms,
-    # the fastest of a few alternating runs), measured by the document embedder's check: documents run in batches,
-    # where the kernels that win are not the ones that win for one short query (``faster_for_documents``)
+    # per-text time of the fp32 and the quantised graph embedding the probe set length-sorted in the document
+    # embedder's batches on this CPU (ms, the fastest of alternating rounds), measured by the document embedder's
+    # check: documents run in batches, where the kernels that win are not always the ones that win for one short
+    # query (``faster_for_documents``)
     batch_ms: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -194,7 +195,7 @@ class FidelityRecord:
         return _faster(self.query_ms)
 
     def faster_for_documents(self) -> str | None:
-        """``fp32`` or ``quantised``: which graph embedded the probe set in one batch faster here (None: not timed)."""
+        """``fp32`` or ``quantised``: which graph embedded the probe set in batches faster here (None: not timed)."""
         return _faster(self.batch_ms)
 
     def to_dict(self) -> dict[str, Any]:

@@ -592,7 +592,7 @@ class OnnxEmbedder:
             return FP32_ASKED_FOR
         tag = QUANTIZATION_RECIPES[self.requested_quantization]
         record = self.artifacts.fidelity(tag) if self.artifacts.graph_path(tag).is_file() else None
-        return None if record is None else self._decision_from(record)
+        return None if self._needs_check(record) else self._decision_from(record)
 
     def _decide(self) -> RecipeDecision:
         if self.requested_quantization == "none":
@@ -877,7 +877,7 @@ def prepare_embedders(settings: Settings, model_path: Path | None = None,
             decisions[purpose] = RecipeDecision("none", "none", "", f"{encoder} runs the model (no ONNX graph)")
             continue
         embedder = OnnxEmbedder(Path(model_path or settings.model_path), settings.models_cache_dir,
-                                quantization=quantization, purpose=purpose)
+                                quantization=quantization, batch_size=settings.onnx_batch_size, purpose=purpose)
         embedder.on_phase = on_phase
         embedder.artifacts.ensure("", embedder._phase)
         decisions[purpose] = embedder.decision

@@ -14,7 +14,7 @@ from knowledge_store.config.embedding_models import QUANTIZATION_RECIPES
 from knowledge_store.config.settings import Settings
 from knowledge_store.models import artifacts as artifacts_module
 from knowledge_store.models.artifacts import FIDELITY_MIN, FIDELITY_MIN_MEAN, PROBE_TEXTS, ModelArtifacts, cpu_identity
-from knowledge_store.models.embeddings import OnnxEmbedder, _Graph, graph_status, model_id_for
+from knowledge_store.models.embeddings import OnnxEmbedder, _Graph, graph_status, model_id_for, prepare_embedders
 
 pytestmark = pytest.mark.slow
 INT8 = QUANTIZATION_RECIPES["int8"]
@@ -102,6 +102,22 @@ def test_a_graph_that_fails_its_fidelity_check_is_not_used_and_fp32_serves(built
                         query_quantization="int8")
     status = graph_status(settings)
     assert status["documents"]["in_effect"] == "none" and "FAILED" in status["documents"]["reason"]
+
+
+def test_models_prepare_checks_both_graphs_and_runs_the_faster_passing_one_for_each(built_cache, tmp_path):
+    """``groundwork models prepare`` (``make install``): both graphs checked on this CPU, documents' batches timed,
+    and each purpose runs the graph its timing chose, as status pages say without building anything."""
+    cache = _copy_cache(built_cache, tmp_path / "cache")
+    settings = Settings(data_dir=tmp_path / "data", models_cache_dir=cache, document_quantization="int8",
+                        query_quantization="int8")
+    decisions = prepare_embedders(settings)
+    record = decisions["documents"].fidelity
+    assert record.passed and set(record.batch_ms) == set(record.query_ms) == {"fp32", "quantised"}, record
+    chosen = {"documents": record.faster_for_documents(), "queries": record.faster_for_queries()}
+    status = graph_status(settings)
+    for purpose, faster in chosen.items():
+        assert decisions[purpose].in_effect == ("int8" if faster == "quantised" else "none"), decisions[purpose]
+        assert status[purpose]["in_effect"] == decisions[purpose].in_effect, status
 
 
 def test_a_verdict_recorded_on_another_cpu_is_not_trusted_here(built_cache, tmp_path, model_path):

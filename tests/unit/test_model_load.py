@@ -188,11 +188,13 @@ def test_a_documents_check_recorded_without_batch_timings_is_run_again_a_queries
                             seconds=1.0, query_ms={"fp32": 2.0, "quantised": 1.0})
     documents.artifacts.record_fidelity(tag, record)  # as written before batches were timed
     assert [step for step, _ in documents.load_steps()] == ["checking", "loading"]
+    assert documents.recorded_decision() is None  # status pages: not checked here yet, not the old verdict
     queries = OnnxEmbedder(model_path, tmp_path / "cache", quantization="int8", purpose="queries")
     assert [step for step, _ in queries.load_steps()] == ["loading"]
     record.batch_ms = {"fp32": 3.0, "quantised": 4.0}
     documents.artifacts.record_fidelity(tag, record)
     assert [step for step, _ in documents.load_steps()] == ["loading"]
+    assert documents.recorded_decision().in_effect == "none"  # fp32 was faster in batches
     assert record.faster_for_documents() == "fp32" and record.faster_for_queries() == "quantised"
 
 
