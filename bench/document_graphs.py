@@ -21,23 +21,20 @@ import argparse
 import json
 import os
 import random
+import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.ingest_throughput import machine  # noqa: E402
-from bench.query_graphs import PER_CHANNEL_ALL, PER_TENSOR  # noqa: E402
-from knowledge_store.config.embedding_models import model_facts  # noqa: E402
+from bench.query_graphs import compared_graphs, embedder_tokenizer  # noqa: E402
 from knowledge_store.config.settings import Settings  # noqa: E402
-from knowledge_store.models.artifacts import RECIPES, ModelArtifacts, cpu_identity, quantise  # noqa: E402
-from knowledge_store.models.embeddings import _Graph  # noqa: E402
+from knowledge_store.models.artifacts import ModelArtifacts, cpu_identity  # noqa: E402
 
 
 def main() -> None:
@@ -54,19 +51,11 @@ def main() -> None:
     documents = [json.loads(line) for line in args.corpus.read_text().splitlines() if line.strip()]
     sample = random.Random(7).sample(documents, min(args.texts, len(documents)))
     texts = [f"{d.get('title', '')}\n{d.get('text', '')}".strip() for d in sample]
-    tokenizer = Tokenizer.from_file(str(model_path / "tokenizer.json"))
-    tokenizer.enable_truncation(max_length=model_facts(model_path).max_tokens or 256)  # as the document embedder
-    tokenizer.no_padding()
+    tokenizer = embedder_tokenizer(model_path)
     lengths = [len(e.ids) for e in tokenizer.encode_batch(texts)]
     texts = [texts[i] for i in np.argsort(lengths)]  # length-sorted, as ingestion batches them
     load_before = os.getloadavg()
-    fp32 = artifacts.ensure("")
-    scratch = Path(tempfile.mkdtemp(prefix="document-graphs-"))
-    paths = [("fp32", fp32)] + [(tag, artifacts.ensure(tag)) for tag in RECIPES]
-    for recipe in (PER_TENSOR, PER_CHANNEL_ALL):
-        paths.append((recipe.tag, scratch / f"{recipe.tag}.onnx"))
-        quantise(fp32, paths[-1][1], recipe)
-    graphs = [(tag, _Graph(path, tokenizer, args.threads)) for tag, path in paths]
+    graphs, scratch = compared_graphs(artifacts, tokenizer, args.threads, "document-graphs-")
     for _, graph in graphs:
         graph.vectors(texts[: args.batch], args.batch)  # warm-up
     batches = [texts[i : i + args.batch] for i in range(0, len(texts), args.batch)]
@@ -99,6 +88,7 @@ def main() -> None:
     print(json.dumps({k: v for k, v in report.items() if k != "graphs"}))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

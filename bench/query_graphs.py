@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -42,6 +43,29 @@ PER_CHANNEL_ALL = QuantisationRecipe(
     method="dynamic", weight_type="QInt8", per_channel=True, reduce_range=True)
 
 
+def embedder_tokenizer(model_path: Path) -> Tokenizer:
+    """The model's tokenizer cut at its window and without padding, as the served embedders run it."""
+    tokenizer = Tokenizer.from_file(str(model_path / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length=model_facts(model_path).max_tokens or 256)
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def compared_graphs(artifacts: ModelArtifacts, tokenizer: Tokenizer, threads: int,
+                    prefix: str) -> tuple[list[tuple[str, _Graph]], Path]:
+    """The graphs these benchmarks compare, as (tag, session), and the temporary folder (named ``prefix``...) the
+    two dynamic recipes above were quantised into, never the model cache (the caller removes it); then the fp32
+    export and the shipped recipes."""
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    fp32 = artifacts.ensure("")
+    extra = []
+    for recipe in (PER_TENSOR, PER_CHANNEL_ALL):
+        extra.append((recipe.tag, scratch / f"{recipe.tag}.onnx"))
+        quantise(fp32, extra[-1][1], recipe)
+    return [(tag, _Graph(path, tokenizer, threads))
+            for tag, path in [("fp32", fp32)] + [(t, artifacts.ensure(t)) for t in RECIPES] + extra], scratch
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queries-file", type=Path, required=True)
@@ -53,18 +77,9 @@ def main() -> None:
     model_path = Path(settings.model_path)
     artifacts = ModelArtifacts(model_path, Path(settings.models_cache_dir))
     queries = [json.loads(line)["text"] for line in args.queries_file.read_text().splitlines() if line.strip()]
-    tokenizer = Tokenizer.from_file(str(model_path / "tokenizer.json"))
-    tokenizer.enable_truncation(max_length=model_facts(model_path).max_tokens or 256)  # as the served embedder
-    tokenizer.no_padding()
+    tokenizer = embedder_tokenizer(model_path)
     rows = []
-    scratch = Path(tempfile.mkdtemp(prefix="query-graphs-"))
-    fp32 = artifacts.ensure("")
-    extra = []
-    for recipe in (PER_TENSOR, PER_CHANNEL_ALL):
-        extra.append((recipe.tag, scratch / f"{recipe.tag}.onnx"))
-        quantise(fp32, extra[-1][1], recipe)
-    graphs = [(tag, _Graph(path, tokenizer, args.threads))
-              for tag, path in [("fp32", fp32)] + [(t, artifacts.ensure(t)) for t in RECIPES] + extra]
+    graphs, scratch = compared_graphs(artifacts, tokenizer, args.threads, "query-graphs-")
     for _, graph in graphs:
         graph.vectors(queries[:10], 1)  # warm-up
     times = {tag: np.zeros((args.repeats, len(queries))) for tag, _ in graphs}
@@ -93,9 +108,7 @@ def main() -> None:
               "load_1min_at_end": os.getloadavg()[0], "rows": rows}
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
-    for _, path in extra:
-        path.unlink(missing_ok=True)
-    scratch.rmdir()
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

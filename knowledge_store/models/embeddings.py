@@ -590,15 +590,14 @@ class OnnxEmbedder:
             return self._decision
         if self.requested_quantization == "none":
             return FP32_ASKED_FOR
-        tag = QUANTIZATION_RECIPES[self.requested_quantization]
-        record = self.artifacts.fidelity(tag) if self.artifacts.graph_path(tag).is_file() else None
+        record = self._recorded_fidelity(QUANTIZATION_RECIPES[self.requested_quantization])
         return None if self._needs_check(record) else self._decision_from(record)
 
     def _decide(self) -> RecipeDecision:
         if self.requested_quantization == "none":
             return FP32_ASKED_FOR
         tag = QUANTIZATION_RECIPES[self.requested_quantization]
-        record = self.artifacts.fidelity(tag) if self.artifacts.graph_path(tag).is_file() else None
+        record = self._recorded_fidelity(tag)
         if self._needs_check(record):
             record = self._check(tag)
         decision = self._decision_from(record)
@@ -606,6 +605,10 @@ class OnnxEmbedder:
             logging.getLogger(__name__).warning("%s: the %s graph is not used on this CPU, fp32 serves instead: %s",
                                                 self.base_model_id, tag, record.reason)
         return decision
+
+    def _recorded_fidelity(self, tag: str) -> FidelityRecord | None:
+        """This CPU's recorded check of the ``tag`` graph in the cache (None: no graph, or never checked here)."""
+        return self.artifacts.fidelity(tag) if self.artifacts.graph_path(tag).is_file() else None
 
     def _needs_check(self, record: FidelityRecord | None) -> bool:
         """Never checked on this CPU, or (for documents) checked before the probe set's batches were timed."""
@@ -717,8 +720,7 @@ class OnnxEmbedder:
         steps = [] if artifacts.fp32_path.is_file() else [("exporting", step_seconds("exporting", self.model_path))]
         if tag and not artifacts.graph_path(tag).is_file():
             steps.append(("quantising", step_seconds("quantising", self.model_path)))
-        if tag and self._decision is None and (not artifacts.graph_path(tag).is_file()
-                                               or self._needs_check(artifacts.fidelity(tag))):
+        if tag and self._decision is None and self._needs_check(self._recorded_fidelity(tag)):
             steps.append(("checking", step_seconds("checking", self.model_path)))
         return steps + [("loading", step_seconds("loading", self.model_path))]
 
