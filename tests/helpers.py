@@ -27,6 +27,10 @@ TIMEOUT_MS = 30_000
 # appended to a tiny Markdown fixture so it passes GROUNDWORK_MIN_MARKDOWN_WORDS (50): the same words in every such
 # file, so they rank nothing above anything else
 MARKDOWN_FILLER = "\n\n" + "This page is kept in the plant handbook for the maintenance crew on every shift. " * 5
+# How much of this project's docs a fine-tuning test corpus holds: the docs grow every release, and a test's
+# time grows with what it embeds (each training test re-embeds its corpus), so the share is bounded
+PROJECT_DOCS_PER_FILE = 24_000
+PROJECT_DOCS_TOTAL = 144_000
 
 
 def free_port() -> int:
@@ -212,6 +216,29 @@ class CountingEmbedder:
     def embed_in_context(self, texts: list[str], spans):
         self.texts.extend(texts)
         return self.inner.embed_in_context(texts, spans)
+
+
+def copy_project_docs(dest: Path, per_file: int = PROJECT_DOCS_PER_FILE, total: int = PROJECT_DOCS_TOTAL,
+                      names: tuple[str, ...] | None = None) -> list[Path]:
+    """A bounded copy of this project's Markdown docs (``docs/*.md``, or ``names``) into ``dest``: each file's
+    opening sections up to ``per_file`` characters, cut before a heading (else at a blank line), files in name
+    order until ``total``.  Real prose with many headings (a few hundred training pairs), of a size that does not
+    grow with the docs.  Returns the files written."""
+    dest.mkdir(parents=True, exist_ok=True)
+    written, left = [], total
+    sources = [REPO_ROOT / "docs" / n for n in names] if names else sorted((REPO_ROOT / "docs").glob("*.md"))
+    for source in sources:
+        if left <= 0:
+            break
+        text, limit = source.read_text(encoding="utf-8"), min(per_file, left)
+        if len(text) > limit:
+            head = text[:limit]
+            cut = head.rfind("\n#")
+            text = head[:cut] if cut > 0 else head[:max(head.rfind("\n\n"), 1)]
+        (dest / source.name).write_text(text.rstrip() + "\n", encoding="utf-8")
+        written.append(dest / source.name)
+        left -= len(text)
+    return written
 
 
 def build_sample_index(root: Path, embedder, **overrides):

@@ -26,7 +26,7 @@ from knowledge_store.models.serving import load_record
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.storage.index import read_pointer
 from knowledge_store.storage.store import store_connection
-from tests.helpers import REPO_ROOT
+from tests.helpers import copy_project_docs
 
 pytestmark = pytest.mark.slow
 QUERIES = ["how do I reset the Aurora to factory settings", "which origin may call the API",
@@ -40,11 +40,12 @@ ENV = {"GROUNDWORK_FINETUNE_MIN_PAIRS": "20", "GROUNDWORK_TORCH_THREADS": "2", "
 
 @pytest.fixture(scope="module")
 def base_index(tmp_path_factory, embedder):
-    """The sample corpus and a copy of this project's docs (enough headings for a few hundred pairs), indexed with
-    the base model, once per module; each test works on its own copy."""
+    """The sample corpus and a bounded copy of this project's docs (enough headings for a few hundred pairs, a size
+    that does not grow with the docs), indexed with the base model, once per module; each test works on its own
+    copy."""
     root = tmp_path_factory.mktemp("finetune")
     write_sample_corpus(root / "sample")
-    shutil.copytree(REPO_ROOT / "docs", root / "project-docs", ignore=shutil.ignore_patterns("*.json", "*.png", "*.jsonl"))
+    copy_project_docs(root / "project-docs")
     settings = Settings(data_dir=root / "data", sources=[root / "sample", root / "project-docs"], **SMALL)
     run_sync(settings, embedder)
     return root

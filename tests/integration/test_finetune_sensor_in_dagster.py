@@ -21,7 +21,7 @@ from knowledge_store.ingest.sample_corpus import write_sample_corpus
 from knowledge_store.learning.finetune import Decision, corpus_change
 from knowledge_store.models.embeddings import model_id_for
 from knowledge_store.models.serving import EmbedderRecord, save_record
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, copy_project_docs
 
 pytestmark = pytest.mark.slow
 WORKSPACE = REPO_ROOT / "workspace.yaml"
@@ -115,8 +115,7 @@ def test_a_sync_that_changes_a_fifth_of_the_corpus_starts_a_finetuning_run_with_
         quiet = _evaluate(location, repo, instance)
         assert not quiet.run_requests and "new since the last fine-tuning decision" in quiet.skip_message
 
-        for name in ADDED:
-            shutil.copy(REPO_ROOT / "docs" / name, tmp_path / "added" / name)
+        copy_project_docs(tmp_path / "added", names=ADDED)
         run_sync(settings, embedder)
         share, _, _ = corpus_change(settings)
         assert share >= settings.finetune_change_share  # the sync changed at least a fifth of the corpus
