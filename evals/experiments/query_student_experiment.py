@@ -14,6 +14,9 @@ of the chunks.  The labelled questions only score the result, with the default r
 - ``MiniLM + linear map``: MiniLM unchanged, its vectors mapped by least squares (no training);
 - ``student``: MiniLM and the map trained on the teacher's vectors.
 
+``--student mpnet-layers:N`` trains a student that starts in mpnet's own space instead: its embeddings and first
+N layers, pooled as mpnet pools (the untrained row is that truncation as it is).
+
 Each row gives nDCG@10, Recall@5, the questions' mean and minimum cosine to the teacher, and each query
 encoder's time per question (one at a time, one thread, fastest of two passes).  The hyperparameters are set
 before looking at any labelled question (texts, epochs, learning rate: the arguments' defaults).
@@ -73,6 +76,8 @@ def per_question_ms(embed, questions: list[str]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("set", help="a dev set: debian, perl, scifact (evals.experiments.dev_store)")
+    parser.add_argument("--student", default="minilm",
+                        help="minilm (MiniLM and a linear map to 768 dimensions) or mpnet-layers:N (mpnet's first N layers)")
     parser.add_argument("--texts", type=int, default=8000, help="training texts from the corpus")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=2e-5, help="the encoder's learning rate (the map's: 5x)")
@@ -111,32 +116,46 @@ def main() -> None:
     print(f"{len(texts)} training texts, teacher vectors in {teacher_seconds:.0f} s", flush=True)
     teacher.max_seq_length = EMBEDDER_REGISTRY["mpnet"].max_tokens
 
-    student = SentenceTransformer(str(EMBEDDER_REGISTRY["minilm"].locate()), device="cpu")
-    student.max_seq_length = args.max_tokens
-    base = unit(student.encode(texts, batch_size=64, convert_to_numpy=True))
-    # ridge regression from MiniLM's unit vectors (and a constant) to the teacher's: the map's start, and a row of
-    # its own; the penalty keeps the map's weights small, so training the encoder under it stays stable
-    x = np.c_[base, np.ones(len(base))].astype(np.float64)
-    weights = np.linalg.solve(x.T @ x + RIDGE * np.eye(x.shape[1]), x.T @ targets)
-    fit = np.sum(unit((x @ weights).astype(np.float32)) * targets, axis=1)
-    print(f"linear map: cosine to the teacher on the training texts {fit.mean():.4f}, "
-          f"weight norm {np.linalg.norm(weights):.1f}", flush=True)
-    dense = models.Dense(base.shape[1], targets.shape[1], bias=True, activation_function=torch.nn.Identity())
-    with torch.no_grad():
-        dense.linear.weight.copy_(torch.from_numpy(weights[:-1].T.astype(np.float32)))
-        dense.linear.bias.copy_(torch.from_numpy(weights[-1].astype(np.float32)))
-    student.append(dense)
+    if args.student == "minilm":
+        student = SentenceTransformer(str(EMBEDDER_REGISTRY["minilm"].locate()), device="cpu")
+        student.max_seq_length = args.max_tokens
+        base = unit(student.encode(texts, batch_size=64, convert_to_numpy=True))
+        # ridge regression from MiniLM's unit vectors (and a constant) to the teacher's: the map's start, and a row
+        # of its own; the penalty keeps the map's weights small, so training the encoder under it stays stable
+        x = np.c_[base, np.ones(len(base))].astype(np.float64)
+        weights = np.linalg.solve(x.T @ x + RIDGE * np.eye(x.shape[1]), x.T @ targets)
+        fit = np.sum(unit((x @ weights).astype(np.float32)) * targets, axis=1)
+        print(f"linear map: cosine to the teacher on the training texts {fit.mean():.4f}, "
+              f"weight norm {np.linalg.norm(weights):.1f}", flush=True)
+        dense = models.Dense(base.shape[1], targets.shape[1], bias=True, activation_function=torch.nn.Identity())
+        with torch.no_grad():
+            dense.linear.weight.copy_(torch.from_numpy(weights[:-1].T.astype(np.float32)))
+            dense.linear.bias.copy_(torch.from_numpy(weights[-1].astype(np.float32)))
+        student.append(dense)
+        groups = [{"params": student[0].parameters(), "lr": args.lr}, {"params": dense.parameters(), "lr": 5 * args.lr}]
+        untrained = "MiniLM + linear map"
+    else:  # mpnet-layers:N: mpnet's embeddings and first N layers, the same width and pooling (its own space)
+        layers = int(args.student.split(":", 1)[1])
+        student = SentenceTransformer(str(dev.store.model_path), device="cpu")
+        student.max_seq_length = args.max_tokens
+        encoder = student[0].auto_model
+        encoder.encoder.layer = encoder.encoder.layer[:layers]
+        encoder.config.num_hidden_layers = layers
+        # the word-piece embeddings stay as mpnet has them: they are most of the parameters (23M) and updating
+        # them with AdamW each step costs more than the four layers' backward pass
+        encoder.embeddings.requires_grad_(False)
+        groups = [{"params": [q for q in student.parameters() if q.requires_grad], "lr": args.lr}]
+        untrained = f"mpnet's first {layers} layers, untrained"
 
     def student_embed(batch: list[str]) -> np.ndarray:
         return unit(student.encode(batch, batch_size=64, convert_to_numpy=True))
 
     vectors = {"mpnet (served graph)": dev.embedder.embed(questions),
                "mpnet fp32": unit(teacher.encode(questions, batch_size=64, convert_to_numpy=True)),
-               "MiniLM + linear map": student_embed(questions)}
+               untrained: student_embed(questions)}
 
     student.train()
-    optimiser = torch.optim.AdamW([{"params": student[0].parameters(), "lr": args.lr},
-                                   {"params": dense.parameters(), "lr": 5 * args.lr}])
+    optimiser = torch.optim.AdamW(groups)
     steps = args.epochs * ((len(texts) + args.batch - 1) // args.batch)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda s: min(1.0, (s + 1) / (0.1 * steps)) *
                                                  max(0.0, (steps - s) / steps))
@@ -166,7 +185,7 @@ def main() -> None:
 
     teacher_q = vectors["mpnet fp32"]
     timings = {"mpnet (served graph)": per_question_ms(dev.embedder.embed, questions),
-               "mpnet fp32": None, "MiniLM + linear map": None}
+               "mpnet fp32": None, untrained: None}
     torch.set_num_threads(1)
     timings["student"] = per_question_ms(student_embed, questions)
     timings["mpnet fp32"] = per_question_ms(lambda b: teacher.encode(b, convert_to_numpy=True), questions)
@@ -185,7 +204,7 @@ def main() -> None:
               f"{cos.mean():.4f} / {cos.min():.4f}  embed ms p50/p95 {rows[name]['embed_ms_p50_p95']}", flush=True)
     if args.out:
         args.out.write_text(json.dumps({
-            "set": args.set, "questions": len(ids), "training_texts": len(texts), "epochs": args.epochs,
+            "set": args.set, "student": args.student, "questions": len(ids), "training_texts": len(texts), "epochs": args.epochs,
             "lr": args.lr, "batch": args.batch, "max_tokens": args.max_tokens, "teacher_seconds": round(teacher_seconds),
             "train_seconds": round(train_seconds), "rows": rows,
             "note": "embed timings: one question at a time; the served graph as the server runs it (ONNX), "
