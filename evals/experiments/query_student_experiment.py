@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -100,13 +101,15 @@ def main() -> None:
     ids = list(dev.dataset.queries)
     questions = [dev.dataset.queries[i] for i in ids]
 
+    load_at_start = os.getloadavg()
     started = time.time()
     texts = training_texts(dev.snapshot, args.texts)
     teacher = SentenceTransformer(str(dev.store.model_path), device="cpu")
-    teacher.max_seq_length = args.max_tokens
+    window, teacher.max_seq_length = teacher.max_seq_length, args.max_tokens
     key = hashlib.sha256("\x1e".join([str(dev.store.model_path), str(args.max_tokens), *texts]).encode()).hexdigest()
     cached = args.cache / f"{key[:16]}.npy"
-    if cached.exists():
+    from_cache = cached.exists()
+    if from_cache:
         targets = np.load(cached)
     else:
         targets = unit(teacher.encode(texts, batch_size=64, convert_to_numpy=True))
@@ -114,7 +117,7 @@ def main() -> None:
         np.save(cached, targets)
     teacher_seconds = time.time() - started
     print(f"{len(texts)} training texts, teacher vectors in {teacher_seconds:.0f} s", flush=True)
-    teacher.max_seq_length = EMBEDDER_REGISTRY["mpnet"].max_tokens
+    teacher.max_seq_length = window  # questions are read as the model reads them
 
     if args.student == "minilm":
         student = SentenceTransformer(str(EMBEDDER_REGISTRY["minilm"].locate()), device="cpu")
@@ -206,6 +209,8 @@ def main() -> None:
         args.out.write_text(json.dumps({
             "set": args.set, "student": args.student, "questions": len(ids), "training_texts": len(texts), "epochs": args.epochs,
             "lr": args.lr, "batch": args.batch, "max_tokens": args.max_tokens, "teacher_seconds": round(teacher_seconds),
+            "teacher_vectors_from_cache": from_cache, "load_average_start": list(load_at_start),
+            "load_average_end": list(os.getloadavg()),
             "train_seconds": round(train_seconds), "rows": rows,
             "note": "embed timings: one question at a time; the served graph as the server runs it (ONNX), "
                     "the student and mpnet fp32 in torch on one thread"}, indent=2) + "\n")
