@@ -422,6 +422,7 @@ class ModelArtifacts:
             return target
         self.folder.mkdir(parents=True, exist_ok=True)
         with self._lock(on_wait=lambda: self._set_state("waiting", on_state)):  # another process builds them
+            remove_abandoned_builds(self.folder)
             if not self.fp32_path.is_file():
                 self._set_state("exporting", on_state)
                 export_fp32(self.model_path, self.fp32_path)
@@ -464,6 +465,35 @@ class ModelArtifacts:
     def describe(self) -> dict[str, Any]:
         return {"folder": str(self.folder), "fp32": self.fp32_path.is_file(),
                 "quantised": {tag: self.graph_path(tag).is_file() for tag in RECIPES}}
+
+
+# what a build writes before its rename: ``.<graph>.<pid>.tmp`` and the files named after it (``.smoothed``,
+# ``.dynamic``, ``.calibration``, each with its ``.data`` weights)
+_BUILD_TEMPORARY = re.compile(r"^\..+\.\d+\.tmp(\..*)?$")
+
+
+def remove_abandoned_builds(folder: Path) -> int:
+    """Remove the temporary files of builds that never finished (a process killed while exporting or quantising:
+    no ``finally`` ran) from a graph folder; returns the bytes freed.  Called with the folder's lock held: every
+    build runs under it, so a temporary file seen then belongs to no running build.  An mpnet build leaves up to
+    about 1 GB (the export, a smoothed copy and its calibration graph)."""
+    freed = 0
+    try:
+        entries = list(Path(folder).iterdir())
+    except OSError:
+        return 0
+    for entry in entries:
+        if entry.is_file() and _BUILD_TEMPORARY.match(entry.name):
+            try:
+                size = entry.stat().st_size
+                entry.unlink()
+            except OSError as error:
+                log.warning("cannot remove %s, left by a build that did not finish (%s)", entry, error)
+                continue
+            freed += size
+    if freed:
+        log.info("%s: removed %.0f MB left by builds that did not finish", folder, freed / 1e6)
+    return freed
 
 
 def export_fp32(model_path: Path, target: Path) -> None:

@@ -177,6 +177,26 @@ def test_a_missing_graph_is_built_atomically_under_the_cache_lock(tmp_path, mode
     assert artifacts.folder.parent.parent == cache
 
 
+def test_a_build_removes_what_killed_builds_left_and_nothing_else(tmp_path, model_path, monkeypatch):
+    artifacts = ModelArtifacts(model_path, tmp_path / "cache")
+    artifacts.folder.mkdir(parents=True)
+    left = [".fp32.eager1.onnx.4242.tmp", ".int8.eager1.onnx.4242.tmp.smoothed",
+            ".int8.eager1.onnx.4242.tmp.smoothed.calibration.data", ".int8.eager1.onnx.77.tmp.dynamic"]
+    kept = ["notes.tmp", "int8.eager1.onnx", ".lock", ".fp32.onnx.tmp"]
+    for name in left + kept:
+        (artifacts.folder / name).write_bytes(b"x" * 1000)
+
+    def export(model, target):
+        Path(target).write_bytes(b"graph")
+
+    monkeypatch.setattr(artifacts_module, "export_fp32", export)
+    assert artifacts.ensure("") == artifacts.fp32_path
+    present = {path.name for path in artifacts.folder.iterdir()}
+    assert not present & set(left)
+    assert set(kept) <= present and artifacts.fp32_path.name in present
+    assert artifacts_module.remove_abandoned_builds(artifacts.folder) == 0  # nothing more to remove
+
+
 def test_health_and_the_config_say_why_fp32_serves_where_the_quantised_graph_failed(built_cache, tmp_path, model_path,
                                                                                    embedder):
     import httpx
