@@ -79,7 +79,6 @@ from knowledge_store.learning.tuning import feedback_rows, score_grid
 from knowledge_store.models.artifacts import forget_model, forget_orphans
 from knowledge_store.models.embeddings import (
     document_embedder,
-    document_model_id,
     model_id_for,
     settings_query_embedder,
 )
@@ -536,17 +535,19 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
         release_freed_memory()  # training's activations and optimiser state, before the candidate's graphs
         stages["train"] = round(time.perf_counter() - started - sum(stages.values()), 2)
         decision.training, decision.model_path = training.to_dict(), str(out_dir)
-        candidate_id = document_model_id(out_dir, settings.document_quantization, settings.bare_vector_weight,
-                                         settings.embedding_passage_prefix, settings.in_context_sentences)
-        decision.candidate_model_id = candidate_id
         say(f"fine-tune: {training.steps}/{training.planned_steps} steps in {training.seconds:.0f} s "
-            f"({training.stopped_by}); re-embedding the corpus with {candidate_id}")
+            f"({training.stopped_by}); re-embedding the corpus")
 
         # the candidate's vectors, in the store beside the served ones (the served snapshot is not touched)
         with store_connection(settings.store_path, timeout_s=settings.lock_timeout_s) as conn:
             run_id = start_sync_run(conn, None, "finetune")
         candidate_docs = document_embedder(settings, model_path=out_dir)
         try:
+            # the id of the vectors the embedder makes on this CPU: its graphs are checked here first, and where the
+            # quantised one fails or is the slower, fp32 embeds under the fp32 id
+            candidate_id = candidate_docs.model_id
+            decision.candidate_model_id = candidate_id
+            say(f"fine-tune: re-embedding with {candidate_id}")
             embed_missing(settings, candidate_docs, run_id)
         except BaseException as error:
             _close(settings, run_id, "interrupted" if isinstance(error, KeyboardInterrupt) else "failed",

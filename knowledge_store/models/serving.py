@@ -29,7 +29,7 @@ from typing import Any
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import StoreError
 from knowledge_store.core.files import write_json_atomic
-from knowledge_store.models.embeddings import document_model_id, model_id_for
+from knowledge_store.models.embeddings import OnnxEmbedder, document_model_id, model_id_for
 
 EMBEDDER_FILE = "embedder.json"
 HISTORY_KEPT = 20
@@ -98,10 +98,26 @@ def serving_model_path(settings: Settings) -> Path:
     return adopted_model(settings) or Path(settings.model_path)
 
 
+def document_quantization_in_effect(settings: Settings, model_path: Path) -> str:
+    """The quantisation ``model_path``'s document vectors are made with on this CPU: the configured one, or
+    ``none`` where this CPU's recorded check chose fp32 for documents (the quantised graph failed its fidelity check
+    or embeds batches slower here, as blockwise int8 does without VNNI).  Read from the record only, never built or
+    checked here: before the first check the configured recipe stands, and the check that the first embedding runs
+    decides."""
+    quantization = settings.document_quantization
+    if settings.document_encoder != "onnx" or quantization == "none":
+        return quantization
+    decision = OnnxEmbedder(model_path, settings.models_cache_dir, dim=settings.embedding_dim,
+                            quantization=quantization, purpose="documents").recorded_decision()
+    return decision.in_effect if decision is not None else quantization
+
+
 def serving_model_id(settings: Settings) -> str:
-    """The model id of the chunk vectors a snapshot published now carries (``document_model_id`` of the
-    serving model with the configured quantisation and bare-text blend)."""
-    return document_model_id(serving_model_path(settings), settings.document_quantization, settings.bare_vector_weight,
+    """The model id of the chunk vectors ingestion makes now and a snapshot published now carries: the serving model
+    with the quantisation in effect on this CPU (``document_quantization_in_effect``) and the bare-text blend, as
+    the document embedder's own ``model_id``."""
+    path = serving_model_path(settings)
+    return document_model_id(path, document_quantization_in_effect(settings, path), settings.bare_vector_weight,
                              settings.embedding_passage_prefix, settings.in_context_sentences)
 
 

@@ -237,6 +237,27 @@ def test_a_machine_without_the_memory_to_train_declines_before_training_and_trie
     assert trained.peak_rss_mb is not None and trained.peak_rss_mb > 0
 
 
+def test_where_this_cpu_embeds_documents_faster_in_fp32_the_candidate_is_judged_on_its_fp32_vectors(corpus, monkeypatch):
+    from knowledge_store.models.artifacts import FidelityRecord, cpu_identity
+    from knowledge_store.models.embeddings import OnnxEmbedder
+
+    # int8 documents asked for; this CPU's check of the candidate's int8 graph passes, and fp32 embeds batches faster
+    # (blockwise int8 without VNNI), so the candidate's documents are embedded in fp32, under the fp32 id
+    def checked(self, tag):
+        cpu = cpu_identity()
+        return FidelityRecord(cpu_key=cpu.key, cpu=cpu.describe(), flags=list(cpu.flags), onnxruntime=cpu.onnxruntime,
+                              texts=12, mean=0.9994, min=0.999, passed=True, checked_at="2026-01-01T00:00:00+00:00",
+                              seconds=1.0, query_ms={"fp32": 2.0, "quantised": 1.0},
+                              batch_ms={"fp32": 262.0, "quantised": 482.0})
+
+    monkeypatch.setattr(OnnxEmbedder, "_check", checked)
+    int8 = Settings(data_dir=corpus.data_dir, sources=corpus.sources, document_quantization="int8", **SMALL)
+    decision = finetune.finetune_corpus(int8, feedback=[], budget_s=3)
+    assert decision.decision in ("adopted", "declined"), decision.reason
+    assert decision.candidate_model_id and "+onnx-int8" not in decision.candidate_model_id
+    assert decision.candidate_model_id.startswith(Path(decision.model_path).name)
+
+
 def test_a_held_out_set_too_small_to_show_the_target_gain_declines_before_training(corpus):
     strict = corpus.model_copy(update={"finetune_target_gain": 0.001})  # below the rule's own floor of 0.005
     decision = finetune.finetune_corpus(strict, feedback=[])
