@@ -161,7 +161,9 @@ def test_ocr_timeout_fails_the_new_version_and_keeps_the_previous_one_searchable
     docs = tmp_path / "docs"
     docs.mkdir()
     make_pdf(docs / "report.pdf", ["digital"])
-    settings = Settings(data_dir=tmp_path / "data", sources=[docs], ocr_timeout_s=0.01, ocr_confidence_pass=False)
+    # a time-out is transient: one quick retry, not the shipped 10 + 60 + 300 s of waits
+    settings = Settings(data_dir=tmp_path / "data", sources=[docs], ocr_timeout_s=0.01, ocr_confidence_pass=False,
+                        ingest_retry_delays_s=[0.01])
     run_sync(settings, embedder)
 
     make_pdf(docs / "report.pdf", ["scanned", "scanned"])  # the file is replaced by a scan
