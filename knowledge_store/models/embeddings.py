@@ -886,20 +886,27 @@ def prepare_embedders(settings: Settings, model_path: Path | None = None,
     return decisions
 
 
+def recorded_recipe_decision(settings: Settings, purpose: str, model_path: Path | None = None) -> RecipeDecision | None:
+    """What the ``purpose`` (documents or queries) embedder of ``settings`` runs on this CPU, as far as it is known
+    without building or checking anything: fp32 where fp32 is asked for or the encoder is not ONNX, else this CPU's
+    recorded verdict, or None when this CPU has none yet (the first embedding checks)."""
+    encoder, quantization = ((settings.document_encoder, settings.document_quantization) if purpose == "documents"
+                             else (settings.query_encoder, settings.query_quantization))
+    if encoder != "onnx" or quantization == "none":
+        return RecipeDecision(quantization, "none", "", "fp32 asked for")
+    return OnnxEmbedder(Path(model_path or settings.model_path), settings.models_cache_dir, quantization=quantization,
+                        purpose=purpose).recorded_decision()
+
+
 def graph_status(settings: Settings, model_path: Path | None = None) -> dict[str, Any]:
     """What the document and the query embedders run on this CPU, as far as it is known without building or
     checking anything: ``groundwork status``, ``/api/knowledge/config`` and the console's Settings page."""
     path = Path(model_path or settings.model_path)
     cpu = cpu_identity()
     status: dict[str, Any] = {"cache_dir": str(settings.models_cache_dir), "cpu": cpu.describe(), "cpu_key": cpu.key}
-    for purpose, encoder, quantization in (("documents", settings.document_encoder, settings.document_quantization),
-                                           ("queries", settings.query_encoder, settings.query_quantization)):
-        if encoder != "onnx" or quantization == "none":
-            status[purpose] = RecipeDecision(quantization, "none", "", "fp32 asked for").to_dict()
-            continue
+    for purpose, quantization in (("documents", settings.document_quantization), ("queries", settings.query_quantization)):
         try:
-            known = OnnxEmbedder(path, settings.models_cache_dir, quantization=quantization,
-                                 purpose=purpose).recorded_decision()
+            known = recorded_recipe_decision(settings, purpose, path)
         except Exception as error:  # noqa: BLE001 - a status page reports what it cannot read
             status[purpose] = {"requested": quantization, "in_effect": None, "recipe": QUANTIZATION_RECIPES[quantization],
                                "reason": f"cannot read the model cache: {error}", "fidelity": None}

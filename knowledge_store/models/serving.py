@@ -29,7 +29,7 @@ from typing import Any
 from knowledge_store.config.settings import Settings
 from knowledge_store.core.errors import StoreError
 from knowledge_store.core.files import write_json_atomic
-from knowledge_store.models.embeddings import OnnxEmbedder, document_model_id, model_id_for
+from knowledge_store.models.embeddings import document_model_id, model_id_for, recorded_recipe_decision
 
 EMBEDDER_FILE = "embedder.json"
 HISTORY_KEPT = 20
@@ -104,12 +104,8 @@ def document_quantization_in_effect(settings: Settings, model_path: Path) -> str
     or embeds batches slower here, as blockwise int8 does without VNNI).  Read from the record only, never built or
     checked here: before the first check the configured recipe stands, and the check that the first embedding runs
     decides."""
-    quantization = settings.document_quantization
-    if settings.document_encoder != "onnx" or quantization == "none":
-        return quantization
-    decision = OnnxEmbedder(model_path, settings.models_cache_dir, dim=settings.embedding_dim,
-                            quantization=quantization, purpose="documents").recorded_decision()
-    return decision.in_effect if decision is not None else quantization
+    decision = recorded_recipe_decision(settings, "documents", model_path)
+    return decision.in_effect if decision is not None else settings.document_quantization
 
 
 def serving_model_id(settings: Settings) -> str:

@@ -26,7 +26,7 @@ from knowledge_store.models.serving import load_record
 from knowledge_store.retrieval.engine import RetrievalEngine
 from knowledge_store.storage.index import read_pointer
 from knowledge_store.storage.store import store_connection
-from tests.helpers import copy_project_docs
+from tests.helpers import copy_project_docs, this_cpu_check
 
 pytestmark = pytest.mark.slow
 QUERIES = ["how do I reset the Aurora to factory settings", "which origin may call the API",
@@ -238,19 +238,11 @@ def test_a_machine_without_the_memory_to_train_declines_before_training_and_trie
 
 
 def test_where_this_cpu_embeds_documents_faster_in_fp32_the_candidate_is_judged_on_its_fp32_vectors(corpus, monkeypatch):
-    from knowledge_store.models.artifacts import FidelityRecord, cpu_identity
     from knowledge_store.models.embeddings import OnnxEmbedder
 
     # int8 documents asked for; this CPU's check of the candidate's int8 graph passes, and fp32 embeds batches faster
     # (blockwise int8 without VNNI), so the candidate's documents are embedded in fp32, under the fp32 id
-    def checked(self, tag):
-        cpu = cpu_identity()
-        return FidelityRecord(cpu_key=cpu.key, cpu=cpu.describe(), flags=list(cpu.flags), onnxruntime=cpu.onnxruntime,
-                              texts=12, mean=0.9994, min=0.999, passed=True, checked_at="2026-01-01T00:00:00+00:00",
-                              seconds=1.0, query_ms={"fp32": 2.0, "quantised": 1.0},
-                              batch_ms={"fp32": 262.0, "quantised": 482.0})
-
-    monkeypatch.setattr(OnnxEmbedder, "_check", checked)
+    monkeypatch.setattr(OnnxEmbedder, "_check", lambda self, tag: this_cpu_check({"fp32": 262.0, "quantised": 482.0}))
     int8 = Settings(data_dir=corpus.data_dir, sources=corpus.sources, document_quantization="int8", **SMALL)
     decision = finetune.finetune_corpus(int8, feedback=[], budget_s=3)
     assert decision.decision in ("adopted", "declined"), decision.reason

@@ -17,7 +17,6 @@ from knowledge_store.models.artifacts import (
     FIDELITY_MIN,
     FIDELITY_MIN_MEAN,
     PROBE_TEXTS,
-    FidelityRecord,
     ModelArtifacts,
     cpu_identity,
 )
@@ -31,6 +30,7 @@ from knowledge_store.models.embeddings import (
     prepare_embedders,
 )
 from knowledge_store.models.serving import serving_model_id
+from tests.helpers import this_cpu_check
 
 pytestmark = pytest.mark.slow
 INT8 = QUANTIZATION_RECIPES["int8"]
@@ -193,14 +193,6 @@ def test_a_missing_graph_is_built_atomically_under_the_cache_lock(tmp_path, mode
     assert artifacts.folder.parent.parent == cache
 
 
-def _recorded_check(batch_ms: dict[str, float], passed: bool = True) -> FidelityRecord:
-    cpu = cpu_identity()
-    return FidelityRecord(cpu_key=cpu.key, cpu=cpu.describe(), flags=list(cpu.flags), onnxruntime=cpu.onnxruntime,
-                          texts=len(PROBE_TEXTS), mean=0.9994 if passed else 0.5, min=0.999 if passed else 0.2,
-                          passed=passed, checked_at="2026-01-01T00:00:00+00:00", seconds=1.0,
-                          query_ms={"fp32": 2.0, "quantised": 1.0}, batch_ms=batch_ms)
-
-
 @pytest.mark.parametrize(("batch_ms", "passed", "in_effect"), [
     ({"fp32": 262.0, "quantised": 482.0}, True, "none"),  # blockwise int8 without VNNI: fp32 embeds documents faster
     ({"fp32": 482.0, "quantised": 262.0}, True, "int8"),
@@ -214,7 +206,7 @@ def test_the_serving_model_id_is_the_id_of_what_the_document_embedder_makes_on_t
     if batch_ms is not None:  # a checked graph: a file where the graph is, and this CPU's verdict on it
         artifacts.folder.mkdir(parents=True)
         artifacts.graph_path(INT8).write_bytes(b"graph")
-        artifacts.record_fidelity(INT8, _recorded_check(batch_ms, passed))
+        artifacts.record_fidelity(INT8, this_cpu_check(batch_ms, passed))
     expected = document_model_id(model_path, in_effect, settings.bare_vector_weight, settings.embedding_passage_prefix,
                                  settings.in_context_sentences)
     assert serving_model_id(settings) == expected

@@ -13,9 +13,10 @@ import pytest
 from knowledge_store.config.embedding_models import QUANTIZATION_RECIPES
 from knowledge_store.core.errors import ModelLoadFailedError, ModelLoadingError
 from knowledge_store.core.files import exclusive_lock
-from knowledge_store.models.artifacts import FidelityRecord, cpu_identity, fastest_alternating_ms
+from knowledge_store.models.artifacts import fastest_alternating_ms
 from knowledge_store.models.embeddings import OnnxEmbedder, report_step, step_seconds
 from knowledge_store.models.loading import OVERDUE_RETRY_S, UNKNOWN_RETRY_S, ModelLoad
+from tests.helpers import this_cpu_check
 
 STEPS = [("exporting", 10.0), ("loading", 1.0)]
 
@@ -182,10 +183,7 @@ def test_a_documents_check_recorded_without_batch_timings_is_run_again_a_queries
     documents.artifacts.folder.mkdir(parents=True)
     documents.artifacts.fp32_path.write_bytes(b"")
     documents.artifacts.graph_path(tag).write_bytes(b"")
-    cpu = cpu_identity()
-    record = FidelityRecord(cpu_key=cpu.key, cpu=cpu.describe(), flags=list(cpu.flags), onnxruntime=cpu.onnxruntime,
-                            texts=12, mean=0.999, min=0.998, passed=True, checked_at="2026-01-01T00:00:00+00:00",
-                            seconds=1.0, query_ms={"fp32": 2.0, "quantised": 1.0})
+    record = this_cpu_check()
     documents.artifacts.record_fidelity(tag, record)  # as written before batches were timed
     assert [step for step, _ in documents.load_steps()] == ["checking", "loading"]
     assert documents.recorded_decision() is None  # status pages: not checked here yet, not the old verdict
