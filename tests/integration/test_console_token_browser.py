@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import build_sample_index, require_browser, served_app
+from tests.helpers import TIMEOUT_MS, build_sample_index, require_browser, served_app
 
 pytestmark = pytest.mark.slow
 
@@ -92,3 +92,30 @@ def test_a_source_made_internal_on_the_sources_page_leaves_the_public_search_at_
         expect(page.locator("#results .result").first).to_be_visible(timeout=20_000)
     finally:
         update_source_now(live["settings"], "docs", {"visibility": "public"})
+
+
+def test_a_token_stored_while_a_refused_request_is_on_its_way_is_kept_and_used(browser, live):
+    # the search page asks for the ranking config (an admin route) as it opens, without a token; the token
+    # arrives (the dialog of another request, or here the test) before that 401 does: the 401 refused no token,
+    # so the stored one stays, the config is fetched again with it, and the admin pages do not ask for it
+    held = []
+    context = browser.new_context()
+    context.route("**/api/knowledge/config", lambda route: held.append(route) if not held else route.continue_())
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(live["base"] + "/")
+        for _ in range(200):
+            if held:
+                break
+            page.wait_for_timeout(50)
+        assert held, "the console did not ask for its config"
+        page.evaluate(f"sessionStorage.setItem('groundwork.adminToken', '{TOKEN}')")
+        with page.expect_response(lambda r: r.url.endswith("/api/knowledge/config") and r.status == 200):
+            held[0].continue_()
+        assert page.evaluate("sessionStorage.getItem('groundwork.adminToken')") == TOKEN
+        go(page, "Sources")
+        expect(page.locator("#sources-body tr").filter(has_text="docs").first).to_be_visible(timeout=20_000)
+        expect(page.get_by_role("dialog", name="Admin token")).not_to_be_visible()
+    finally:
+        context.close()

@@ -149,9 +149,9 @@
     } catch (e) { /* storage off: the token lasts until the page is left */ }
   }
 
-  /** ``init`` with the stored token as an Authorization header (when there is one). */
-  function withToken(init) {
-    var copy = {}, headers = {}, key, token = storedToken();
+  /** ``init`` with ``token`` as an Authorization header (when there is one). */
+  function withToken(init, token) {
+    var copy = {}, headers = {}, key;
     init = init || {};
     for (key in init) if (Object.prototype.hasOwnProperty.call(init, key)) copy[key] = init[key];
     for (key in (init.headers || {})) if (Object.prototype.hasOwnProperty.call(init.headers, key)) headers[key] = init.headers[key];
@@ -187,17 +187,21 @@
   }
 
   /** fetch with the admin token.  A 401 on an admin request (``prompt``) asks for the token and tries again;
-   * elsewhere (search, feedback: public routes) a refused token is dropped and the request goes out without it. */
+   * elsewhere (search, feedback: public routes) a refused token is dropped and the request goes out without it.
+   * What a 401 refused is the token this request *sent*: one stored while it was on its way (the dialog of
+   * another request, another tab's page) is tried, never dropped or asked for again. */
   function authFetch(url, init, prompt) {
-    return fetch(url, withToken(init)).then(function (response) {
+    var sent = storedToken();
+    return fetch(url, withToken(init, sent)).then(function (response) {
       if (response.status !== 401) return response;
-      var sent = !!storedToken();
+      var now = storedToken();
+      if (now && now !== sent) return authFetch(url, init, prompt);  // a newer token arrived meanwhile
       if (!prompt) {
         if (!sent) return response;
         storeToken("");
-        return fetch(url, withToken(init));
+        return fetch(url, withToken(init, ""));
       }
-      return askToken(sent).then(function (token) {
+      return askToken(!!sent).then(function (token) {
         return token ? authFetch(url, init, prompt) : response;
       });
     });
