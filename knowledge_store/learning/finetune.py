@@ -14,7 +14,7 @@ One run (``finetune_corpus``; ``groundwork adapt --embedder``, the Dagster asset
    negatives (each query's own target against the other targets of its batch of 32, scale 20; no two
    pairs of one section in a batch) with gradient caching (the batch's loss computed from embeddings
    made in mini-batches, so memory follows the mini-batch, not the batch), AdamW 2e-5 with 10 % warm-up
-   and linear decay over one epoch, targets cut at 192 word-pieces, seeded.  The mini-batch and
+   and linear decay over one epoch, training texts cut at 128 word-pieces, seeded.  The mini-batch and
    gradient checkpointing are the fastest plan whose memory estimate fits ``finetune_memory_gb`` and
    what the machine has available (``recipe.fit_memory``); when none fits, the run declines before
    training.  It stops at the step that reaches ``finetune_budget_s``.  The model is saved
