@@ -150,8 +150,8 @@ def test_the_memory_plan_is_the_fastest_that_fits_and_none_when_nothing_does(tmp
         p for p in MEMORY_PLANS if estimates[p] <= 4 * 2**30)
     assert fit_memory(mpnet, recipe, 10 * 2**30).gradient_checkpointing is False  # room enough: no recomputation
     # the shipped budget: small mini-batches without recomputation before checkpointed ones
-    at_default = fit_memory(mpnet, recipe, 3.5 * 2**30)
-    assert (at_default.mini_batch_size, at_default.gradient_checkpointing) == (4, False)
+    at_default = fit_memory(mpnet, recipe, Settings.model_fields["finetune_memory_gb"].default * 2**30)
+    assert (at_default.mini_batch_size, at_default.gradient_checkpointing) == (2, False)
     smallest = smallest_plan(mpnet, recipe)
     assert training_memory_bytes(mpnet, smallest) == min(estimates.values())
     assert fit_memory(mpnet, recipe, training_memory_bytes(mpnet, smallest)) is not None
