@@ -49,7 +49,7 @@ class ContrastiveRecipe:
     scale: float = 20.0
     # training texts cut at this many word-pieces (the served model still reads its full window): a step at 128
     # costs about two thirds of one at 192, so a time budget trains more pairs, and a pair's first 128
-    # word-pieces carry most of what it teaches
+    # word-pieces kept the gain per pair in the runs measured (docs/EVALUATION.md)
     max_tokens: int = 128
     learning_rate: float = 2e-5
     warmup: float = 0.1

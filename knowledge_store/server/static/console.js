@@ -189,7 +189,7 @@
   /** fetch with the admin token.  A 401 on an admin request (``prompt``) asks for the token and tries again;
    * elsewhere (search, feedback: public routes) a refused token is dropped and the request goes out without it.
    * What a 401 refused is the token this request *sent*: one stored while it was on its way (the dialog of
-   * another request, another tab's page) is tried, never dropped or asked for again. */
+   * another request, another script of this tab) is tried, never dropped or asked for again. */
   function authFetch(url, init, prompt) {
     var sent = storedToken();
     return fetch(url, withToken(init, sent)).then(function (response) {
