@@ -121,13 +121,16 @@ def chromium(args: list[str] | None = None):
 
 
 @contextmanager
-def console_page(browser, base: str):
+def console_page(browser, base: str, routes: dict | None = None):
     """A console page at ``base``; afterwards fails the test if it tried to load anything from outside the app
-    (nothing may come from the internet) or raised a JavaScript error."""
+    (nothing may come from the internet) or raised a JavaScript error.  ``routes``: URL pattern -> Playwright route
+    handler, in place before the page loads (to hold or change the requests it makes as it opens)."""
     context = browser.new_context(viewport={"width": 1200, "height": 900})
     outside: list[str] = []
     context.route(lambda url: not url.startswith(base) and not url.startswith("data:"),
                   lambda route: (outside.append(route.request.url), route.abort()))
+    for pattern, handler in (routes or {}).items():
+        context.route(pattern, handler)
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
     errors: list[str] = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import TIMEOUT_MS, build_sample_index, require_browser, served_app
+from tests.helpers import build_sample_index, console_page, require_browser, served_app
 
 pytestmark = pytest.mark.slow
 
@@ -99,12 +99,8 @@ def test_a_token_stored_while_a_refused_request_is_on_its_way_is_kept_and_used(b
     # arrives (the dialog of another request, or here the test) before that 401 does: the 401 refused no token,
     # so the stored one stays, the config is fetched again with it, and the admin pages do not ask for it
     held = []
-    context = browser.new_context()
-    context.route("**/api/knowledge/config", lambda route: held.append(route) if not held else route.continue_())
-    try:
-        page = context.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(live["base"] + "/")
+    hold_first = {"**/api/knowledge/config": lambda route: held.append(route) if not held else route.continue_()}
+    with console_page(browser, live["base"], routes=hold_first) as page:
         for _ in range(200):
             if held:
                 break
@@ -117,5 +113,3 @@ def test_a_token_stored_while_a_refused_request_is_on_its_way_is_kept_and_used(b
         go(page, "Sources")
         expect(page.locator("#sources-body tr").filter(has_text="docs").first).to_be_visible(timeout=20_000)
         expect(page.get_by_role("dialog", name="Admin token")).not_to_be_visible()
-    finally:
-        context.close()
