@@ -858,6 +858,11 @@ def cmd_adapt_embedder(args: argparse.Namespace) -> int:
         print(format_table(rows, ["", "ndcg@10", "recall@5"], 70))
         print()
     print(decision.reason)
+    memory = decision.memory
+    if memory.get("peak_mb_after_training") is not None:
+        print(f"memory: this process peaked at {memory['peak_mb_after_training'] / 1024:.2f} GB while training "
+              f"(estimated {memory['estimate_mb'] / 1024:.2f} GB, GROUNDWORK_FINETUNE_MEMORY_GB "
+              f"{memory['budget_mb'] / 1024:g}; {decision.peak_rss_mb / 1024:.2f} GB over the whole run)")
     if decision.decision == "adopted":
         print(f"snapshot {decision.snapshot_version} serves {decision.candidate_model_id}; "
               "`groundwork adapt --embedder --rollback` serves the base model again")

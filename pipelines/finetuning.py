@@ -59,6 +59,8 @@ def finetuned_embedder(context: dg.AssetExecutionContext, config: FinetuneConfig
         "peak_rss_mb": float(decision.peak_rss_mb or 0.0),
         "memory_plan": dg.MetadataValue.json({k: (training.get("recipe") or {}).get(k) for k in (
             "batch_size", "mini_batch_size", "gradient_checkpointing", "hard_negatives")}),
+        # the plan's estimate against the process: resident when planned, estimated peak, peak after training (MB)
+        "memory_mb": dg.MetadataValue.json(decision.memory),
         "detectable_gain": float(decision.detectable_gain or 0.0),
         "gain": float(decision.gain or 0.0),
         "standard_error": float(decision.standard_error or 0.0),

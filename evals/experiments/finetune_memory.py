@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from knowledge_store.learning.finetune import RECIPE, train_embedder
+from knowledge_store.learning.finetune import RECIPE, resident_bytes, train_embedder
 from knowledge_store.learning.pairs import TrainingPair
 from knowledge_store.learning.recipe import training_memory_bytes
 
@@ -33,6 +33,7 @@ def main() -> None:
         TrainingPair(f"how do I undo upgrade number {i}", f"{i} {target}", "heading", i % 50, i)
         for i in range(recipe.batch_size * steps)
     ]
+    resident = resident_bytes()  # this probe holds no store or query encoder: the estimate starts from what it holds
     with tempfile.TemporaryDirectory() as tmp:
         run = train_embedder(model_path, pairs, Path(tmp) / "model", budget_s=3600, threads=2, recipe=recipe)
     print(
@@ -41,7 +42,7 @@ def main() -> None:
                 "mini_batch": mini_batch,
                 "checkpointing": checkpointing,
                 "steps": run.steps,
-                "estimate_gb": round(training_memory_bytes(model_path, recipe) / 2**30, 2),
+                "estimate_gb": round(training_memory_bytes(model_path, recipe, resident) / 2**30, 2),
                 "pairs_per_s": run.pairs_per_s,
                 "seconds": run.seconds,
             }

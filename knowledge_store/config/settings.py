@@ -294,9 +294,11 @@ class LearningSettings(BaseModel):
     finetune_target_gain: float = Field(0.03, gt=0, description="The held-out nDCG@10 gain fine-tuning is for: when "
                                         "the held-out pseudo-queries are too few to show a gain this large (two "
                                         "expected standard errors), fine-tuning declines before training.")
-    finetune_memory_gb: float = Field(3.3, gt=0, description="Memory one fine-tuning run may plan for (GB; less when "
-                                      "the machine has less available): the mini-batch and gradient checkpointing "
-                                      "are chosen to fit it, and a model that cannot fit is declined before training.")
+    finetune_memory_gb: float = Field(4.0, gt=0, description="The peak resident memory a fine-tuning run's process may "
+                                      "reach (GiB): what the process already holds (its corpus's snapshot and "
+                                      "engine) plus what training adds, which must also fit what the machine has "
+                                      "free. The mini-batch and gradient checkpointing are chosen to fit it, and a "
+                                      "run that cannot fit is declined before training.")
     finetune_change_share: float = Field(0.2, gt=0, le=1, description="The Dagster sensor fine-tunes again when this "
                                          "share of the served chunks is new since the last fine-tuning decision (or "
                                          "none was made yet).")

@@ -15,9 +15,10 @@ One run (``finetune_corpus``; ``groundwork adapt --embedder``, the Dagster asset
    pairs of one section in a batch) with gradient caching (the batch's loss computed from embeddings
    made in mini-batches, so memory follows the mini-batch, not the batch), AdamW 2e-5 with 10 % warm-up
    and linear decay over one epoch, training texts cut at 128 word-pieces, seeded.  The mini-batch and
-   gradient checkpointing are the fastest plan whose memory estimate fits ``finetune_memory_gb`` and
-   what the machine has available (``recipe.fit_memory``); when none fits, the run declines before
-   training.  It stops at the step that reaches ``finetune_budget_s``.  The model is saved
+   gradient checkpointing are the fastest plan whose estimate of this process's peak (what it holds when
+   training starts, measured, plus what training adds) fits ``finetune_memory_gb`` and whose addition fits
+   what the machine has free (``plan_memory``); when none fits, the run declines before training.  The
+   served query encoder is dropped before training: held-out scoring was its last use.  It stops at the step that reaches ``finetune_budget_s``.  The model is saved
    under ``<data_dir>/models/finetuned/<base>-ft-<corpus>-<training hash>`` (written to a temporary
    folder, then renamed: a kill leaves no half model); a run with the same pairs reuses it.
 3. **Re-embedding**: every served chunk text (and its sentences) gets a vector from the candidate in the
@@ -73,6 +74,7 @@ from knowledge_store.learning.recipe import (
     fit_memory,
     release_checkpointing,
     smallest_plan,
+    training_added_bytes,
     training_memory_bytes,
 )
 from knowledge_store.learning.tuning import feedback_rows, score_grid
@@ -115,6 +117,18 @@ def available_memory_bytes() -> int | None:
         with open("/proc/meminfo") as meminfo:
             for line in meminfo:
                 if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (``VmRSS``); None where the platform does not say."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
@@ -191,6 +205,9 @@ class Decision:
     created_at: str = ""
     finished_at: str = ""
     peak_rss_mb: float | None = None  # the process's peak resident memory when the run finished (training included)
+    # the memory plan against what happened: the process's resident memory when training was planned, the plan's
+    # estimate of the peak, and the process's peak when training ended (MB)
+    memory: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -208,6 +225,32 @@ def release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+def plan_memory(settings: Settings, base_path: Path, base_id: str, recipe: ContrastiveRecipe, decision: Decision,
+                moment: str) -> tuple[ContrastiveRecipe | None, str]:
+    """(the fastest memory plan for training now, "") or (None, why training is declined).  The estimate is of this
+    process's peak: what it holds now (the snapshot, the served query encoder, the pairs: more for a larger corpus)
+    plus what training adds, which must also fit what the machine has free.  ``decision.memory`` keeps the figures
+    (MB) under ``moment``'s names."""
+    free, resident = available_memory_bytes(), resident_bytes()
+    budget = settings.finetune_memory_gb * 2**30
+    planned = fit_memory(base_path, recipe, budget, resident, free)
+    decision.memory.update({"budget_mb": round(budget / 2**20),
+                            f"resident_mb_{moment}": round(resident / 2**20) if resident is not None else None,
+                            f"free_mb_{moment}": round(free / 2**20) if free is not None else None})
+    if planned is not None:
+        decision.memory["estimate_mb"] = round(training_memory_bytes(base_path, planned, resident) / 2**20)
+        return planned, ""
+    smallest = smallest_plan(base_path, recipe)
+    need, adds = training_memory_bytes(base_path, smallest, resident), training_added_bytes(base_path, smallest)
+    short = (f"the machine has {free / 2**30:.1f} GB free" if free is not None and adds > free
+             else f"GROUNDWORK_FINETUNE_MEMORY_GB is {settings.finetune_memory_gb:g}")
+    return None, (f"declined: training {base_id} would take this process to about {need / 2**30:.1f} GB (it holds "
+                  f"{(need - adds) / 2**30:.1f} GB; training adds {adds / 2**30:.1f} GB with mini-batches of "
+                  f"{smallest.mini_batch_size}{', gradient checkpointing' if smallest.gradient_checkpointing else ''})"
+                  f" and {short}; free memory, raise GROUNDWORK_FINETUNE_MEMORY_GB, choose a smaller model "
+                  "(GROUNDWORK_EMBEDDING_MODEL=minilm) or set GROUNDWORK_FINETUNE_EMBEDDER=false")
 
 
 def training_hash(base_model_id: str, pairs: PairSet, corpus: str, recipe: ContrastiveRecipe = RECIPE) -> str:
@@ -494,20 +537,11 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
             say(f"fine-tune: these pairs were decided before ({last['decision']}, {last['created_at']}); nothing to do")
             return Decision(**{k: v for k, v in last.items() if k in Decision.__dataclass_fields__})
         # a training run the machine cannot hold would be killed midway: declined before it starts, and not
-        # remembered as decided (no training hash), so the next run trains the same pairs
-        free = available_memory_bytes()
-        budget_bytes = settings.finetune_memory_gb * 2**30 if free is None else min(free, settings.finetune_memory_gb * 2**30)
-        planned = fit_memory(base_path, recipe, budget_bytes)
+        # remembered as decided (no training hash), so the next run trains the same pairs.  Planned here with what
+        # the process holds now, and again right before training with what it holds then
+        planned, decline = plan_memory(settings, base_path, base_id, recipe, decision, "at_plan")
         if planned is None:
-            smallest = smallest_plan(base_path, recipe)
-            need = training_memory_bytes(base_path, smallest)
-            decision.training_hash = None
-            decision.reason = (f"declined: training {base_id} needs about {need / 2**30:.1f} GB of memory (mini-batches "
-                               f"of {smallest.mini_batch_size}"
-                               f"{', gradient checkpointing' if smallest.gradient_checkpointing else ''}) and "
-                               f"{budget_bytes / 2**30:.1f} GB is available (GROUNDWORK_FINETUNE_MEMORY_GB "
-                               f"{settings.finetune_memory_gb:g}); free memory, choose a smaller model "
-                               "(GROUNDWORK_EMBEDDING_MODEL=minilm) or set GROUNDWORK_FINETUNE_EMBEDDER=false")
+            decision.training_hash, decision.reason = None, decline
             say(f"fine-tune: {decision.reason}")
             return _finish(settings, decision, started, stages)
         # the served model's scores on the held-out queries, before training: whether the rule could see the gain
@@ -525,13 +559,24 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
                                "(GROUNDWORK_FINETUNE_TARGET_GAIN); a corpus with more headings and titles gives more")
             say(f"fine-tune: {decision.reason}")
             return _finish(settings, decision, started, stages)
+        # the served query encoder is done (the candidate's decision uses these scores): its session and the arena
+        # its batches grew (~0.7 GB for mpnet) would otherwise sit beside training
+        del served_queries
+        release_freed_memory()
+        planned, decline = plan_memory(settings, base_path, base_id, recipe, decision, "before_training")
+        if planned is None:
+            decision.training_hash, decision.reason = None, decline
+            decision.before = figures(base_scores)
+            say(f"fine-tune: {decision.reason}")
+            return _finish(settings, decision, started, stages)
         say(f"fine-tune: batches of {planned.batch_size} in mini-batches of {planned.mini_batch_size}"
-            f"{' with gradient checkpointing' if planned.gradient_checkpointing else ''}, about "
-            f"{training_memory_bytes(base_path, planned) / 2**30:.1f} GB")
+            f"{' with gradient checkpointing' if planned.gradient_checkpointing else ''}: this process at about "
+            f"{decision.memory['estimate_mb'] / 1024:.1f} GB while training")
         name = f"{base_id.split(':')[0]}-ft-{corpus_key(settings)}-{decision.training_hash}"
         out_dir = finetuned_dir(settings) / name
         budget = settings.finetune_budget_s if budget_s is None else budget_s
         training = train_embedder(base_path, pairs.train, out_dir, budget, settings.torch_threads, planned, log=say)
+        decision.memory["peak_mb_after_training"] = peak_rss_mb()
         release_freed_memory()  # training's activations and optimiser state, before the candidate's graphs
         stages["train"] = round(time.perf_counter() - started - sum(stages.values()), 2)
         decision.training, decision.model_path = training.to_dict(), str(out_dir)

@@ -11,7 +11,8 @@ same for any mini-batch size and with or without checkpointing (the dropout mask
 neither is part of the recipe's identity (``identity``): a model trained with mini-batches of 8 is
 the model trained with 32.
 
-``training_memory_bytes`` estimates a recipe's peak resident memory; ``fit_memory`` picks the
+``training_memory_bytes`` estimates the peak resident memory of a process that trains with a recipe: what the
+process already holds, measured, plus what training adds (``training_added_bytes``); ``fit_memory`` picks the
 fastest mini-batch and checkpointing that fit a memory budget (None: nothing fits).
 """
 
@@ -23,12 +24,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-# The estimate's constants, fitted to peak RSS measured with /usr/bin/time -v on short runs of
+# The estimate's constants, fitted to peak RSS measured with /usr/bin/time -v on runs of
 # `groundwork adapt --embedder` (docs/EVALUATION.md, "Fine-tuning within a laptop's memory").
 FLOATS_PER_TOKEN_AND_UNIT = 30  # activations a layer keeps per token and hidden unit for its backward pass
 ATTENTION_MAPS = 3  # per head: scores, softmax and dropout mask, tokens x tokens each
 STATE_BYTES_PER_WEIGHT_BYTE = 4  # fp32 weights, their gradients and AdamW's two moments
-PROCESS_BYTES = 1_200 * 2**20  # Python, torch, the loaded snapshot, the served query encoder and the pairs
+# what training adds besides its weights, their state and the activations: torch and sentence-transformers
+# imported, the model's loading, the tokenizer and the allocator's slack (fitted to mpnet's whole runs with
+# mini-batches of 2 and 4: 690-710 MB, rounded up)
+RUNTIME_BYTES = 768 * 2**20
+# the resident memory assumed for the process that trains where the platform does not say (Python, the loaded
+# snapshot, its engine, the served query encoder and the pairs of a small corpus: 1.2 GB measured on ~800 chunks)
+DEFAULT_RESIDENT_BYTES = 1_250 * 2**20
 # with checkpointing a sequence keeps each layer's input, and the backward pass holds about three layers' worth
 # of activations at once (the recomputed layer, its gradients and the layer above's): fitted to mpnet's 5.35 GB
 # peak with mini-batches of 32 (estimate before the fit, one layer: 3.6 GB)
@@ -118,12 +125,12 @@ def _model_shape(model_path: Path) -> tuple[int, int, int, int]:
     return (int(config["num_hidden_layers"]), int(config["hidden_size"]), int(config["num_attention_heads"]), weights)
 
 
-def training_memory_bytes(model_path: Path, recipe: ContrastiveRecipe) -> int:
-    """About the peak resident memory of training ``model_path`` with ``recipe``: the process and its data, the
-    weights with their gradients and AdamW's moments, and the activations one mini-batch keeps for its backward
-    pass (per layer and sequence ~30 floats per token and hidden unit plus three attention maps per head; with
-    checkpointing, each layer's input and ``CHECKPOINTED_LAYERS_HELD`` layers' activations).  The effective batch adds only its
-    embeddings (a few MB)."""
+def training_added_bytes(model_path: Path, recipe: ContrastiveRecipe) -> int:
+    """About what training ``model_path`` with ``recipe`` adds to the resident memory of the process that runs it:
+    the runtime (``RUNTIME_BYTES``), the weights with their gradients and AdamW's moments, and the activations one
+    mini-batch keeps for its backward pass (per layer and sequence ~30 floats per token and hidden unit plus three
+    attention maps per head; with checkpointing, each layer's input and ``CHECKPOINTED_LAYERS_HELD`` layers'
+    activations).  The effective batch adds only its embeddings (a few MB)."""
     layers, hidden, heads, weights = _model_shape(model_path)
     tokens = recipe.max_tokens
     layer = (tokens * hidden * FLOATS_PER_TOKEN_AND_UNIT + heads * tokens * tokens * ATTENTION_MAPS) * 4
@@ -132,7 +139,15 @@ def training_memory_bytes(model_path: Path, recipe: ContrastiveRecipe) -> int:
         if recipe.gradient_checkpointing
         else layers * layer
     )
-    return PROCESS_BYTES + STATE_BYTES_PER_WEIGHT_BYTE * weights + recipe.mini_batch_size * per_sequence
+    return RUNTIME_BYTES + STATE_BYTES_PER_WEIGHT_BYTE * weights + recipe.mini_batch_size * per_sequence
+
+
+def training_memory_bytes(model_path: Path, recipe: ContrastiveRecipe, resident_bytes: int | None = None) -> int:
+    """About the peak resident memory of a process holding ``resident_bytes`` (what it has loaded: the snapshot,
+    the served query encoder, the pairs; ``DEFAULT_RESIDENT_BYTES`` when unknown) once it trains ``model_path``
+    with ``recipe``.  The process's own part grows with the corpus, so it is measured, not assumed."""
+    resident = DEFAULT_RESIDENT_BYTES if resident_bytes is None else resident_bytes
+    return resident + training_added_bytes(model_path, recipe)
 
 
 def memory_plans(recipe: ContrastiveRecipe) -> list[ContrastiveRecipe]:
@@ -141,13 +156,16 @@ def memory_plans(recipe: ContrastiveRecipe) -> list[ContrastiveRecipe]:
             for mini_batch, checkpointing in MEMORY_PLANS if mini_batch <= recipe.batch_size]
 
 
-def fit_memory(model_path: Path, recipe: ContrastiveRecipe, budget_bytes: float) -> ContrastiveRecipe | None:
-    """``recipe`` with the fastest memory plan (``memory_plans``) whose estimate fits ``budget_bytes``; None when
-    even the smallest does not."""
-    return next((plan for plan in memory_plans(recipe) if training_memory_bytes(model_path, plan) <= budget_bytes),
-                None)
+def fit_memory(model_path: Path, recipe: ContrastiveRecipe, budget_bytes: float, resident_bytes: int | None = None,
+               free_bytes: int | None = None) -> ContrastiveRecipe | None:
+    """``recipe`` with the fastest memory plan (``memory_plans``) whose estimated peak (``training_memory_bytes``)
+    fits ``budget_bytes`` and whose addition fits ``free_bytes`` (what the machine can still allocate; None: not
+    known); None when even the smallest does not."""
+    return next((plan for plan in memory_plans(recipe)
+                 if training_memory_bytes(model_path, plan, resident_bytes) <= budget_bytes
+                 and (free_bytes is None or training_added_bytes(model_path, plan) <= free_bytes)), None)
 
 
 def smallest_plan(model_path: Path, recipe: ContrastiveRecipe) -> ContrastiveRecipe:
     """``recipe`` with the memory plan whose estimate is the smallest (what a decline for memory quotes)."""
-    return min(memory_plans(recipe), key=lambda plan: training_memory_bytes(model_path, plan))
+    return min(memory_plans(recipe), key=lambda plan: training_added_bytes(model_path, plan))

@@ -85,6 +85,9 @@ def test_adapt_embedder_json_reports_its_decision_within_its_budget(corpus):
     # the held-out pseudo-queries are sized for the decision first; training keeps at least the minimum pairs
     assert decision["pairs"] >= SMALL["finetune_min_pairs"] and decision["held_out"] >= 20
     assert decision["detectable_gain"] <= 1.0 and decision["peak_rss_mb"] > 0
+    # the memory plan's estimate of this process's peak starts from what it held when training was planned
+    memory = decision["memory"]
+    assert memory["resident_mb_at_plan"] > 0 and 0 < memory["resident_mb_before_training"] < memory["estimate_mb"]
     assert set(decision["pair_kinds"]) >= {"heading", "first_sentence"}
     training = decision["training"]
     assert 1 <= training["steps"] <= training["planned_steps"]
@@ -221,20 +224,29 @@ def test_finetuned_embedder_asset_materialises_with_its_decision_in_metadata(cor
 
 
 def test_a_machine_without_the_memory_to_train_declines_before_training_and_tries_again_next_time(corpus, monkeypatch):
-    from knowledge_store.learning.recipe import smallest_plan, training_memory_bytes
+    from knowledge_store.learning.recipe import smallest_plan, training_added_bytes
     from knowledge_store.models.serving import finetuned_dir
 
-    need = training_memory_bytes(corpus.model_path, smallest_plan(corpus.model_path, finetune.RECIPE))
-    assert need < 2 * 2**30  # MiniLM in its smallest plan
-    monkeypatch.setattr(finetune, "available_memory_bytes", lambda: need // 2)
+    adds = training_added_bytes(corpus.model_path, smallest_plan(corpus.model_path, finetune.RECIPE))
+    assert adds < 2 * 2**30  # MiniLM in its smallest plan
+    budget = corpus.finetune_memory_gb * 2**30
+    monkeypatch.setattr(finetune, "resident_bytes", lambda: 256 * 2**20)
+    monkeypatch.setattr(finetune, "available_memory_bytes", lambda: adds // 2)  # the machine has too little free
     decision = finetune.finetune_corpus(corpus)
-    assert decision.decision == "declined" and "GB of memory" in decision.reason and decision.training is None
+    assert decision.decision == "declined" and "GB free" in decision.reason and decision.training is None
     assert not finetuned_dir(corpus).exists() or not any(finetuned_dir(corpus).iterdir())  # nothing trained
     assert load_record(corpus.index_dir).decision["training_hash"] is None  # not remembered as decided
-    monkeypatch.setattr(finetune, "available_memory_bytes", lambda: need * 2)
+    # free memory enough, but this process already holds the budget: the estimate of its peak counts what it holds
+    monkeypatch.setattr(finetune, "available_memory_bytes", lambda: adds * 2)
+    monkeypatch.setattr(finetune, "resident_bytes", lambda: int(budget))
+    held = finetune.finetune_corpus(corpus)
+    assert held.decision == "declined" and "GROUNDWORK_FINETUNE_MEMORY_GB" in held.reason and held.training is None
+    assert held.memory["resident_mb_at_plan"] == round(budget / 2**20)
+    monkeypatch.setattr(finetune, "resident_bytes", lambda: 256 * 2**20)
     trained = finetune.finetune_corpus(corpus, budget_s=2.0)  # with the memory, the same pairs train
     assert trained.training is not None and trained.training["recipe"]["mini_batch_size"] <= 32
     assert trained.peak_rss_mb is not None and trained.peak_rss_mb > 0
+    assert trained.memory["estimate_mb"] <= corpus.finetune_memory_gb * 1024
 
 
 def test_where_this_cpu_embeds_documents_faster_in_fp32_the_candidate_is_judged_on_its_fp32_vectors(corpus, monkeypatch):

@@ -141,6 +141,8 @@ def test_a_sync_that_changes_a_fifth_of_the_corpus_starts_a_finetuning_run_with_
         assert metadata["training_steps"].value >= 1 and "training steps" in metadata["progress"].value
         assert metadata["peak_rss_mb"].value > 100  # the run worker's own peak: torch and a model at least
         assert metadata["memory_plan"].value["batch_size"] == 32
+        memory = metadata["memory_mb"].value  # the plan's estimate beside what the run worker held and reached
+        assert 0 < memory["resident_mb_at_plan"] < memory["estimate_mb"] and memory["peak_mb_after_training"] > 0
         logs = " ".join(e.message or "" for e in instance.all_logs(run_id))
         assert "fine-tune step 1/" in logs  # training's progress in the run's log
 
