@@ -111,28 +111,26 @@ MIN_GAIN, Z = 0.005, 2.0  # the decision rule (core.metrics.paired_gain): a gain
 DIFF_SD_PER_BASE_SD = 0.5
 
 
-def available_memory_bytes() -> int | None:
-    """What the kernel says can be allocated without swapping (``MemAvailable``); None where it does not say."""
+def _proc_bytes(path: str, key: str) -> int | None:
+    """The ``key:`` line of a Linux /proc status file (kB) in bytes; None where there is no such file or line."""
     try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
+        with open(path) as lines:
+            for line in lines:
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def available_memory_bytes() -> int | None:
+    """What the kernel says can be allocated without swapping (``MemAvailable``); None where it does not say."""
+    return _proc_bytes("/proc/meminfo", "MemAvailable")
 
 
 def resident_bytes() -> int | None:
     """This process's resident memory now (``VmRSS``); None where the platform does not say."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    return _proc_bytes("/proc/self/status", "VmRSS")
 
 
 def peak_rss_mb() -> float | None:

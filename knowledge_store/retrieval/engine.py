@@ -554,7 +554,7 @@ class RetrievalEngine:
         # bm25 ran concurrently with embed: its own duration is reported, plus any wait after the vector step
         timings.update(embed=(t1 - t0) * 1000, vector=(t2 - t1) * 1000, bm25=bm25_ms, bm25_wait=(t3 - t2) * 1000,
                        fuse=(t4 - t3) * 1000)
-        return HybridCandidates(snapshot, query_vector, hits, timings, terms.unknown, adapted=adapter is not None)
+        return HybridCandidates(snapshot, query_vector, hits, timings, terms.unknown_words, adapted=adapter is not None)
 
     def search(self, query: str | None = None, log: bool = True, snapshot: LoadedSnapshot | None = None,
                **params: Any) -> SearchResponse:

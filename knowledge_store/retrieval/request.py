@@ -93,6 +93,9 @@ class SearchResponse:
     snapshot_version: int
     params: dict[str, Any]
     message: str | None = None
+    # the query's words that no document the request could read contains (stopwords aside): a question about
+    # something the documents never mention says so, whatever the passages' scores
+    missing_terms: list[str] = field(default_factory=list)
     hits: list[SearchHit] = field(default_factory=list)
     snapshot: LoadedSnapshot | None = None  # the snapshot the request read (its documents name the hits' files)
 
@@ -103,6 +106,7 @@ class SearchResponse:
             "results": [c.model_dump() for c in self.results],
             "answer": self.answer.model_dump() if self.answer else None,
             "coverage": self.coverage,
+            "missing_terms": self.missing_terms,
             "message": self.message,
             "latency_ms": self.latency_ms,
             "reranker_status": self.reranker_status,
@@ -119,7 +123,7 @@ class HybridCandidates:
     query_vector: np.ndarray
     hits: list[SearchHit]
     timings: dict[str, float]
-    unknown_terms: list[str]
+    unknown_words: list[str]  # the query's words no document of the searched snapshot contains
     adapted: bool = False  # the corpus's query adapter moved the query vector (``query_adapter.py``)
 
 

@@ -62,6 +62,9 @@ class QueryTerms:
     idf: np.ndarray
     known: list[str]
     unknown: list[str]
+    # the query's words (its tokens, as written but lower-cased) whose stem is unknown: what a response can name as
+    # "no document mentions"
+    unknown_words: list[str] = field(default_factory=list)
 
     @property
     def total_weight(self) -> float:
@@ -153,24 +156,24 @@ class LoadedSnapshot:
         """
         if query.isascii():
             tokens = list(dict.fromkeys(_FTS_SPLIT.sub(" ", query.lower()).split()))
-            stems = list(dict.fromkeys(s for s in self.stem_tokens(tokens) if s))
+            stemmed = list(zip(tokens, self.stem_tokens(tokens)))
         else:
             cursor = self.conn.cursor()
             try:
-                stems = [
-                    row[0]
-                    for row in cursor.execute(
-                        "SELECT DISTINCT stem(unnest(fts_main_chunks.tokenize(?)), 'porter') AS t", [query]
-                    ).fetchall()
-                    if row[0]
-                ]
+                stemmed = cursor.execute(
+                    "SELECT t, stem(t, 'porter') FROM (SELECT unnest(fts_main_chunks.tokenize(?)) AS t)", [query]
+                ).fetchall()
             finally:
                 cursor.close()
+        stems = list(dict.fromkeys(stem for _, stem in stemmed if stem))
         known = [s for s in stems if s in self.term_ids]
         unknown = [s for s in stems if s not in self.term_ids and s not in self.stopwords]
+        missing = set(unknown)
+        unknown_words = list(dict.fromkeys(token for token, stem in stemmed if stem in missing))
         termids = np.array([self.term_ids[s] for s in known], dtype=np.int64)
         df = self.df[termids].astype(np.float64) if len(termids) else np.zeros(0)
-        return QueryTerms(termids=termids, idf=bm25_idf(self.num_docs, df), known=known, unknown=unknown)
+        return QueryTerms(termids=termids, idf=bm25_idf(self.num_docs, df), known=known, unknown=unknown,
+                          unknown_words=unknown_words)
 
     def stem_tokens(self, tokens: list[str]) -> list[str]:
         """Porter stems of fts tokens (lower-cased, split by the fts rule), one per token ("" when empty),

@@ -130,7 +130,8 @@ class AnswerSynthesizer(BaseSynthesizer):
             latency_ms={k: round(v, 3) for k, v in timings.items()}, reranker_status=query.reranker_status,
             snapshot_version=found.snapshot.info.snapshot_version,
             params={**request.logged_params(), "query_adapter": found.adapted},
-            message=NO_RESULTS if query.coverage == "none" else None, hits=final, snapshot=query.snapshot,
+            message=NO_RESULTS if query.coverage == "none" else None, missing_terms=list(found.unknown_words),
+            hits=final, snapshot=query.snapshot,
         )
         return Response(response=answer.text if answer else None, source_nodes=nodes,
                         metadata={"search_response": response})

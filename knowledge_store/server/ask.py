@@ -119,6 +119,7 @@ def ask(engine, base: str, question: str, *, top_k: int = 10, max_sources: int =
     return {
         "answer": reply.text, "sources": sources, "answer_method": reply.method,
         "retrieval_request_id": response.retrieval_request_id, "coverage": response.coverage if sources else "none",
+        "missing_terms": response.missing_terms,
         "candidates": len(response.results), "snapshot_version": response.snapshot_version,
         "latency_ms": round((time.perf_counter() - began) * 1000, 3),
     }

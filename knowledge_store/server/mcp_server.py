@@ -76,7 +76,8 @@ with their sources, so you can answer from them and cite them.
 Returns numbered passages [n] with title, section, pages, a snippet, a link (`url`) and scores, \
 plus `coverage` (high / medium / low / none: how well the best passages and their sentences answer) and a short \
 extractive `answer`. Cite passages as [n] with their url. If it says "No relevant content found." \
-(coverage "none"), the knowledge base does not cover the question: say so instead of guessing. \
+(coverage "none"), the knowledge base does not cover the question: say so instead of guessing; words listed as \
+"No document mentions" (`missing_terms`) appear in no document, so the passages cannot answer about them. \
 `filters` restricts the search, e.g. {"paths": ["manuals/*.pdf"]}, {"sources": ["docs"]}, \
 {"metadata": {"product": "aurora-hub"}}, {"entities": ["SOP-42"]} (passages mentioning an identifier or standard; \
 each result lists the `entities` it mentions). `alpha` weights keywords (0) against meaning (1). \
@@ -103,6 +104,8 @@ class SearchOutput(BaseModel):
     results: list[Citation] = Field(description="The cited passages, best first: the same Citation model as the HTTP "
                                     "API's results (n is the marker [n] in the answer).")
     answer: str | None = Field(None, description="Short extractive answer with [n] markers, if any.")
+    missing_terms: list[str] = Field(default_factory=list, description="Words of the query that no document contains: "
+                                     "the passages cannot say anything about them.")
 
 
 class DocumentChunk(BaseModel):
@@ -193,10 +196,12 @@ def _heading(title: str, section: str, pages: list[int]) -> str:
     return head + _pages_label(pages)
 
 
-def format_results(results: list[Citation], answer: str | None = None, coverage: str | None = None) -> str:
+def format_results(results: list[Citation], answer: str | None = None, coverage: str | None = None,
+                   missing_terms: list[str] | None = None) -> str:
     """The readable numbered list agents see as text content."""
+    missing = f"No document mentions: {', '.join(missing_terms)}" if missing_terms else ""
     if not results:
-        return NO_RESULTS
+        return NO_RESULTS + (f"\n{missing}" if missing else "")
     blocks = []
     for c in results:
         lines = [f"[{c.n}] {_heading(c.title, c.section, c.pages)} score {c.score:.2f} (relevance {c.relevance:.2f})"]
@@ -218,6 +223,8 @@ def format_results(results: list[Citation], answer: str | None = None, coverage:
         text += f"\n\nAnswer (extractive): {answer}"
     if coverage:
         text += f"\nCoverage: {coverage}"
+    if missing:
+        text += f"\n{missing}"
     return text
 
 
@@ -364,8 +371,9 @@ def build_mcp_server(engine: RetrievalEngine) -> MCPServer:
             coverage=response.coverage,
             results=results,
             answer=answer if results else None,
+            missing_terms=response.missing_terms,
         )
-        text = format_results(response.results, answer, response.coverage)
+        text = format_results(response.results, answer, response.coverage, response.missing_terms)
         return CallToolResult(
             content=[TextContent(type="text", text=text)],
             structured_content=output.model_dump(mode="json"),

@@ -78,6 +78,7 @@ def test_query_shows_cited_results_and_stores_feedback(page, live):
     assert page.locator("#answer-text a.cite").count() >= 1
     expect(page.locator("#answer-meta")).to_contain_text("Coverage:")
     expect(page.locator("#meta-line")).to_contain_text("Latency")
+    expect(page.locator("#missing-note")).to_be_hidden()  # every word of the question is in some document
     # "how do I ..." is a question: it ran at the question alpha, and the line says so
     expect(page.locator("#meta-line")).to_contain_text(f"alpha {live['settings'].question_alpha:.2f} (a question)")
     expect(page.locator("#status")).to_contain_text("results in")
@@ -117,6 +118,16 @@ def test_off_topic_query_says_nothing_relevant(page):
     expect(page.locator("#empty")).to_be_visible()
     expect(page.locator("#empty")).to_have_text("No relevant content found.")
     assert page.locator("#results > li").count() == 0
+
+
+def test_a_question_about_something_no_document_mentions_says_which_words(page):
+    search(page, "can I install the Aurora on a solar-powered system")
+    first_result(page)  # passages about installing still rank
+    expect(page.locator("#missing-note")).to_be_visible()
+    expect(page.locator("#missing-note")).to_have_text(
+        "No document mentions \u201csolar\u201d: the passages cannot answer about it.")
+    search(page, RESET)  # the next answer's note is its own
+    expect(page.locator("#missing-note")).to_be_hidden()
 
 
 def test_entity_chips_filter_the_search_to_passages_mentioning_them(page):

@@ -247,6 +247,17 @@ def test_ask_without_relevant_content_says_so(env):
     assert data["sources"] == [] and data["answer"] == "No relevant content found." and data["coverage"] == "none"
 
 
+def test_ask_names_the_words_of_the_question_no_document_mentions(env):
+    client = env["client"]
+    data = client.post("/api/ask", json={"query": "Can I install the Aurora on a solar-powered system?"}).json()
+    assert data["missing_terms"] == ["solar"]  # "powered" is there as "power"; stopwords are never listed
+    assert data["sources"]  # the passages about installing still come back: the note is what says they cannot answer
+    answered = client.post("/api/ask", json={"query": "How do I reset the Aurora to factory settings?"}).json()
+    assert answered["missing_terms"] == []
+    searched = client.post("/api/knowledge/query", json={"query": "solar panels for the Aurora"}).json()
+    assert searched["missing_terms"] == ["solar", "panels"]
+
+
 def test_ask_local_stays_in_the_source_file_and_uses_the_selection(env):
     client = env["client"]
     selection = ("E42 means the thermostat expects a wired remote sensor on terminals S1 and S2 but measures an open "

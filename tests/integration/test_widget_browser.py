@@ -210,8 +210,13 @@ def test_an_allowed_site_asks_and_gets_cited_sources_with_page_links(visit, live
     assert first_pdf.get_attribute("target") == "_blank" and "noopener" in first_pdf.get_attribute("rel")
     expect(answer.locator(".sources")).to_contain_text("p. 4")
     assert answer.locator("a.cite").count() >= 1  # the answer's [n] markers link to their sources
+    expect(answer).not_to_contain_text("No document mentions")
     record = live["query_log"].list(client="api-ask", limit=5)[0]
     assert record.query == RESET
+
+    # a question about something no document mentions says which words
+    tab.ask("can I run the Aurora on solar power")
+    expect(tab.last_answer()).to_contain_text("No document mentions \u201csolar\u201d.")
 
     # a question about the docs site itself: its page with the section's anchor, in this tab
     tab.ask(RETENTION)

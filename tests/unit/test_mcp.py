@@ -16,4 +16,7 @@ def test_format_results_pages_and_sections():
     assert text.splitlines()[:3] == ["[2] Manual \u2014 Setup (pp. 4\u20135) score 0.93 (relevance 0.80)",
                                      "Hold the dial.", "file:///m.pdf#page=4"]
     assert format_results([]) == NO_RESULTS
+    # words no document contains are named, with or without passages
+    assert format_results([cite], coverage="low", missing_terms=["solar"]).endswith("Coverage: low\nNo document mentions: solar")
+    assert format_results([], missing_terms=["solar", "panels"]) == NO_RESULTS + "\nNo document mentions: solar, panels"
 

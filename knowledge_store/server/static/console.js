@@ -17,7 +17,7 @@
       alphaReset = $("alpha-reset"), reranker = $("reranker"), fusion = $("fusion"), submit = $("submit"), formError = $("form-error"),
       statusEl = $("status"), errorPanel = $("error-panel"), errorMessage = $("error-message"), errorTitle = $("error-title"), retry = $("retry"),
       answerPanel = $("answer-panel"), answerText = $("answer-text"), answerMeta = $("answer-meta"),
-      metaLine = $("meta-line"), rerankerNote = $("reranker-note"), empty = $("empty"), list = $("results"),
+      metaLine = $("meta-line"), rerankerNote = $("reranker-note"), missingNote = $("missing-note"), empty = $("empty"), list = $("results"),
       template = $("result-template");
 
   var alphaTouched = false;
@@ -484,6 +484,13 @@
     var answer = data.answer;
     if (results.length && answer && answer.text) renderAnswer(answer.text, results);
     show(answerText, !!(results.length && answer && answer.text));
+    // words of the question that no document contains: whatever the scores, the passages cannot answer about them
+    var missing = data.missing_terms || [];
+    missingNote.textContent = missing.length
+      ? "No document mentions " + missing.map(function (w) { return "\u201c" + w + "\u201d"; }).join(", ") +
+        ": the passages cannot answer about " + (missing.length === 1 ? "it." : "them.")
+      : "";
+    show(missingNote, missing.length > 0);
     answerMeta.textContent = "";
     var badge = document.createElement("span");
     badge.className = "badge cov-" + (data.coverage || "none");

@@ -552,6 +552,12 @@
       }
     });
     var box = el("div", { className: "answer" }, [text]);
+    // words of the question that no document contains: the sources cannot answer about them
+    var missing = Array.isArray(data.missing_terms) ? data.missing_terms.filter(function (w) { return typeof w === "string"; }) : [];
+    if (missing.length) {
+      box.appendChild(el("p", { className: "none", text: "No document mentions " + missing.map(function (w) {
+        return "\u201c" + w + "\u201d"; }).join(", ") + "." }));
+    }
     if (!sources.length) {
       box.appendChild(el("p", { className: "none", text: "No sources matched this question." }));
       return box;
