@@ -18,7 +18,8 @@ One run (``finetune_corpus``; ``groundwork adapt --embedder``, the Dagster asset
    gradient checkpointing are the fastest plan whose estimate of this process's peak (what it holds when
    training starts, measured, plus what training adds) fits ``finetune_memory_gb`` and whose addition fits
    what the machine has free (``plan_memory``); when none fits, the run declines before training.  The
-   served query encoder is dropped before training: held-out scoring was its last use.  It stops at the step that reaches ``finetune_budget_s``.  The model is saved
+   served query encoder is dropped before training: held-out scoring was its last use.  Training stops
+   at the step that reaches ``finetune_budget_s``.  The model is saved
    under ``<data_dir>/models/finetuned/<base>-ft-<corpus>-<training hash>`` (written to a temporary
    folder, then renamed: a kill leaves no half model); a run with the same pairs reuses it.
 3. **Re-embedding**: every served chunk text (and its sentences) gets a vector from the candidate in the

@@ -31,10 +31,10 @@ ATTENTION_MAPS = 3  # per head: scores, softmax and dropout mask, tokens x token
 STATE_BYTES_PER_WEIGHT_BYTE = 4  # fp32 weights, their gradients and AdamW's two moments
 # what training adds besides its weights, their state and the activations: torch and sentence-transformers
 # imported, the model's loading, the tokenizer and the allocator's slack (fitted to mpnet's whole runs with
-# mini-batches of 2 and 4: 690-710 MB, rounded up)
+# mini-batches of 2, 4 and 8: 665-710 MB, rounded up)
 RUNTIME_BYTES = 768 * 2**20
-# the resident memory assumed for the process that trains where the platform does not say (Python, the loaded
-# snapshot, its engine, the served query encoder and the pairs of a small corpus: 1.2 GB measured on ~800 chunks)
+# the resident memory assumed for the process that trains where the platform does not say: a conservative stand-in
+# (a process training on ~800 chunks held 271 MB without the served query encoder, 1.2 GB with it)
 DEFAULT_RESIDENT_BYTES = 1_250 * 2**20
 # with checkpointing a sequence keeps each layer's input, and the backward pass holds about three layers' worth
 # of activations at once (the recomputed layer, its gradients and the layer above's): fitted to mpnet's 5.35 GB

@@ -283,7 +283,10 @@ def test_no_relevant_content_in_process(engine):
 
     result = anyio.run(main)
     assert not result.is_error
-    assert result.content[0].text == NO_RESULTS == "No relevant content found."
+    # the agent reads that nothing is relevant, and which of its words no document contains
+    assert result.content[0].text == NO_RESULTS + "\nNo document mentions: quantum, chromodynamics, emperor, penguins"
+    assert NO_RESULTS == "No relevant content found."
     assert result.structured_content["results"] == [] and result.structured_content["coverage"] == "none"
     assert result.structured_content["answer"] is None
+    assert result.structured_content["missing_terms"] == ["quantum", "chromodynamics", "emperor", "penguins"]
 
