@@ -146,9 +146,8 @@ class AskResponse(Open):
     answer_method: Literal["extractive", "llm"]
     retrieval_request_id: str = Field(..., description="What POST /api/knowledge/feedback refers to.")
     coverage: Literal["high", "medium", "low", "none"]
-    missing_terms: list[str] = Field(default_factory=list, description="Words of the query that no document the "
-                                     "caller may read contains (stopwords aside): the passages cannot say anything "
-                                     "about them, whatever their scores.")
+    missing_terms: list[str] = Field(default_factory=list,
+                                     description=QueryResponse.model_fields["missing_terms"].description)
     candidates: int = Field(..., description="Passages retrieved and ranked (at most top_k); sources are the first ones.")
     snapshot_version: int
     latency_ms: float
