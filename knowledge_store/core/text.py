@@ -129,6 +129,9 @@ _UNDERSCORE_MARKS = re.compile(r"(?<![0-9A-Za-z])(__|_)(?=\S)(.+?)(?<=\S)\1(?![0
 _ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|>~<])")
 _ENTITY = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});")
 _PLACEHOLDER = re.compile("\x00(\\d+)\x00")
+# a character every piece of inline markup above needs: a text without one has nothing to remove
+_MARKUP_CHARACTER = re.compile(r"[`\\\[<*~_&]")
+_WHITESPACE_RUN = re.compile(r"\s+")
 
 
 @lru_cache(maxsize=16384)
@@ -137,6 +140,8 @@ def plain_inline(text: str) -> str:
     ``_a_``, ``~~a~~`` -> a; `` `a` `` -> a, its content untouched; ``[t](u)`` and ``![t](u)`` -> t;
     ``<http://x>`` -> the address; backslash escapes), HTML tags and comments removed and entities decoded
     (``&mdash;`` -> —).  Underscores inside words are not emphasis (``min_cycle_minutes``)."""
+    if _MARKUP_CHARACTER.search(text) is None:  # most sentences: only the whitespace to collapse
+        return _WHITESPACE_RUN.sub(" ", text).strip()
     spans: list[str] = []
 
     def keep(match: re.Match) -> str:
@@ -158,7 +163,7 @@ def plain_inline(text: str) -> str:
     if "&" in text:
         text = _ENTITY.sub(lambda m: html.unescape(m.group(0)), text)
     text = _PLACEHOLDER.sub(lambda m: spans[int(m.group(1))], text)
-    return re.sub(r"\s+", " ", text).strip()
+    return _WHITESPACE_RUN.sub(" ", text).strip()
 
 
 _WORD_TOKEN = re.compile(r"\w+(?:[.,]\d+)*")

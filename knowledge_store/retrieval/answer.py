@@ -35,7 +35,7 @@ from knowledge_store.retrieval.answer_types import (
     expected_answer_type,
     gives_instruction,
 )
-from knowledge_store.retrieval.answer_units import AnswerUnit, answer_units
+from knowledge_store.retrieval.answer_units import AnswerUnit, answer_units, word_count
 from knowledge_store.retrieval.snippets import best_snippet, collapse_ws, term_weights
 from knowledge_store.retrieval.terms import mixes_letters_and_digits, normalize, query_terms, term_spans
 from knowledge_store.retrieval.types import SearchHit
@@ -138,14 +138,6 @@ def _near_duplicate(a: frozenset[str], b: frozenset[str]) -> bool:
         return a == b
     common = len(a & b)
     return common / len(a | b) >= _NEAR_DUPLICATE or common / min(len(a), len(b)) >= 0.9
-
-
-_COUNTED_WORD = re.compile(r"\S*[^\W_]\S*")
-
-
-def _word_count(text: str) -> int:
-    """Whitespace-separated tokens holding a letter or a digit."""
-    return len(_COUNTED_WORD.findall(text))
 
 
 def _scaled_cosine(cosine: float) -> float:
@@ -319,7 +311,7 @@ def answer_evidence(query: str, hits: Sequence[SearchHit]) -> AnswerEvidence:
             if vector is None:
                 semantic = passage
             else:  # a short unit's vector says little of its own: it leans on its passage's in proportion
-                own_share = min(1.0, _word_count(unit.text) / _FULL_SENTENCE_WORDS)
+                own_share = min(1.0, word_count(unit.text) / _FULL_SENTENCE_WORDS)
                 semantic = _scaled_cosine(vector[0]) if passage is None else \
                     passage + own_share * (_scaled_cosine(vector[0]) - passage)
             support = lexical if semantic is None else 0.5 * lexical + 0.5 * semantic

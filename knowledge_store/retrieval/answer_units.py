@@ -62,8 +62,12 @@ class AnswerUnit:
         return self.kind in QUOTED_KINDS
 
 
-def _words(text: str) -> int:
-    return sum(1 for token in text.split() if any(c.isalnum() for c in token))
+_COUNTED_WORD = re.compile(r"\S*[^\W_]\S*")
+
+
+def word_count(text: str) -> int:
+    """Whitespace-separated tokens holding a letter or a digit ("E42", "3.4", "don't"; not "|" or "--")."""
+    return len(_COUNTED_WORD.findall(text))
 
 
 def _is_table_line(line: str) -> bool:
@@ -83,7 +87,7 @@ def table_cells(line: str) -> list[str]:
 
 def _looks_like_header(cells: list[str]) -> bool:
     """A first row seen without what came before it (the passage opens with the table): labels, not data."""
-    return len(cells) >= 2 and all(cell and _words(cell) <= 4 and not _DIGIT.search(cell) for cell in cells)
+    return len(cells) >= 2 and all(cell and word_count(cell) <= 4 and not _DIGIT.search(cell) for cell in cells)
 
 
 def render_row(cells: list[str], header: list[str] | None) -> str:
@@ -191,7 +195,7 @@ def _answer_units(text: str, headings: tuple[str, ...]) -> tuple[AnswerUnit, ...
             kind: UnitKind = "item"
             if shown.endswith(":") and following is not None and following.kind in ("item", "table", "code"):
                 kind = "intro"
-            elif _words(shown) < 2:
+            elif word_count(shown) < 2:
                 kind = "fragment"
             units.append(AnswerUnit(start, end, kind, shown, group))
         else:
@@ -240,11 +244,11 @@ def _prose_units(text: str, start: int, end: int, group: int, heading_keys: set[
         elif heading_key(shown) in heading_keys:
             kind = "heading"
         elif len(spans) == 1 and "\n" not in paragraph and not _ends_sentence(shown) \
-                and not shown.endswith(":") and _words(shown) <= LABEL_MAX_WORDS:
+                and not shown.endswith(":") and word_count(shown) <= LABEL_MAX_WORDS:
             kind = "heading"  # a short line alone between blank lines: a heading or a label
         elif shown.endswith(":"):
             kind = "intro"
-        elif not _ends_sentence(shown) or _words(shown) < MIN_WORDS:
+        elif not _ends_sentence(shown) or word_count(shown) < MIN_WORDS:
             kind = "fragment"
         elif n == 0 and at_start and shown[:1].islower():
             kind = "fragment"  # the passage starts inside a sentence

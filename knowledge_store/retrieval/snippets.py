@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 
 from knowledge_store.core.text import sentence_spans, trim_span
@@ -112,11 +113,18 @@ def best_segment(text: str, terms: Sequence[str],
     within-passage weight of the distinct query terms a unit contains; ties go to
     the earlier unit, and with no match at all the first unit wins (score 0).
     ``tokens``: ``term_spans(text)``, when the caller has them."""
+    index, score, spans, _ = _best_unit(text, terms, tokens)
+    return index, score, spans
+
+
+def _best_unit(text: str, terms: Sequence[str], tokens: Sequence[tuple[str, int, int]] | None
+               ) -> tuple[int, float, list[tuple[int, int]], dict[str, float]]:
+    """``best_segment`` and the terms' within-passage weights it scored with (a snippet reuses them)."""
     spans = segments(text)
     if not spans:
-        return -1, 0.0, spans
+        return -1, 0.0, spans, {}
     if not terms:
-        return 0, 0.0, spans
+        return 0, 0.0, spans, {}
     sets = unit_term_sets(spans, term_spans(text) if tokens is None else tokens)
     weights = term_weights(terms, sets)
     best, best_score = 0, 0.0
@@ -124,7 +132,7 @@ def best_segment(text: str, terms: Sequence[str],
         score = sum(weights[t] for t in terms if t in found)
         if score > best_score + 1e-12:
             best, best_score = index, score
-    return best, best_score, spans
+    return best, best_score, spans, weights
 
 
 # ---------------------------------------------------------------------------
@@ -143,30 +151,56 @@ def best_snippet(text: str, query: str, max_chars: int = 150) -> tuple[str, int,
         raise ValueError(f"max_chars must be at least 1, got {max_chars}")
     terms = query_terms(query)
     tokens = term_spans(text) if terms else None  # stemmed once, for the unit and for the words around it
-    index, _, spans = best_segment(text, terms, tokens)
+    index, _, spans, weights = _best_unit(text, terms, tokens)
     if index < 0:
         return "", 0, 0
-    return snippet_around(text, spans, index, terms, max_chars, tokens)
+    return snippet_around(text, spans, index, terms, max_chars, tokens, weights)
 
 
 class _Words:
-    """The words (maximal non-space runs) of a text, with the unit each belongs
-    to and the query terms each contains; lengths are whitespace-collapsed."""
+    """The words (maximal non-space runs) of a text around one unit, with the unit each belongs to and the query
+    terms each contains; lengths are whitespace-collapsed.
+
+    Only the words a snippet of at most ``max_chars`` characters holding the whole unit ``around`` (or, when the
+    unit is longer, words of it alone) can reach are kept, and one more on each side: each word takes its length and
+    a space.  A unit cut off at either end of that window looks shorter than it is, but a snippet reaching its cut
+    end would be longer than ``max_chars``, so every choice ``snippet_around`` makes is the one it makes over all
+    the words.  Indices are positions in the window; ``unit`` holds indices of the text's units."""
 
     def __init__(self, text: str, spans: Sequence[tuple[int, int]], terms: Sequence[str],
-                 tokens: Sequence[tuple[str, int, int]] | None = None) -> None:
+                 tokens: Sequence[tuple[str, int, int]] | None, weights: dict[str, float] | None,
+                 around: int, max_chars: int) -> None:
         self.text = text
         tokens = term_spans(text) if tokens is None else tokens
         term_set = set(terms)
-        self.weights = term_weights(terms, unit_term_sets(spans, tokens)) if terms else {}
-        self.starts: list[int] = []
-        self.ends: list[int] = []
+        if weights is None:
+            weights = term_weights(terms, unit_term_sets(spans, tokens)) if terms else {}
+        self.weights = weights
+        matches = list(_NONSPACE.finditer(text))
+        unit_start, unit_end = spans[around]
+        first = bisect_left(matches, unit_start, key=lambda m: m.end())  # the unit's first word (or one it is in)
+        last = bisect_left(matches, unit_end, key=lambda m: m.start()) - 1  # ... its last
+        lo, reach = max(0, first), 0
+        while lo > 0 and reach <= max_chars:  # stop at the first word a snippet holding `first` cannot reach
+            lo -= 1
+            reach += len(matches[lo][0]) + 1
+        hi, reach = min(last, len(matches) - 1), 0
+        while hi < len(matches) - 1 and reach <= max_chars:
+            hi += 1
+            reach += len(matches[hi][0]) + 1
+        window = matches[lo:hi + 1]
+        self.starts: list[int] = [m.start() for m in window]
+        self.ends: list[int] = [m.end() for m in window]
         self.unit: list[int] = []
         self.terms: list[frozenset[str]] = []
         self.prefix = [0]
-        t = u = 0
-        for match in _NONSPACE.finditer(text):
-            ws, we = match.span()
+        if not window:
+            self.unit_first: dict[int, int] = {}
+            self.unit_last: dict[int, int] = {}
+            return
+        t = bisect_left(tokens, self.starts[0], key=lambda token: token[1])
+        u = max(0, bisect_left(spans, self.starts[0], key=lambda span: span[1]) - 1)
+        for ws, we in zip(self.starts, self.ends):
             found: set[str] = set()
             while t < len(tokens) and tokens[t][1] < we:
                 if tokens[t][1] >= ws and tokens[t][0] in term_set:
@@ -174,13 +208,11 @@ class _Words:
                 t += 1
             while u < len(spans) - 1 and spans[u][1] <= ws:
                 u += 1
-            self.starts.append(ws)
-            self.ends.append(we)
             self.unit.append(u)
             self.terms.append(frozenset(found))
             self.prefix.append(self.prefix[-1] + we - ws)
-        self.unit_first: dict[int, int] = {}
-        self.unit_last: dict[int, int] = {}
+        self.unit_first = {}
+        self.unit_last = {}
         for i, unit in enumerate(self.unit):
             self.unit_first.setdefault(unit, i)
             self.unit_last[unit] = i
@@ -208,10 +240,11 @@ class _Words:
 
 def snippet_around(
     text: str, spans: list[tuple[int, int]], index: int, terms: Sequence[str], max_chars: int,
-    tokens: Sequence[tuple[str, int, int]] | None = None,
+    tokens: Sequence[tuple[str, int, int]] | None = None, weights: dict[str, float] | None = None,
 ) -> tuple[str, int, int]:
-    """Snippet for unit ``index`` of ``spans`` (see ``best_snippet``; ``tokens``: ``term_spans(text)``)."""
-    words = _Words(text, spans, terms, tokens)
+    """Snippet for unit ``index`` of ``spans`` (see ``best_snippet``; ``tokens``: ``term_spans(text)``;
+    ``weights``: the terms' ``term_weights`` over the units, when the caller has them)."""
+    words = _Words(text, spans, terms, tokens, weights, index, max_chars)
     first = words.unit_first[index]
     last = words.unit_last[index]
     fits = lambda i, j: words.length(i, j) <= max_chars  # noqa: E731

@@ -116,8 +116,16 @@ def term_spans(text: str) -> list[tuple[str, int, int]]:
     return list(_term_spans(text))
 
 
+# an ASCII text's tokens: there ``\w+`` matches exactly these runs, and lower-casing keeps every offset
+_ASCII_TOKEN = re.compile(r"[A-Za-z0-9_]+")
+
+
 @lru_cache(maxsize=8192)
 def _term_spans(text: str) -> tuple[tuple[str, int, int], ...]:
+    if text.isascii():  # the same tokens as below, stemmed in one pass over the lower-cased text
+        matches = list(_ASCII_TOKEN.finditer(text))
+        return tuple(zip(map(stem, _ASCII_TOKEN.findall(text.lower())),
+                         [m.start() for m in matches], [m.end() for m in matches]))
     spans: list[tuple[str, int, int]] = []
     for match in _WORD.finditer(text):
         word = match.group()

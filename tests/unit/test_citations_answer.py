@@ -111,6 +111,20 @@ def test_snippet_default_limit_is_150():
     assert abs(len(left) - len(right)) <= 12
 
 
+def test_snippet_fills_its_limit_with_neighbouring_sentences_however_much_whitespace_separates_them():
+    # a snippet reads only the words it can reach from its unit; whitespace runs collapse to one space in it, so
+    # what it can reach is counted in words, not in the passage's characters
+    sentences = [f"Note {n} here." for n in range(60)]
+    sentences[30] = "Thermostat fact."
+    text = (" " * 40).join(sentences)
+    snippet, start, end = best_snippet(text, "thermostat", 150)
+    check_offsets(text, snippet, start, end)
+    assert "Thermostat fact." in snippet
+    assert 150 - len("Note 31 here. ") < len(snippet) <= 150, snippet
+    left, right = snippet.split("Thermostat fact.")
+    assert left.count("Note") >= 3 and right.count("Note") >= 3
+
+
 def test_best_sentence_is_chosen():
     text = (
         "The unit ships with a wall plate. Batteries last about a year. "
