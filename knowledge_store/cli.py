@@ -863,6 +863,11 @@ def cmd_adapt_embedder(args: argparse.Namespace) -> int:
         print(f"memory: this process peaked at {memory['peak_mb_after_training'] / 1024:.2f} GB while training "
               f"(estimated {memory['estimate_mb'] / 1024:.2f} GB, GROUNDWORK_FINETUNE_MEMORY_GB "
               f"{memory['budget_mb'] / 1024:g}; {decision.peak_rss_mb / 1024:.2f} GB over the whole run)")
+        later = [f"{memory[key] / 1024:.2f} GB after {stage}" for key, stage in (
+            ("peak_mb_after_reembedding", "re-embedding"), ("peak_mb_after_decision", "the decision"))
+            if memory.get(key) is not None]
+        if later:
+            print(f"memory: the peak so far was {', '.join(later)}")
     if decision.decision == "adopted":
         print(f"snapshot {decision.snapshot_version} serves {decision.candidate_model_id}; "
               "`groundwork adapt --embedder --rollback` serves the base model again")

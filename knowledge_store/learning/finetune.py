@@ -205,7 +205,8 @@ class Decision:
     finished_at: str = ""
     peak_rss_mb: float | None = None  # the process's peak resident memory when the run finished (training included)
     # the memory plan against what happened: the process's resident memory when training was planned, the plan's
-    # estimate of the peak, and the process's peak when training ended (MB)
+    # estimate of the peak, and the process's peak so far when training, the re-embedding and the decision ended
+    # (MB; the peak never falls, so the first stage whose figure rises past another's is the one that raised it)
     memory: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -593,6 +594,7 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
             decision.candidate_model_id = candidate_id
             say(f"fine-tune: re-embedding with {candidate_id}")
             embed_missing(settings, candidate_docs, run_id)
+            decision.memory["peak_mb_after_reembedding"] = peak_rss_mb()
         except BaseException as error:
             _close(settings, run_id, "interrupted" if isinstance(error, KeyboardInterrupt) else "failed",
                    f"{type(error).__name__}: {error}")
@@ -604,6 +606,7 @@ def finetune_corpus(settings: Settings, feedback: Iterable[dict] | None = None, 
         candidate_queries = settings_query_embedder(settings, out_dir, threads=settings.torch_threads)
         verdict, before, after = decide(base_scores, held_out_scores(settings, candidate, pairs.held_out,
                                                                      candidate_queries.embed))
+        decision.memory["peak_mb_after_decision"] = peak_rss_mb()
         decision.diff_sd = verdict.get("diff_sd")
         stages["decide"] = round(time.perf_counter() - started - sum(stages.values()), 2)
         decision.gain, decision.standard_error, decision.required = (verdict["gain"], verdict["standard_error"],

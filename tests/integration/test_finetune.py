@@ -88,6 +88,9 @@ def test_adapt_embedder_json_reports_its_decision_within_its_budget(corpus):
     # the memory plan's estimate of this process's peak starts from what it held when training was planned
     memory = decision["memory"]
     assert memory["resident_mb_at_plan"] > 0 and 0 < memory["resident_mb_before_training"] < memory["estimate_mb"]
+    # the peak after each later stage, so a run that passes its budget says which stage took it there
+    assert (0 < memory["peak_mb_after_training"] <= memory["peak_mb_after_reembedding"]
+            <= memory["peak_mb_after_decision"] <= decision["peak_rss_mb"])
     assert set(decision["pair_kinds"]) >= {"heading", "first_sentence"}
     training = decision["training"]
     assert 1 <= training["steps"] <= training["planned_steps"]

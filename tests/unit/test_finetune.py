@@ -228,9 +228,11 @@ def test_adapt_embedder_says_the_memory_training_reached_beside_its_estimate(mon
     decided = Decision(decision="declined", reason="declined: +0.0010 nDCG@10 on 62 held-out pseudo-queries",
                        pairs=115, peak_rss_mb=4012.0,
                        memory={"budget_mb": 4096, "resident_mb_at_plan": 509, "resident_mb_before_training": 560,
-                               "estimate_mb": 3650, "peak_mb_after_training": 3580.5})
+                               "estimate_mb": 3650, "peak_mb_after_training": 3580.5,
+                               "peak_mb_after_reembedding": 3790.0, "peak_mb_after_decision": 4012.0})
     monkeypatch.setattr(cli, "finetune_corpus", lambda settings, **kwargs: decided)
     assert cli.main(["adapt", "--embedder", "--data-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "this process peaked at 3.50 GB while training (estimated 3.56 GB, GROUNDWORK_FINETUNE_MEMORY_GB 4;" in out
     assert "3.92 GB over the whole run" in out
+    assert "the peak so far was 3.70 GB after re-embedding, 3.92 GB after the decision" in out
