@@ -180,11 +180,11 @@ class _Words:
         unit_start, unit_end = spans[around]
         first = bisect_left(matches, unit_start, key=lambda m: m.end())  # the unit's first word (or one it is in)
         last = bisect_left(matches, unit_end, key=lambda m: m.start()) - 1  # ... its last
-        lo, reach = max(0, first), 0
+        lo, reach = first, 0
         while lo > 0 and reach <= max_chars:  # stop at the first word a snippet holding `first` cannot reach
             lo -= 1
             reach += len(matches[lo][0]) + 1
-        hi, reach = min(last, len(matches) - 1), 0
+        hi, reach = last, 0
         while hi < len(matches) - 1 and reach <= max_chars:
             hi += 1
             reach += len(matches[hi][0]) + 1
@@ -194,10 +194,6 @@ class _Words:
         self.unit: list[int] = []
         self.terms: list[frozenset[str]] = []
         self.prefix = [0]
-        if not window:
-            self.unit_first: dict[int, int] = {}
-            self.unit_last: dict[int, int] = {}
-            return
         t = bisect_left(tokens, self.starts[0], key=lambda token: token[1])
         u = max(0, bisect_left(spans, self.starts[0], key=lambda span: span[1]) - 1)
         for ws, we in zip(self.starts, self.ends):
@@ -211,8 +207,8 @@ class _Words:
             self.unit.append(u)
             self.terms.append(frozenset(found))
             self.prefix.append(self.prefix[-1] + we - ws)
-        self.unit_first = {}
-        self.unit_last = {}
+        self.unit_first: dict[int, int] = {}
+        self.unit_last: dict[int, int] = {}
         for i, unit in enumerate(self.unit):
             self.unit_first.setdefault(unit, i)
             self.unit_last[unit] = i
